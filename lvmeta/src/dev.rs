@@ -1,0 +1,418 @@
+//! Block devices: the only place lvmeta touches storage.
+//!
+//! Everything above this module works on byte slices; the scan and commit code reach a device
+//! through [`BlockDevice`]. Three implementations: [`FileDevice`] (block devices and regular
+//! image files, O_DIRECT with aligned bounce buffers), [`MemDevice`] (tests, fuzzing,
+//! benchmarks) and [`FaultyDevice`] (crash and error injection).
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// A device addressed in bytes. Reads and writes may start and end anywhere; implementations
+/// take care of sector alignment.
+pub trait BlockDevice: Send + Sync {
+    /// The name used in messages (a path for real devices).
+    fn name(&self) -> &str;
+    /// Size in bytes.
+    fn size(&self) -> u64;
+    /// Logical sector size in bytes (512 or 4096).
+    fn logical_sector_size(&self) -> u32;
+    /// Fills `buf` from byte `offset`; fails if the range is not inside the device.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Writes `buf` at byte `offset`; fails if the range is not inside the device.
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// Makes every completed write durable.
+    fn flush(&self) -> io::Result<()>;
+}
+
+fn check_range(dev: &dyn BlockDevice, offset: u64, len: usize) -> io::Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= dev.size() => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "{}: range {}+{} is outside the device ({} bytes)",
+                dev.name(),
+                offset,
+                len,
+                dev.size()
+            ),
+        )),
+    }
+}
+
+/// A block device or a regular image file.
+///
+/// Opened with O_DIRECT where the file system allows it (tmpfs does not: then buffered I/O with
+/// an explicit sync). Transfers go through a bounce buffer aligned to 4096 bytes, which
+/// satisfies both 512- and 4096-byte logical sectors.
+#[derive(Debug)]
+pub struct FileDevice {
+    file: File,
+    name: String,
+    size: u64,
+    sector: u32,
+    direct: bool,
+}
+
+/// Alignment of every transfer and bounce buffer of a [`FileDevice`].
+const DIRECT_ALIGN: usize = 4096;
+
+impl FileDevice {
+    /// Opens `path` read-only.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        Self::open_with(path, false)
+    }
+
+    /// Opens `path` for reading and writing.
+    pub fn open_rw(path: &Path) -> io::Result<Self> {
+        Self::open_with(path, true)
+    }
+
+    fn open_with(path: &Path, write: bool) -> io::Result<Self> {
+        let name = path.display().to_string();
+        let ctx = |e: io::Error| io::Error::new(e.kind(), format!("{name}: {e}"));
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(write);
+        let (file, direct) = match opts.clone().custom_flags(libc::O_DIRECT).open(path) {
+            Ok(f) => (f, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::debug!(device = %name, "O_DIRECT refused, using buffered I/O");
+                (opts.open(path).map_err(ctx)?, false)
+            }
+            Err(e) => return Err(ctx(e)),
+        };
+        let meta = file.metadata().map_err(ctx)?;
+        let (size, sector) = if meta.file_type().is_block_device() {
+            block_device_geometry(&file, meta.rdev()).map_err(ctx)?
+        } else if meta.is_file() {
+            (meta.len(), 512)
+        } else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name}: not a block device or regular file"),
+            ));
+        };
+        Ok(Self {
+            file,
+            name,
+            size,
+            sector,
+            direct,
+        })
+    }
+
+    /// The path this device was opened from.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(&self.name)
+    }
+
+    fn aligned_span(offset: u64, len: usize) -> (u64, usize) {
+        let a = DIRECT_ALIGN as u64;
+        let start = offset / a * a;
+        let end = (offset + len as u64).div_ceil(a) * a;
+        (start, (end - start) as usize)
+    }
+}
+
+/// A zeroed buffer of `len` bytes whose start is aligned to [`DIRECT_ALIGN`].
+struct AlignedBuf {
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> Self {
+        let raw = vec![0u8; len + DIRECT_ALIGN];
+        let start = raw.as_ptr().align_offset(DIRECT_ALIGN);
+        Self { raw, start, len }
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + self.len]
+    }
+}
+
+/// Size and logical sector size of a block device, from its end offset and sysfs.
+fn block_device_geometry(file: &File, rdev: u64) -> io::Result<(u64, u32)> {
+    use std::io::{Seek, SeekFrom};
+    let size = (&*file).seek(SeekFrom::End(0))?;
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let sysfs = format!("/sys/dev/block/{major}:{minor}/queue/logical_block_size");
+    let sector = std::fs::read_to_string(&sysfs)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(512);
+    Ok((size, sector))
+}
+
+impl BlockDevice for FileDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn logical_sector_size(&self) -> u32 {
+        self.sector
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        check_range(self, offset, buf.len())?;
+        if !self.direct {
+            return self.file.read_exact_at(buf, offset);
+        }
+        let (start, len) = Self::aligned_span(offset, buf.len());
+        let mut bounce = AlignedBuf::new(len);
+        // The aligned span may run past the end of a file whose size is not a multiple of 4096:
+        // the read then comes back short.
+        let got = read_direct(&self.file, bounce.as_mut_slice(), start)?;
+        let skip = (offset - start) as usize;
+        if got < skip + buf.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{}: short read at {}", self.name, offset),
+            ));
+        }
+        buf.copy_from_slice(&bounce.as_slice()[skip..skip + buf.len()]);
+        Ok(())
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        check_range(self, offset, buf.len())?;
+        if !self.direct {
+            return self.file.write_all_at(buf, offset);
+        }
+        let (start, len) = Self::aligned_span(offset, buf.len());
+        let mut bounce = AlignedBuf::new(len);
+        let skip = (offset - start) as usize;
+        // Never extend a file whose size is not a multiple of the alignment.
+        let avail = (self.size - start).min(len as u64) as usize;
+        if skip != 0 || len != buf.len() {
+            read_direct(&self.file, bounce.as_mut_slice(), start)?;
+        }
+        bounce.as_mut_slice()[skip..skip + buf.len()].copy_from_slice(buf);
+        self.file.write_all_at(&bounce.as_slice()[..avail], start)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+/// Fills as much of `buf` as the file has at `offset`; returns how much that was.
+fn read_direct(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// A device held in memory.
+#[derive(Debug)]
+pub struct MemDevice {
+    name: String,
+    sector: u32,
+    data: Mutex<Vec<u8>>,
+}
+
+impl MemDevice {
+    /// A zero-filled device of `size` bytes.
+    pub fn new(name: &str, size: u64, sector: u32) -> Self {
+        Self::from_bytes(name, vec![0; size as usize], sector)
+    }
+
+    /// A device holding `data`.
+    pub fn from_bytes(name: &str, data: Vec<u8>, sector: u32) -> Self {
+        Self {
+            name: name.to_owned(),
+            sector,
+            data: Mutex::new(data),
+        }
+    }
+
+    /// A copy of the whole content.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        // A poisoned lock only means another test thread panicked; the bytes are still valid.
+        self.data.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl BlockDevice for MemDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn size(&self) -> u64 {
+        self.lock().len() as u64
+    }
+    fn logical_sector_size(&self) -> u32 {
+        self.sector
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        check_range(self, offset, buf.len())?;
+        let d = self.lock();
+        buf.copy_from_slice(&d[offset as usize..offset as usize + buf.len()]);
+        Ok(())
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        check_range(self, offset, buf.len())?;
+        let mut d = self.lock();
+        d[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What a [`FaultyDevice`] does wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Writes number `n` (0-based) and every later one fail without touching the device, as
+    /// if the machine stopped just before it.
+    StopBeforeWrite(usize),
+    /// Write number `n` lands only its first `bytes` bytes, then the device stops.
+    TearWrite {
+        /// Index of the torn write.
+        n: usize,
+        /// How many of its bytes reach the device.
+        bytes: usize,
+    },
+    /// Reads that touch `[start, end)` fail.
+    FailReads {
+        /// First failing byte.
+        start: u64,
+        /// End of the failing range.
+        end: u64,
+    },
+}
+
+/// Wraps a device and injects one [`Fault`].
+pub struct FaultyDevice<D> {
+    inner: D,
+    fault: Fault,
+    writes: Mutex<usize>,
+}
+
+impl<D: BlockDevice> FaultyDevice<D> {
+    /// Wraps `inner`.
+    pub fn new(inner: D, fault: Fault) -> Self {
+        Self {
+            inner,
+            fault,
+            writes: Mutex::new(0),
+        }
+    }
+
+    /// The wrapped device, as the fault left it.
+    pub fn into_inner(self) -> D {
+        self.inner
+    }
+
+    /// How many writes were attempted.
+    pub fn writes_attempted(&self) -> usize {
+        *self.writes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn injected(dev: &str, what: &str) -> io::Error {
+    io::Error::other(format!("{dev}: injected fault: {what}"))
+}
+
+impl<D: BlockDevice> BlockDevice for FaultyDevice<D> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn logical_sector_size(&self) -> u32 {
+        self.inner.logical_sector_size()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        if let Fault::FailReads { start, end } = self.fault {
+            if offset < end && offset + buf.len() as u64 > start {
+                return Err(injected(self.name(), "read error"));
+            }
+        }
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        let mut count = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        let n = *count;
+        *count += 1;
+        match self.fault {
+            Fault::StopBeforeWrite(stop) if n >= stop => Err(injected(self.name(), "stopped")),
+            Fault::TearWrite { n: t, bytes } if n == t => {
+                self.inner.write_at(offset, &buf[..bytes.min(buf.len())])?;
+                Err(injected(self.name(), "torn write"))
+            }
+            Fault::TearWrite { n: t, .. } if n > t => Err(injected(self.name(), "stopped")),
+            _ => self.inner.write_at(offset, buf),
+        }
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_device_bounds() {
+        let d = MemDevice::new("m", 1024, 512);
+        let mut b = [0u8; 16];
+        assert!(d.read_at(1016, &mut b).is_err());
+        d.write_at(1000, &[7; 16]).expect("in range");
+        d.read_at(1000, &mut b).expect("in range");
+        assert_eq!(b, [7; 16]);
+        assert!(d.read_at(u64::MAX, &mut b).is_err());
+    }
+
+    #[test]
+    fn faulty_device_stops_and_tears() {
+        let d = FaultyDevice::new(
+            MemDevice::new("m", 4096, 512),
+            Fault::TearWrite { n: 1, bytes: 3 },
+        );
+        d.write_at(0, &[1; 8]).expect("first write lands");
+        assert!(d.write_at(8, &[2; 8]).is_err());
+        assert!(d.write_at(16, &[3; 8]).is_err());
+        let bytes = d.into_inner().to_bytes();
+        assert_eq!(
+            &bytes[..24],
+            &[1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn file_device_unaligned_io() {
+        let dir = std::env::temp_dir().join(format!("lvmeta-dev-{}", std::process::id()));
+        std::fs::write(&dir, vec![0u8; 10000]).expect("temp file");
+        let d = FileDevice::open_rw(&dir).expect("open");
+        assert_eq!(d.size(), 10000);
+        d.write_at(4090, b"hello world").expect("write");
+        let mut b = [0u8; 11];
+        d.read_at(4090, &mut b).expect("read");
+        assert_eq!(&b, b"hello world");
+        let mut tail = [1u8; 10];
+        d.read_at(9990, &mut tail).expect("read tail");
+        assert_eq!(tail, [0; 10]);
+        std::fs::remove_file(&dir).expect("cleanup");
+    }
+}

@@ -1,0 +1,78 @@
+//! The library's error type: every variant names the device (or VG) and, where there is one,
+//! the byte offset and the field.
+
+use std::io;
+
+use crate::label::LabelError;
+use crate::mda::MdaError;
+use crate::model::ModelError;
+use crate::text::TextError;
+
+/// Anything lvmeta can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A read or write failed.
+    #[error("{device}: I/O error at offset {offset}: {source}")]
+    Io {
+        /// Device path.
+        device: String,
+        /// Byte offset of the transfer.
+        offset: u64,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A device could not be opened.
+    #[error("{device}: cannot open: {source}")]
+    Open {
+        /// Device path.
+        device: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A label sector was rejected.
+    #[error("{device}: {source}")]
+    Label {
+        /// Device path.
+        device: String,
+        /// Why.
+        source: LabelError,
+    },
+    /// A metadata area header or text was rejected.
+    #[error("{device}: {source}")]
+    Mda {
+        /// Device path.
+        device: String,
+        /// Why.
+        source: MdaError,
+    },
+    /// Metadata text did not parse.
+    #[error("{device}: metadata text at offset {offset}: {source}")]
+    Text {
+        /// Device path (empty for text not read from a device).
+        device: String,
+        /// Absolute offset of the text on the device.
+        offset: u64,
+        /// Why.
+        source: TextError,
+    },
+    /// Metadata text parsed but does not describe a valid VG.
+    #[error("invalid metadata: {0}")]
+    Model(#[from] ModelError),
+    /// No VG of that name was found on the scanned devices.
+    #[error("volume group \"{0}\" not found")]
+    VgNotFound(String),
+    /// No LV of that name in the VG.
+    #[error("logical volume \"{vg}/{lv}\" not found")]
+    LvNotFound {
+        /// VG name.
+        vg: String,
+        /// LV name.
+        lv: String,
+    },
+    /// Several VGs carry the requested name.
+    #[error("multiple VGs named \"{0}\" found; use the VG id")]
+    VgAmbiguous(String),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

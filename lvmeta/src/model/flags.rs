@@ -1,0 +1,110 @@
+//! Status and flag words (lvm2's `flags.c`), and the WRITE <-> WRITE_LOCKED substitution.
+
+/// Words a VG `status` list may hold.
+pub const VG_STATUS: &[&str] = &[
+    "EXPORTED",
+    "RESIZEABLE",
+    "PVMOVE",
+    "READ",
+    "WRITE",
+    "CLUSTERED",
+    "SHARED",
+    "PARTIAL",
+];
+/// Words a PV `status` list may hold.
+pub const PV_STATUS: &[&str] = &["ALLOCATABLE", "EXPORTED", "MISSING"];
+/// Words an LV `status` list may hold: the status words, the segment-type flags and CACHE_VOL.
+pub const LV_STATUS: &[&str] = &[
+    "READ",
+    "WRITE",
+    "FIXED_MINOR",
+    "VISIBLE",
+    "PVMOVE",
+    "LOCKED",
+    "NOTSYNCED",
+    "REBUILD",
+    "WRITEMOSTLY",
+    "CACHE_VOL",
+    "RESHAPE",
+    "RESHAPE_DATA_OFFSET",
+    "RESHAPE_DELTA_DISKS_PLUS",
+    "RESHAPE_DELTA_DISKS_MINUS",
+    "REMOVE_AFTER_RESHAPE",
+    "METADATA_FORMAT",
+    "CROP_METADATA",
+    "CACHE_USES_CACHEVOL",
+];
+/// Segment-type flags that may follow a segment type as `+FLAG`.
+pub const SEGTYPE_FLAGS: &[&str] = &[
+    "RESHAPE",
+    "RESHAPE_DATA_OFFSET",
+    "RESHAPE_DELTA_DISKS_PLUS",
+    "RESHAPE_DELTA_DISKS_MINUS",
+    "REMOVE_AFTER_RESHAPE",
+    "METADATA_FORMAT",
+    "CROP_METADATA",
+    "CACHE_USES_CACHEVOL",
+];
+
+/// The compatible flag that stands for `WRITE` in VGs with a system id or a lock type.
+pub const WRITE_LOCKED: &str = "WRITE_LOCKED";
+
+/// The first word of `status` that is not in `known`.
+pub fn unknown_status<'a>(status: &'a [String], known: &[&str]) -> Option<&'a str> {
+    status
+        .iter()
+        .map(String::as_str)
+        .find(|s| !known.contains(s))
+}
+
+/// On read: turns a `WRITE_LOCKED` flag back into `WRITE` in `status` (after `READ`).
+pub fn unlock_write(status: &mut Vec<String>, flags: &mut Vec<String>) {
+    if let Some(i) = flags.iter().position(|f| f == WRITE_LOCKED) {
+        flags.remove(i);
+        if !status.iter().any(|s| s == "WRITE") {
+            let at = status
+                .iter()
+                .position(|s| s == "READ")
+                .map_or(status.len(), |i| i + 1);
+            status.insert(at, "WRITE".into());
+        }
+    }
+}
+
+/// On write: the `status` and `flags` lists as they go into the text, with `WRITE` moved to
+/// `WRITE_LOCKED` when `locked`.
+pub fn lock_write(status: &[String], flags: &[String], locked: bool) -> (Vec<String>, Vec<String>) {
+    let writable = status.iter().any(|s| s == "WRITE");
+    if !(locked && writable) {
+        return (status.to_vec(), flags.to_vec());
+    }
+    let st = status.iter().filter(|s| *s != "WRITE").cloned().collect();
+    let mut fl = Vec::with_capacity(flags.len() + 1);
+    fl.push(WRITE_LOCKED.to_owned());
+    fl.extend(flags.iter().cloned());
+    (st, fl)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn write_locked_round_trip() {
+        let (mut st, mut fl) = (
+            v(&["RESIZEABLE", "READ"]),
+            v(&["WRITE_LOCKED", "NOAUTOACTIVATE"]),
+        );
+        unlock_write(&mut st, &mut fl);
+        assert_eq!(st, v(&["RESIZEABLE", "READ", "WRITE"]));
+        assert_eq!(fl, v(&["NOAUTOACTIVATE"]));
+        let (st2, fl2) = lock_write(&st, &fl, true);
+        assert_eq!(st2, v(&["RESIZEABLE", "READ"]));
+        assert_eq!(fl2, v(&["WRITE_LOCKED", "NOAUTOACTIVATE"]));
+        assert_eq!(lock_write(&st, &fl, false), (st.clone(), fl.clone()));
+    }
+}

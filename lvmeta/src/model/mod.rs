@@ -1,0 +1,638 @@
+//! The typed model of a VG (PVs, LVs, segments) and its conversion from and to config text.
+//!
+//! Import follows lvm2's `import_vsn1.c` in two passes (LV names first, then segments, whose
+//! references to other LVs are then checked); export follows `export.c`, field by field, so
+//! what lvmeta writes looks like what lvm2 writes.
+
+mod flags;
+mod read;
+mod segment;
+pub mod validate;
+
+use std::collections::HashMap;
+
+use crate::names;
+use crate::text::{self, Body, Emitter, Node, Style, Tree};
+use crate::uuid::Uuid;
+
+pub use flags::{LV_STATUS, PV_STATUS, SEGTYPE_FLAGS, VG_STATUS, WRITE_LOCKED};
+pub use segment::{
+    Area, Composite, LvRef, Mirror, SegKind, Segment, Snapshot, Striped, Thin, ThinMessage,
+    ThinPool, Unknown,
+};
+
+use read::Section;
+
+/// Largest thin device id (2^24 - 1).
+pub const MAX_THIN_DEVICE_ID: u32 = 0xFF_FFFF;
+
+/// A model error: which section, which field, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {field}: {why}")]
+pub struct ModelError {
+    /// Section path, e.g. `vg0/logical_volumes/lv1/segment1`.
+    pub path: String,
+    /// The field.
+    pub field: String,
+    /// What is wrong.
+    pub why: String,
+}
+
+/// The top-level fields that follow (raw) or precede (file) the VG section.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Header {
+    /// `description`.
+    pub description: Option<String>,
+    /// `creation_host`.
+    pub creation_host: Option<String>,
+    /// `creation_host_system_id`.
+    pub creation_host_system_id: Option<String>,
+    /// `creation_time` (seconds since the epoch).
+    pub creation_time: Option<i64>,
+}
+
+/// A physical volume as the VG metadata describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pv {
+    /// The PV's id.
+    pub id: Uuid,
+    /// Last known device path (a hint).
+    pub device: Option<String>,
+    /// devices-file identity type.
+    pub device_id_type: Option<String>,
+    /// devices-file identity.
+    pub device_id: Option<String>,
+    /// Status words.
+    pub status: Vec<String>,
+    /// Compatible flags, unknown ones included.
+    pub flags: Vec<String>,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Device size in sectors.
+    pub dev_size: Option<u64>,
+    /// Sector of PE 0.
+    pub pe_start: u64,
+    /// Number of PEs.
+    pub pe_count: u32,
+    /// Bootloader area start and size, in sectors.
+    pub ba: Option<(u64, u64)>,
+}
+
+/// A logical volume.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lv {
+    /// Name.
+    pub name: String,
+    /// Id.
+    pub id: Uuid,
+    /// Status words (`WRITE` restored from `WRITE_LOCKED`).
+    pub status: Vec<String>,
+    /// Compatible flags, unknown ones included.
+    pub flags: Vec<String>,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Creation time and host.
+    pub creation: Option<(u64, String)>,
+    /// lvmlockd lock arguments.
+    pub lock_args: Option<String>,
+    /// Allocation policy.
+    pub allocation_policy: Option<String>,
+    /// Metadata profile.
+    pub profile: Option<String>,
+    /// Read-ahead in sectors (0 auto, -1 none).
+    pub read_ahead: Option<i64>,
+    /// Fixed major number.
+    pub major: Option<i64>,
+    /// Fixed minor number.
+    pub minor: Option<i64>,
+    /// Segments, sorted by start extent.
+    pub segments: Vec<Segment>,
+}
+
+impl Lv {
+    /// True when `VISIBLE` is in the status.
+    pub fn is_visible(&self) -> bool {
+        self.status.iter().any(|s| s == "VISIBLE")
+    }
+    /// True when `WRITE` is in the status.
+    pub fn is_writable(&self) -> bool {
+        self.status.iter().any(|s| s == "WRITE")
+    }
+    /// Size in extents.
+    pub fn extents(&self) -> u64 {
+        self.segments
+            .iter()
+            .map(|s| u64::from(s.extent_count))
+            .sum()
+    }
+    /// True when the flag is among `flags`.
+    pub fn has_flag(&self, f: &str) -> bool {
+        self.flags.iter().any(|x| x == f)
+    }
+}
+
+/// A volume group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vg {
+    /// Name.
+    pub name: String,
+    /// Id.
+    pub id: Uuid,
+    /// Metadata sequence number.
+    pub seqno: u32,
+    /// `format`, informational.
+    pub format: Option<String>,
+    /// Status words (`WRITE` restored from `WRITE_LOCKED`).
+    pub status: Vec<String>,
+    /// Compatible flags, unknown ones included.
+    pub flags: Vec<String>,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Owner's system id.
+    pub system_id: Option<String>,
+    /// `sanlock`, `dlm`, `idm` for shared VGs.
+    pub lock_type: Option<String>,
+    /// Lock manager data.
+    pub lock_args: Option<String>,
+    /// Extent size in sectors.
+    pub extent_size: u32,
+    /// 0 = unlimited.
+    pub max_lv: u32,
+    /// 0 = unlimited.
+    pub max_pv: u32,
+    /// Allocation policy.
+    pub allocation_policy: Option<String>,
+    /// Metadata profile.
+    pub profile: Option<String>,
+    /// `metadata_copies`.
+    pub metadata_copies: Option<u32>,
+    /// PVs in VG order.
+    pub pvs: Vec<Pv>,
+    /// LVs in text order.
+    pub lvs: Vec<Lv>,
+    /// `historical_logical_volumes`, kept verbatim.
+    pub historical_lvs: Vec<Node<'static>>,
+    /// The top-level fields of the text this VG was read from.
+    pub header: Header,
+}
+
+/// Non-fatal findings while reading a text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelWarning {
+    /// A key appears twice in a section; the first one was used, as lvm2 does.
+    DuplicateKey {
+        /// Section path.
+        path: String,
+        /// The key.
+        key: String,
+    },
+}
+
+impl std::fmt::Display for ModelWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelWarning::DuplicateKey { path, key } => {
+                write!(f, "{path}: duplicate key {key:?}; the first one is used")
+            }
+        }
+    }
+}
+
+/// A VG read from text, with what was noticed on the way.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    /// The VG.
+    pub vg: Vg,
+    /// Warnings.
+    pub warnings: Vec<ModelWarning>,
+}
+
+impl Vg {
+    /// Is this a shared (lvmlockd) VG?
+    pub fn is_shared(&self) -> bool {
+        matches!(self.lock_type.as_deref(), Some(t) if t != "none")
+    }
+
+    /// Does the text carry `WRITE` as `WRITE_LOCKED`?
+    pub fn write_locked(&self) -> bool {
+        self.is_shared() || self.system_id.as_deref().is_some_and(|s| !s.is_empty())
+    }
+
+    /// Total PEs.
+    pub fn extent_count(&self) -> u64 {
+        self.pvs.iter().map(|p| u64::from(p.pe_count)).sum()
+    }
+
+    /// Allocated PEs on each PV.
+    pub fn allocated_per_pv(&self) -> Vec<u64> {
+        let mut out = vec![0u64; self.pvs.len()];
+        for lv in &self.lvs {
+            for seg in &lv.segments {
+                let len = u64::from(seg.area_len());
+                for a in seg.kind.areas() {
+                    if let Area::Pv { pv, .. } = a {
+                        out[*pv] += len;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Free PEs in the VG.
+    pub fn free_count(&self) -> u64 {
+        self.extent_count() - self.allocated_per_pv().iter().sum::<u64>()
+    }
+
+    /// The LV named `name`.
+    pub fn lv(&self, name: &str) -> Option<&Lv> {
+        self.lvs.iter().find(|l| l.name == name)
+    }
+
+    /// Reads a VG from a parsed text (a metadata copy or a backup file).
+    pub fn from_tree(tree: &Tree<'_>) -> Result<Imported, ModelError> {
+        import(tree)
+    }
+
+    /// Parses and reads a VG from text.
+    pub fn from_text(text: &str) -> Result<Imported, crate::Error> {
+        let tree = text::parse(text).map_err(|e| crate::Error::Text {
+            device: String::new(),
+            offset: 0,
+            source: e,
+        })?;
+        Ok(import(&tree)?)
+    }
+
+    /// The text of this VG: `Style::Raw` is what goes on disk (VG section first, then the
+    /// header fields), `Style::File` is what a backup file holds.
+    pub fn to_text(&self, style: Style, generator: &str) -> String {
+        export(self, style, generator)
+    }
+}
+
+fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
+    let top = Section::new(&tree.nodes, String::new());
+    let mut warnings = Vec::new();
+    let contents = top.opt_str("contents")?;
+    if contents.as_deref() != Some("Text Format Volume Group") {
+        return Err(top.err("contents", "missing or not \"Text Format Volume Group\""));
+    }
+    if top.opt_int("version")? != Some(1) {
+        return Err(top.err("version", "missing or not 1"));
+    }
+    let vg_node = tree
+        .nodes
+        .iter()
+        .find(|n| matches!(n.body, Body::Section(_)))
+        .ok_or_else(|| top.err("", "no VG section"))?;
+    let name = vg_node.key.to_string();
+    names::check_vg_name(&name).map_err(|e| top.err(&name, e.to_string()))?;
+    let Body::Section(vg_nodes) = &vg_node.body else {
+        return Err(top.err(&name, "not a section"));
+    };
+    let sec = Section::new(vg_nodes, name.clone());
+    note_duplicates(&sec, &mut warnings);
+    let id = parse_id(&sec)?;
+    let mut status = sec.req_str_list("status")?;
+    let mut vflags = sec.str_list("flags")?;
+    check_status(&sec, &status, flags::VG_STATUS)?;
+    flags::unlock_write(&mut status, &mut vflags);
+    if let Some(f) = sec.opt_str("format")? {
+        if !["lvm2", "2", "text"].contains(&f.to_ascii_lowercase().as_str()) {
+            return Err(sec.err("format", format!("unknown format {f:?}")));
+        }
+    }
+    let extent_size = sec.req_u32("extent_size")?;
+    if extent_size == 0 {
+        return Err(sec.err("extent_size", "must not be 0"));
+    }
+    let mut vg = Vg {
+        name,
+        id,
+        seqno: sec.req_u32("seqno")?,
+        format: sec.opt_str("format")?,
+        status,
+        flags: vflags,
+        tags: sec.str_list("tags")?,
+        system_id: sec.opt_str("system_id")?,
+        lock_type: sec.opt_str("lock_type")?,
+        lock_args: sec.opt_str("lock_args")?,
+        extent_size,
+        max_lv: sec.req_u32("max_lv")?,
+        max_pv: sec.req_u32("max_pv")?,
+        allocation_policy: sec.opt_str("allocation_policy")?,
+        profile: sec.opt_str("profile")?,
+        metadata_copies: sec.opt_u32("metadata_copies")?,
+        pvs: Vec::new(),
+        lvs: Vec::new(),
+        historical_lvs: Vec::new(),
+        header: Header {
+            description: top.opt_str("description")?,
+            creation_host: top.opt_str("creation_host")?,
+            creation_host_system_id: top.opt_str("creation_host_system_id")?,
+            creation_time: top.opt_int("creation_time")?,
+        },
+    };
+    let pv_sec = sec
+        .sub("physical_volumes")
+        .ok_or_else(|| sec.err("physical_volumes", "missing"))?;
+    let mut pv_keys = HashMap::new();
+    for n in pv_sec.nodes {
+        let Body::Section(s) = &n.body else { continue };
+        let ps = Section::new(s, format!("{}/{}", pv_sec.path, n.key));
+        note_duplicates(&ps, &mut warnings);
+        if pv_keys.insert(n.key.to_string(), vg.pvs.len()).is_some() {
+            return Err(pv_sec.err(&n.key, "duplicate PV section"));
+        }
+        vg.pvs.push(read_pv(&ps)?);
+    }
+    if let Some(lv_sec) = sec.sub("logical_volumes") {
+        read_lvs(&lv_sec, &mut vg, &pv_keys, &mut warnings)?;
+    }
+    if let Some(h) = sec.node("historical_logical_volumes") {
+        if let Body::Section(s) = &h.body {
+            vg.historical_lvs = s.iter().map(|n| n.clone().into_owned()).collect();
+        }
+    }
+    validate::check_read(&vg)?;
+    Ok(Imported { vg, warnings })
+}
+
+fn note_duplicates(sec: &Section<'_, '_>, warnings: &mut Vec<ModelWarning>) {
+    for key in sec.duplicate_keys() {
+        tracing::warn!(path = %sec.path, %key, "duplicate key; using the first");
+        warnings.push(ModelWarning::DuplicateKey {
+            path: sec.path.clone(),
+            key,
+        });
+    }
+}
+
+fn parse_id(sec: &Section<'_, '_>) -> Result<Uuid, ModelError> {
+    let s = sec.req_str("id")?;
+    Uuid::parse(&s).map_err(|e| sec.err("id", e.to_string()))
+}
+
+fn check_status(
+    sec: &Section<'_, '_>,
+    status: &[String],
+    known: &[&str],
+) -> Result<(), ModelError> {
+    match flags::unknown_status(status, known) {
+        Some(w) => Err(sec.err("status", format!("unknown status flag {w:?}"))),
+        None => Ok(()),
+    }
+}
+
+fn read_pv(ps: &Section<'_, '_>) -> Result<Pv, ModelError> {
+    let status = ps.req_str_list("status")?;
+    check_status(ps, &status, flags::PV_STATUS)?;
+    let ba = match (ps.opt_u64("ba_start")?, ps.opt_u64("ba_size")?) {
+        (Some(s), Some(z)) => Some((s, z)),
+        (None, None) => None,
+        _ => return Err(ps.err("ba_start", "ba_start and ba_size go together")),
+    };
+    Ok(Pv {
+        id: parse_id(ps)?,
+        device: ps.opt_str("device")?,
+        device_id_type: ps.opt_str("device_id_type")?,
+        device_id: ps.opt_str("device_id")?,
+        status,
+        flags: ps.str_list("flags")?,
+        tags: ps.str_list("tags")?,
+        dev_size: ps.opt_u64("dev_size")?,
+        pe_start: ps.req_u64("pe_start")?,
+        pe_count: ps.req_u32("pe_count")?,
+        ba,
+    })
+}
+
+fn read_lvs(
+    lv_sec: &Section<'_, '_>,
+    vg: &mut Vg,
+    pv_keys: &HashMap<String, usize>,
+    warnings: &mut Vec<ModelWarning>,
+) -> Result<(), ModelError> {
+    let pe_counts: Vec<u32> = vg.pvs.iter().map(|p| p.pe_count).collect();
+    let pv_ids: Vec<String> = vg.pvs.iter().map(|p| p.id.to_string()).collect();
+    let names = segment::Names {
+        pvs: pv_keys,
+        pe_counts: &pe_counts,
+        pv_ids: &pv_ids,
+    };
+    let mut seen = std::collections::HashSet::new();
+    for n in lv_sec.nodes {
+        let Body::Section(s) = &n.body else { continue };
+        let ls = Section::new(s, format!("{}/{}", lv_sec.path, n.key));
+        note_duplicates(&ls, warnings);
+        if !seen.insert(&*n.key) {
+            return Err(lv_sec.err(&n.key, "duplicate LV name"));
+        }
+        let mut status = ls.req_str_list("status")?;
+        let mut lflags = ls.str_list("flags")?;
+        check_status(&ls, &status, flags::LV_STATUS)?;
+        flags::unlock_write(&mut status, &mut lflags);
+        let creation = match (ls.opt_u64("creation_time")?, ls.opt_str("creation_host")?) {
+            (Some(t), Some(h)) => Some((t, h)),
+            (None, None) => None,
+            (Some(_), None) => return Err(ls.err("creation_host", "missing with creation_time")),
+            (None, Some(_)) => return Err(ls.err("creation_time", "missing with creation_host")),
+        };
+        let segment_count = ls.req_u32("segment_count")?;
+        let mut segments = Vec::new();
+        for sn in ls.nodes {
+            if let Body::Section(ss) = &sn.body {
+                let seg_sec = Section::new(ss, format!("{}/{}", ls.path, sn.key));
+                segments.push(segment::read_segment(&seg_sec, &names)?);
+            }
+        }
+        if segments.len() != segment_count as usize {
+            return Err(ls.err(
+                "segment_count",
+                "segment_count and actual number of segments disagree",
+            ));
+        }
+        segments.sort_by_key(|s| s.start_extent);
+        vg.lvs.push(Lv {
+            name: n.key.to_string(),
+            id: parse_id(&ls)?,
+            status,
+            flags: lflags,
+            tags: ls.str_list("tags")?,
+            creation,
+            lock_args: ls.opt_str("lock_args")?,
+            allocation_policy: ls.opt_str("allocation_policy")?,
+            profile: ls.opt_str("profile")?,
+            read_ahead: ls.opt_int("read_ahead")?,
+            major: ls.opt_int("major")?,
+            minor: ls.opt_int("minor")?,
+            segments,
+        });
+    }
+    Ok(())
+}
+
+fn export(vg: &Vg, style: Style, generator: &str) -> String {
+    let mut e = Emitter::with_capacity(style, 1024 + vg.lvs.len() * 512);
+    if style == Style::File {
+        e.line(&format!("# Generated by {generator}"));
+        e.blank();
+        write_header(&mut e, vg);
+        e.blank();
+    }
+    let locked = vg.write_locked();
+    e.open(&vg.name);
+    e.str("id", &vg.id.to_string());
+    e.int("seqno", i64::from(vg.seqno));
+    if let Some(f) = &vg.format {
+        e.str("format", f);
+    }
+    let (st, fl) = flags::lock_write(&vg.status, &vg.flags, locked);
+    e.str_list("status", &st);
+    e.str_list("flags", &fl);
+    if !vg.tags.is_empty() {
+        e.str_list("tags", &vg.tags);
+    }
+    if let Some(s) = &vg.system_id {
+        e.str("system_id", s);
+    }
+    if let Some(t) = &vg.lock_type {
+        e.str("lock_type", t);
+        if let Some(a) = &vg.lock_args {
+            e.str("lock_args", a);
+        }
+    }
+    e.int("extent_size", i64::from(vg.extent_size));
+    e.int("max_lv", i64::from(vg.max_lv));
+    e.int("max_pv", i64::from(vg.max_pv));
+    if let Some(a) = &vg.allocation_policy {
+        e.blank();
+        e.str("allocation_policy", a);
+    }
+    if let Some(p) = &vg.profile {
+        e.str("profile", p);
+    }
+    e.int(
+        "metadata_copies",
+        i64::from(vg.metadata_copies.unwrap_or(0)),
+    );
+    e.blank();
+    let pv_keys: Vec<String> = (0..vg.pvs.len()).map(|i| format!("pv{i}")).collect();
+    e.open("physical_volumes");
+    for (pv, key) in vg.pvs.iter().zip(&pv_keys) {
+        e.blank();
+        write_pv(&mut e, key, pv);
+    }
+    e.close();
+    e.blank();
+    if !vg.lvs.is_empty() {
+        e.open("logical_volumes");
+        let visible = vg.lvs.iter().filter(|l| l.is_visible());
+        let hidden = vg.lvs.iter().filter(|l| !l.is_visible());
+        for lv in visible.chain(hidden) {
+            e.blank();
+            write_lv(&mut e, lv, locked, &pv_keys);
+        }
+        e.close();
+    }
+    e.blank();
+    if !vg.historical_lvs.is_empty() {
+        e.open("historical_logical_volumes");
+        e.nodes(&vg.historical_lvs);
+        e.close();
+    }
+    e.close();
+    if style == Style::Raw {
+        e.line(&format!("# Generated by {generator}"));
+        e.blank();
+        write_header(&mut e, vg);
+        e.blank();
+    }
+    e.finish()
+}
+
+fn write_header(e: &mut Emitter, vg: &Vg) {
+    e.str("contents", "Text Format Volume Group");
+    e.int("version", 1);
+    e.blank();
+    e.str(
+        "description",
+        vg.header.description.as_deref().unwrap_or(""),
+    );
+    e.blank();
+    if let Some(h) = &vg.header.creation_host {
+        e.str("creation_host", h);
+    }
+    if let Some(s) = &vg.header.creation_host_system_id {
+        e.str("creation_host_system_id", s);
+    }
+    if let Some(t) = vg.header.creation_time {
+        e.int("creation_time", t);
+    }
+}
+
+fn write_pv(e: &mut Emitter, key: &str, pv: &Pv) {
+    e.open(key);
+    e.str("id", &pv.id.to_string());
+    e.str("device", pv.device.as_deref().unwrap_or(""));
+    e.blank();
+    if let (Some(t), Some(i)) = (&pv.device_id_type, &pv.device_id) {
+        e.str("device_id_type", t);
+        e.str("device_id", i);
+    }
+    e.str_list("status", &pv.status);
+    e.str_list("flags", &pv.flags);
+    if !pv.tags.is_empty() {
+        e.str_list("tags", &pv.tags);
+    }
+    if let Some(d) = pv.dev_size {
+        e.int("dev_size", d as i64);
+    }
+    e.int("pe_start", pv.pe_start as i64);
+    e.int("pe_count", i64::from(pv.pe_count));
+    if let Some((s, z)) = pv.ba {
+        e.int("ba_start", s as i64);
+        e.int("ba_size", z as i64);
+    }
+    e.close();
+}
+
+fn write_lv(e: &mut Emitter, lv: &Lv, locked: bool, pv_keys: &[String]) {
+    e.open(&lv.name);
+    e.str("id", &lv.id.to_string());
+    let (st, fl) = flags::lock_write(&lv.status, &lv.flags, locked);
+    e.str_list("status", &st);
+    e.str_list("flags", &fl);
+    if !lv.tags.is_empty() {
+        e.str_list("tags", &lv.tags);
+    }
+    if let Some((t, h)) = &lv.creation {
+        e.int("creation_time", *t as i64);
+        e.str("creation_host", h);
+    }
+    if let Some(a) = &lv.lock_args {
+        e.str("lock_args", a);
+    }
+    if let Some(a) = &lv.allocation_policy {
+        e.str("allocation_policy", a);
+    }
+    if let Some(p) = &lv.profile {
+        e.str("profile", p);
+    }
+    if let Some(r) = lv.read_ahead {
+        e.int("read_ahead", r);
+    }
+    if let Some(m) = lv.major {
+        e.int("major", m);
+    }
+    if let Some(m) = lv.minor {
+        e.int("minor", m);
+    }
+    e.int("segment_count", lv.segments.len() as i64);
+    e.blank();
+    for (i, seg) in lv.segments.iter().enumerate() {
+        segment::write_segment(e, i + 1, seg, pv_keys);
+    }
+    e.close();
+}

@@ -1,0 +1,128 @@
+//! Typed lookups in a config section, with errors that name the path and the field.
+
+use crate::text::{Body, Node, Value};
+
+use super::ModelError;
+
+/// A section being read, with its path for messages (`vg/logical_volumes/lv0/segment1`).
+pub(crate) struct Section<'t, 'a> {
+    pub nodes: &'t [Node<'a>],
+    pub path: String,
+}
+
+impl<'t, 'a> Section<'t, 'a> {
+    pub fn new(nodes: &'t [Node<'a>], path: String) -> Self {
+        Self { nodes, path }
+    }
+
+    pub fn err(&self, field: &str, why: impl Into<String>) -> ModelError {
+        ModelError {
+            path: self.path.clone(),
+            field: field.to_owned(),
+            why: why.into(),
+        }
+    }
+
+    /// The first node named `key` (lvm2 uses the first of duplicates).
+    pub fn node(&self, key: &str) -> Option<&'t Node<'a>> {
+        self.nodes.iter().find(|n| n.key == key)
+    }
+
+    pub fn value(&self, key: &str) -> Option<&'t Value<'a>> {
+        match self.node(key).map(|n| &n.body) {
+            Some(Body::Value(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn sub(&self, key: &str) -> Option<Section<'t, 'a>> {
+        match self.node(key).map(|n| &n.body) {
+            Some(Body::Section(s)) => Some(Section::new(s, format!("{}/{key}", self.path))),
+            _ => None,
+        }
+    }
+
+    pub fn opt_str(&self, key: &str) -> Result<Option<String>, ModelError> {
+        match self.value(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(|s| Some(s.to_owned()))
+                .ok_or_else(|| self.err(key, "must be a string")),
+        }
+    }
+
+    pub fn req_str(&self, key: &str) -> Result<String, ModelError> {
+        self.opt_str(key)?.ok_or_else(|| self.err(key, "missing"))
+    }
+
+    pub fn opt_int(&self, key: &str) -> Result<Option<i64>, ModelError> {
+        match self.value(key) {
+            None => Ok(None),
+            Some(Value::Int(i)) => Ok(Some(*i)),
+            Some(_) => Err(self.err(key, "must be an integer")),
+        }
+    }
+
+    pub fn req_int(&self, key: &str) -> Result<i64, ModelError> {
+        self.opt_int(key)?.ok_or_else(|| self.err(key, "missing"))
+    }
+
+    fn ranged<T: TryFrom<i64>>(&self, key: &str, v: i64) -> Result<T, ModelError> {
+        T::try_from(v).map_err(|_| self.err(key, format!("{v} is out of range")))
+    }
+
+    pub fn opt_u32(&self, key: &str) -> Result<Option<u32>, ModelError> {
+        self.opt_int(key)?.map(|v| self.ranged(key, v)).transpose()
+    }
+
+    pub fn req_u32(&self, key: &str) -> Result<u32, ModelError> {
+        let v = self.req_int(key)?;
+        self.ranged(key, v)
+    }
+
+    pub fn opt_u64(&self, key: &str) -> Result<Option<u64>, ModelError> {
+        self.opt_int(key)?.map(|v| self.ranged(key, v)).transpose()
+    }
+
+    pub fn req_u64(&self, key: &str) -> Result<u64, ModelError> {
+        let v = self.req_int(key)?;
+        self.ranged(key, v)
+    }
+
+    /// A list of strings; absent is an empty list.
+    pub fn str_list(&self, key: &str) -> Result<Vec<String>, ModelError> {
+        match self.value(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| self.err(key, "must hold only strings"))
+                })
+                .collect(),
+            Some(Value::Str(s)) => Ok(vec![s.to_string()]),
+            Some(_) => Err(self.err(key, "must be a list of strings")),
+        }
+    }
+
+    pub fn req_str_list(&self, key: &str) -> Result<Vec<String>, ModelError> {
+        if self.value(key).is_none() {
+            return Err(self.err(key, "missing"));
+        }
+        self.str_list(key)
+    }
+
+    /// Keys that appear more than once among the values of this section.
+    pub fn duplicate_keys(&self) -> Vec<String> {
+        let mut seen = std::collections::HashSet::new();
+        let mut dups = Vec::new();
+        for n in self.nodes {
+            if matches!(n.body, Body::Value(_)) && !seen.insert(&*n.key) {
+                dups.push(n.key.to_string());
+            }
+        }
+        dups
+    }
+}

@@ -1,0 +1,108 @@
+//! Name rules for VGs, LVs, tags and system ids (lvm2's `lvm-string.c`).
+
+/// Longest VG or LV name (`NAME_LEN` 128 including the NUL).
+pub const NAME_MAX: usize = 127;
+
+/// Why a name is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// Empty, too long, `.`/`..`, starting with `-`, or a character outside the allowed set.
+    #[error("{kind} name {name:?} is invalid: {why}")]
+    Invalid {
+        /// "VG", "LV", "tag", ...
+        kind: &'static str,
+        /// The name.
+        name: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+}
+
+fn check(kind: &'static str, name: &str, extra: &[u8], max: usize) -> Result<(), NameError> {
+    let bad = |why| {
+        Err(NameError::Invalid {
+            kind,
+            name: name.to_owned(),
+            why,
+        })
+    };
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > max {
+        return bad("too long");
+    }
+    let ok = |b: &u8| b.is_ascii_alphanumeric() || b"._-+".contains(b) || extra.contains(b);
+    if !name.bytes().all(|b| ok(&b)) {
+        return bad("characters other than A-Z a-z 0-9 . _ - + are not allowed");
+    }
+    Ok(())
+}
+
+fn check_object(kind: &'static str, name: &str) -> Result<(), NameError> {
+    check(kind, name, b"", NAME_MAX)?;
+    let bad = |why| {
+        Err(NameError::Invalid {
+            kind,
+            name: name.to_owned(),
+            why,
+        })
+    };
+    if name.starts_with('-') {
+        return bad("must not start with '-'");
+    }
+    if name == "." || name == ".." {
+        return bad("'.' and '..' are reserved");
+    }
+    Ok(())
+}
+
+/// Checks a VG name.
+pub fn check_vg_name(name: &str) -> Result<(), NameError> {
+    check_object("VG", name)
+}
+
+/// Checks an LV name (the charset rule; the length rule with the VG name is
+/// [`check_lv_name_in_vg`]).
+pub fn check_lv_name(name: &str) -> Result<(), NameError> {
+    check_object("LV", name)
+}
+
+/// Checks `len(vg) + len(lv) + 3 < 128`, lvm2's rule for the dm name `vg-lv`.
+pub fn check_lv_name_in_vg(vg: &str, lv: &str) -> Result<(), NameError> {
+    check_lv_name(lv)?;
+    if vg.len() + lv.len() + 3 > NAME_MAX {
+        return Err(NameError::Invalid {
+            kind: "LV",
+            name: lv.to_owned(),
+            why: "too long together with the VG name",
+        });
+    }
+    Ok(())
+}
+
+/// Checks a tag (also `/ = ! : & #`; no length limit).
+pub fn check_tag(tag: &str) -> Result<(), NameError> {
+    check("tag", tag, b"/=!:&#", usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules() {
+        assert!(check_vg_name("vg0").is_ok());
+        assert!(check_vg_name("-vg").is_err());
+        assert!(check_vg_name("..").is_err());
+        assert!(check_vg_name("a b").is_err());
+        assert!(check_vg_name(&"a".repeat(128)).is_err());
+        assert!(check_lv_name("odd.name+-_").is_ok());
+        assert!(check_lv_name("lvol$2").is_err());
+        assert!(check_lv_name_in_vg("abc", &"l".repeat(121)).is_ok());
+        assert!(check_lv_name_in_vg("abc", &"l".repeat(122)).is_err());
+        assert!(check_tag("owner=team/a").is_ok());
+        assert!(check_tag("a:b&c#d").is_ok());
+        assert!(check_tag("a b").is_err());
+    }
+}

@@ -1,0 +1,439 @@
+//! The report fields, named as lvm2 names them, and their values.
+
+use crate::model::{Area, Lv, SegKind, Segment, Vg};
+use crate::scan::{Scan, ScannedVg};
+
+/// Which object a field describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Object {
+    /// A physical volume.
+    Pv,
+    /// A volume group.
+    Vg,
+    /// A logical volume.
+    Lv,
+    /// One segment of a logical volume.
+    Seg,
+}
+
+/// One report field.
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    /// The name given to `-o`.
+    pub name: &'static str,
+    /// The key in JSON output (differs from `name` for a few fields, as in lvm2).
+    pub json: &'static str,
+    /// Column title.
+    pub title: &'static str,
+    /// What it describes.
+    pub object: Object,
+}
+
+const fn f(name: &'static str, title: &'static str, object: Object) -> Field {
+    Field {
+        name,
+        json: name,
+        title,
+        object,
+    }
+}
+
+/// Every field lvmeta reports.
+pub const FIELDS: &[Field] = &[
+    f("lv_name", "LV", Object::Lv),
+    f("lv_uuid", "LV UUID", Object::Lv),
+    f("lv_size", "LSize", Object::Lv),
+    f("lv_attr", "Attr", Object::Lv),
+    f("seg_count", "#Seg", Object::Lv),
+    f("lv_tags", "LV Tags", Object::Lv),
+    f("pool_lv", "Pool", Object::Lv),
+    f("origin", "Origin", Object::Lv),
+    Field {
+        name: "lv_lock_args",
+        json: "lv_lockargs",
+        title: "LockArgs",
+        object: Object::Lv,
+    },
+    f("segtype", "Type", Object::Seg),
+    f("devices", "Devices", Object::Seg),
+    f("seg_start_pe", "Start", Object::Seg),
+    f("seg_size_pe", "SSize", Object::Seg),
+    f("stripes", "#Str", Object::Seg),
+    f("stripe_size", "Stripe", Object::Seg),
+    f("vg_name", "VG", Object::Vg),
+    f("vg_uuid", "VG UUID", Object::Vg),
+    f("vg_size", "VSize", Object::Vg),
+    f("vg_free", "VFree", Object::Vg),
+    f("vg_extent_size", "Ext", Object::Vg),
+    f("vg_extent_count", "#Ext", Object::Vg),
+    f("vg_free_count", "Free", Object::Vg),
+    f("pv_count", "#PV", Object::Vg),
+    f("lv_count", "#LV", Object::Vg),
+    f("vg_seqno", "Seq", Object::Vg),
+    f("vg_tags", "VG Tags", Object::Vg),
+    f("vg_lock_type", "LockType", Object::Vg),
+    f("vg_lock_args", "VLockArgs", Object::Vg),
+    f("vg_systemid", "System ID", Object::Vg),
+    f("vg_attr", "Attr", Object::Vg),
+    f("pv_name", "PV", Object::Pv),
+    f("pv_uuid", "PV UUID", Object::Pv),
+    f("pv_fmt", "Fmt", Object::Pv),
+    f("pv_attr", "Attr", Object::Pv),
+    f("pv_size", "PSize", Object::Pv),
+    f("pv_free", "PFree", Object::Pv),
+    f("dev_size", "DevSize", Object::Pv),
+    f("pe_start", "1st PE", Object::Pv),
+    f("pv_pe_count", "PE", Object::Pv),
+    f("pv_pe_alloc_count", "Alloc", Object::Pv),
+    f("pv_mda_count", "#PMda", Object::Pv),
+    f("pv_mda_size", "PMdaSize", Object::Pv),
+    f("pv_tags", "PV Tags", Object::Pv),
+];
+
+/// Looks a field up by name, also without its object prefix (`-o name` = `lv_name` in lvs).
+pub fn find(name: &str, default_prefix: &str) -> Option<&'static Field> {
+    FIELDS.iter().find(|f| f.name == name).or_else(|| {
+        FIELDS
+            .iter()
+            .find(|f| f.name == format!("{default_prefix}{name}"))
+    })
+}
+
+/// A field's value before formatting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cell {
+    /// Text, left-aligned.
+    Str(String),
+    /// A count, right-aligned.
+    Num(u64),
+    /// A size in bytes, formatted with the chosen units.
+    Size(u64),
+}
+
+/// Whether LVs are active, as far as this machine can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DmState {
+    /// No device-mapper here: state and open columns show `X`, as lvm2 does without it.
+    Unknown,
+    /// The dm uuids of the active devices (`LVM-<vg uuid><lv uuid>` for LVs).
+    Known(std::collections::HashSet<String>),
+}
+
+impl DmState {
+    /// Reads the dm uuids from sysfs; `Unknown` when the kernel has no device-mapper.
+    pub fn probe() -> Self {
+        if !std::path::Path::new("/sys/class/misc/device-mapper").exists() {
+            return DmState::Unknown;
+        }
+        let mut set = std::collections::HashSet::new();
+        if let Ok(dir) = std::fs::read_dir("/sys/block") {
+            for e in dir.flatten() {
+                if let Ok(u) = std::fs::read_to_string(e.path().join("dm/uuid")) {
+                    set.insert(u.trim().to_owned());
+                }
+            }
+        }
+        DmState::Known(set)
+    }
+}
+
+/// Context for the fields of one VG.
+pub struct VgCtx<'a> {
+    /// The scan the VG came from.
+    pub scan: &'a Scan,
+    /// The VG.
+    pub svg: &'a ScannedVg,
+}
+
+fn tags(t: &[String]) -> Cell {
+    let mut v: Vec<&str> = t.iter().map(String::as_str).collect();
+    v.sort_unstable();
+    Cell::Str(v.join(","))
+}
+
+/// A VG field.
+pub fn vg_field(c: &VgCtx<'_>, name: &str) -> Option<Cell> {
+    let vg = &c.svg.vg;
+    let ext = u64::from(vg.extent_size) * 512;
+    Some(match name {
+        "vg_name" => Cell::Str(vg.name.clone()),
+        "vg_uuid" => Cell::Str(vg.id.to_string()),
+        "vg_size" => Cell::Size(vg.extent_count() * ext),
+        "vg_free" => Cell::Size(vg.free_count() * ext),
+        "vg_extent_size" => Cell::Size(ext),
+        "vg_extent_count" => Cell::Num(vg.extent_count()),
+        "vg_free_count" => Cell::Num(vg.free_count()),
+        "pv_count" => Cell::Num(vg.pvs.len() as u64),
+        "lv_count" => Cell::Num(vg.lvs.iter().filter(|l| l.is_visible()).count() as u64),
+        "vg_seqno" => Cell::Num(u64::from(vg.seqno)),
+        "vg_tags" => tags(&vg.tags),
+        "vg_lock_type" => Cell::Str(vg.lock_type.clone().unwrap_or_default()),
+        "vg_lock_args" => Cell::Str(vg.lock_args.clone().unwrap_or_default()),
+        "vg_systemid" => Cell::Str(vg.system_id.clone().unwrap_or_default()),
+        "vg_attr" => Cell::Str(vg_attr(vg, c.svg.pv_devices.iter().any(Option::is_none))),
+        _ => return None,
+    })
+}
+
+fn vg_attr(vg: &Vg, partial: bool) -> String {
+    let has = |w: &str| vg.status.iter().any(|s| s == w);
+    let alloc = match vg.allocation_policy.as_deref() {
+        Some("contiguous") => 'c',
+        Some("cling") => 'l',
+        Some("anywhere") => 'a',
+        _ => 'n',
+    };
+    let shared = if vg.is_shared() {
+        's'
+    } else if has("CLUSTERED") {
+        'c'
+    } else {
+        '-'
+    };
+    [
+        if has("WRITE") { 'w' } else { 'r' },
+        if has("RESIZEABLE") { 'z' } else { '-' },
+        if has("EXPORTED") { 'x' } else { '-' },
+        if partial { 'p' } else { '-' },
+        alloc,
+        shared,
+    ]
+    .iter()
+    .collect()
+}
+
+/// A PV field for scanned PV `i`.
+pub fn pv_field(scan: &Scan, i: usize, name: &str) -> Option<Cell> {
+    let spv = &scan.pvs[i];
+    let member = scan.vg_of_pv(i);
+    let mda_sizes = spv.mdas.iter().map(|m| m.locn.size);
+    if let Some((svg, _)) = member {
+        if let Some(c) = vg_field(&VgCtx { scan, svg }, name) {
+            return Some(c);
+        }
+    } else if name.starts_with("vg_") {
+        return Some(Cell::Str(String::new()));
+    }
+    let (pe_count, alloc, ext, pe_start, pv_tags, allocatable) = match member {
+        Some((svg, p)) => {
+            let pv = &svg.vg.pvs[p];
+            let alloc = svg.vg.allocated_per_pv()[p];
+            let allocatable = pv.status.iter().any(|s| s == "ALLOCATABLE");
+            (
+                u64::from(pv.pe_count),
+                alloc,
+                u64::from(svg.vg.extent_size) * 512,
+                pv.pe_start * 512,
+                pv.tags.clone(),
+                allocatable,
+            )
+        }
+        None => (
+            0,
+            0,
+            0,
+            spv.label.data_areas.first().map_or(0, |d| d.offset),
+            Vec::new(),
+            false,
+        ),
+    };
+    let pv_size = if member.is_some() {
+        pe_count * ext
+    } else {
+        spv.label.device_size
+    };
+    Some(match name {
+        "pv_name" => Cell::Str(spv.device.clone()),
+        "pv_uuid" => Cell::Str(spv.label.pv_uuid.to_string()),
+        "pv_fmt" => Cell::Str("lvm2".into()),
+        "pv_attr" => Cell::Str(format!("{}--", if allocatable { 'a' } else { '-' })),
+        "pv_size" => Cell::Size(pv_size),
+        "pv_free" => Cell::Size(if member.is_some() {
+            (pe_count - alloc) * ext
+        } else {
+            pv_size
+        }),
+        "dev_size" => Cell::Size(spv.dev_size),
+        "pe_start" => Cell::Size(pe_start),
+        "pv_pe_count" => Cell::Num(pe_count),
+        "pv_pe_alloc_count" => Cell::Num(alloc),
+        "pv_mda_count" => Cell::Num(spv.mdas.len() as u64),
+        "pv_mda_size" => Cell::Size(mda_sizes.min().unwrap_or(0)),
+        "pv_tags" => tags(&pv_tags),
+        "vg_name" => Cell::Str(String::new()),
+        _ => return None,
+    })
+}
+
+/// An LV or segment field; `seg` is the segment of this row (the first when rows are LVs).
+pub fn lv_field(c: &VgCtx<'_>, lv: &Lv, seg: &Segment, dm: &DmState, name: &str) -> Option<Cell> {
+    if let Some(v) = vg_field(c, name) {
+        return Some(v);
+    }
+    let vg = &c.svg.vg;
+    let ext = u64::from(vg.extent_size) * 512;
+    Some(match name {
+        "lv_name" => Cell::Str(lv.name.clone()),
+        "lv_uuid" => Cell::Str(lv.id.to_string()),
+        "lv_size" => Cell::Size(lv.extents() * ext),
+        "lv_attr" => Cell::Str(lv_attr(vg, lv, dm)),
+        "seg_count" => Cell::Num(lv.segments.len() as u64),
+        "lv_tags" => tags(&lv.tags),
+        "pool_lv" => Cell::Str(match &lv.segments[0].kind {
+            SegKind::Thin(t) => t.thin_pool.clone(),
+            SegKind::Cache(b) => b
+                .refs
+                .iter()
+                .find(|r| r.field == "cache_pool")
+                .map(|r| r.lv.clone())
+                .unwrap_or_default(),
+            _ => String::new(),
+        }),
+        "origin" => Cell::Str(origin_of(vg, lv).unwrap_or_default()),
+        "lv_lock_args" => Cell::Str(lv.lock_args.clone().unwrap_or_default()),
+        "segtype" => Cell::Str(seg.report_type().to_owned()),
+        "devices" => Cell::Str(devices(c, seg)),
+        "seg_start_pe" => Cell::Num(u64::from(seg.start_extent)),
+        "seg_size_pe" => Cell::Num(u64::from(seg.extent_count)),
+        "stripes" => Cell::Num(match &seg.kind {
+            SegKind::Striped(s) => s.areas.len() as u64,
+            SegKind::Mirror(m) => m.areas.len() as u64,
+            SegKind::ThinPool(_) | SegKind::Raid { .. } => 1,
+            _ => 0,
+        }),
+        "stripe_size" => Cell::Size(match &seg.kind {
+            SegKind::Striped(s) if s.areas.len() > 1 => u64::from(s.stripe_size.unwrap_or(0)) * 512,
+            _ => 0,
+        }),
+        _ => return None,
+    })
+}
+
+/// The origin a report shows: thin snapshot origin, or the origin of an old COW snapshot.
+fn origin_of(vg: &Vg, lv: &Lv) -> Option<String> {
+    if let SegKind::Thin(t) = &lv.segments[0].kind {
+        return t.origin.clone().or_else(|| t.external_origin.clone());
+    }
+    vg.lvs.iter().find_map(|l| match &l.segments[0].kind {
+        SegKind::Snapshot(s) if s.cow == lv.name => Some(s.origin.clone()),
+        _ => None,
+    })
+}
+
+fn devices(c: &VgCtx<'_>, seg: &Segment) -> String {
+    let mut parts = Vec::new();
+    let mut area = |a: &Area| match a {
+        Area::Pv { pv, pe } => {
+            let dev = c.svg.pv_devices[*pv].map_or("[unknown]", |d| c.scan.pvs[d].device.as_str());
+            parts.push(format!("{dev}({pe})"));
+        }
+        Area::Lv { lv, le } => parts.push(format!("{lv}({le})")),
+    };
+    match &seg.kind {
+        SegKind::ThinPool(p) => area(&Area::Lv {
+            lv: p.pool.clone(),
+            le: 0,
+        }),
+        k => k.areas().iter().for_each(&mut area),
+    }
+    parts.join(",")
+}
+
+/// lvm2's 10-character `lv_attr`.
+pub fn lv_attr(vg: &Vg, lv: &Lv, dm: &DmState) -> String {
+    let kind = &lv.segments[0].kind;
+    let used_as = |field: &str| {
+        vg.lvs.iter().any(|o| {
+            o.segments.iter().any(|s| {
+                s.kind
+                    .lv_refs()
+                    .iter()
+                    .any(|(f, n)| *f == field && *n == lv.name)
+            })
+        })
+    };
+    let is_origin = vg
+        .lvs
+        .iter()
+        .any(|o| matches!(&o.segments[0].kind, SegKind::Snapshot(s) if s.origin == lv.name));
+    let is_cow = vg
+        .lvs
+        .iter()
+        .any(|o| matches!(&o.segments[0].kind, SegKind::Snapshot(s) if s.cow == lv.name));
+    let hidden = !lv.is_visible();
+    let c0 = match kind {
+        SegKind::ThinPool(_) => 't',
+        SegKind::Thin(_) => 'V',
+        SegKind::Raid { .. } => 'r',
+        SegKind::Mirror(m) if m.extents_moved.is_some() => 'p',
+        SegKind::Mirror(_) => 'm',
+        SegKind::Cache(_) | SegKind::Writecache(_) => 'C',
+        SegKind::VdoPool(_) => 'd',
+        SegKind::Error | SegKind::Zero => 'v',
+        _ if is_origin => 'o',
+        _ if is_cow => 's',
+        _ if used_as("pool") => 'T',
+        _ if used_as("metadata")
+            || (hidden && lv.name.contains("_pmspare"))
+            || lv.name.contains("_rmeta_") =>
+        {
+            'e'
+        }
+        _ if used_as("raids") || used_as("raid0_lvs") || lv.name.contains("_mimage_") => 'i',
+        _ if used_as("mirror_log") => 'l',
+        _ if used_as("data") && lv.name.contains("_vdata") => 'D',
+        _ => '-',
+    };
+    let c1 = if lv.is_writable() { 'w' } else { 'r' };
+    let c2 = match lv.allocation_policy.as_deref() {
+        Some("contiguous") => 'c',
+        Some("cling") => 'l',
+        Some("anywhere") => 'a',
+        Some("normal") => 'n',
+        _ => 'i',
+    };
+    let c3 = if lv.status.iter().any(|s| s == "FIXED_MINOR") {
+        'm'
+    } else {
+        '-'
+    };
+    let (c4, c5) = match dm {
+        DmState::Unknown => ('X', 'X'),
+        DmState::Known(set) => {
+            let uuid = format!(
+                "LVM-{}{}",
+                String::from_utf8_lossy(vg.id.raw()),
+                String::from_utf8_lossy(lv.id.raw())
+            );
+            if set.iter().any(|u| u.starts_with(&uuid)) {
+                ('a', 'X')
+            } else {
+                ('-', '-')
+            }
+        }
+    };
+    let c6 = match kind {
+        SegKind::Thin(_) | SegKind::ThinPool(_) => 't',
+        SegKind::Mirror(_) => 'm',
+        SegKind::Raid { .. } => 'r',
+        SegKind::Snapshot(_) => 's',
+        SegKind::Cache(_) | SegKind::CachePool(_) | SegKind::Writecache(_) => 'C',
+        SegKind::Vdo(_) | SegKind::VdoPool(_) => 'V',
+        SegKind::Error | SegKind::Zero => 'v',
+        SegKind::Unknown(_) => 'u',
+        _ if is_origin || is_cow => 's',
+        _ if used_as("pool") || used_as("metadata") => 't',
+        _ => '-',
+    };
+    let c7 = match kind {
+        SegKind::ThinPool(p) if p.zero_new_blocks => 'z',
+        _ => '-',
+    };
+    let c8 = '-';
+    let c9 = if lv.has_flag("ACTIVATION_SKIP") {
+        'k'
+    } else {
+        '-'
+    };
+    [c0, c1, c2, c3, c4, c5, c6, c7, c8, c9].iter().collect()
+}

@@ -1,0 +1,422 @@
+//! lvm2-style reports: `pvs`, `vgs` and `lvs` rows built from a [`Scan`], printed as aligned
+//! columns or as lvm2's JSON (`--reportformat json`).
+
+mod fields;
+
+pub use fields::{find, lv_attr, Cell, DmState, Field, Object, FIELDS};
+
+use fields::{lv_field, pv_field, vg_field, VgCtx};
+
+use crate::scan::Scan;
+
+/// `--units` and `--nosuffix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Units {
+    /// `h` (human), `b`, `s` (sectors), `k m g t p e` (powers of 1024) or upper case (of 1000).
+    pub unit: char,
+    /// Print the unit letter after sizes.
+    pub suffix: bool,
+}
+
+impl Default for Units {
+    fn default() -> Self {
+        Self {
+            unit: 'h',
+            suffix: true,
+        }
+    }
+}
+
+impl Units {
+    /// Checks a `--units` letter.
+    pub fn parse(s: &str, suffix: bool) -> Result<Self, String> {
+        let mut it = s.chars();
+        match (it.next(), it.next()) {
+            (Some(c), None) if "hHbBsSkKmMgGtTpPeE".contains(c) => Ok(Self {
+                unit: if c == 'B' { 'b' } else { c },
+                suffix,
+            }),
+            _ => Err(format!(
+                "invalid units {s:?}: use one of hHbBsSkKmMgGtTpPeE"
+            )),
+        }
+    }
+
+    /// Formats a size in bytes.
+    pub fn format(&self, bytes: u64) -> String {
+        let (div, letter) = match self.unit {
+            'b' => {
+                return if self.suffix {
+                    format!("{bytes}B")
+                } else {
+                    bytes.to_string()
+                }
+            }
+            's' | 'S' => {
+                return if self.suffix {
+                    format!("{}S", bytes / 512)
+                } else {
+                    (bytes / 512).to_string()
+                }
+            }
+            'h' | 'H' => {
+                let base: u64 = if self.unit == 'h' { 1024 } else { 1000 };
+                let letters = if self.unit == 'h' {
+                    "bkmgtpe"
+                } else {
+                    "BKMGTPE"
+                };
+                let mut div = 1u64;
+                let mut i = 0;
+                while i + 1 < letters.len() && bytes >= div * base {
+                    div *= base;
+                    i += 1;
+                }
+                let letter = letters.chars().nth(i).unwrap_or('b');
+                if i == 0 {
+                    return if self.suffix {
+                        format!("{bytes}{}", 'B')
+                    } else {
+                        bytes.to_string()
+                    };
+                }
+                (div, letter)
+            }
+            c => {
+                let base: u64 = if c.is_ascii_lowercase() { 1024 } else { 1000 };
+                let pow = "kmgtpe".find(c.to_ascii_lowercase()).unwrap_or(0) as u32 + 1;
+                (base.pow(pow), c)
+            }
+        };
+        let hundredths = u128::from(bytes) * 100 / u128::from(div);
+        let exact = u128::from(bytes) * 100 % u128::from(div) == 0;
+        let num = format!("{}.{:02}", hundredths / 100, hundredths % 100);
+        let lt = if exact { "" } else { "<" };
+        if self.suffix {
+            format!("{lt}{num}{letter}")
+        } else {
+            format!("{lt}{num}")
+        }
+    }
+}
+
+/// Which report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `pvs`.
+    Pvs,
+    /// `vgs`.
+    Vgs,
+    /// `lvs`.
+    Lvs,
+}
+
+impl Kind {
+    /// Fields shown without `-o`.
+    pub fn default_fields(self) -> &'static [&'static str] {
+        match self {
+            Kind::Pvs => &[
+                "pv_name", "vg_name", "pv_fmt", "pv_attr", "pv_size", "pv_free",
+            ],
+            Kind::Vgs => &[
+                "vg_name", "pv_count", "lv_count", "vg_attr", "vg_size", "vg_free",
+            ],
+            Kind::Lvs => &[
+                "lv_name", "vg_name", "lv_attr", "lv_size", "pool_lv", "origin",
+            ],
+        }
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            Kind::Pvs => "pv_",
+            Kind::Vgs => "vg_",
+            Kind::Lvs => "lv_",
+        }
+    }
+}
+
+/// Resolves `-o` (`a,b`, or `+a,b` to add to the defaults) into fields.
+pub fn parse_fields(kind: Kind, spec: Option<&str>) -> Result<Vec<&'static Field>, String> {
+    let mut names: Vec<&str> = Vec::new();
+    match spec {
+        None => names.extend(kind.default_fields()),
+        Some(s) => {
+            let (add, list) = match s.strip_prefix('+') {
+                Some(rest) => (true, rest),
+                None => (false, s),
+            };
+            if add {
+                names.extend(kind.default_fields());
+            }
+            names.extend(list.split(',').map(str::trim).filter(|x| !x.is_empty()));
+        }
+    }
+    names
+        .into_iter()
+        .map(|n| find(n, kind.prefix()).ok_or_else(|| format!("unrecognised field: {n}")))
+        .filter(|r| {
+            // Reports make sense per object: a PV field in lvs has no row to come from.
+            !matches!((kind, r), (Kind::Lvs, Ok(f)) if f.object == Object::Pv)
+                && !matches!((kind, r), (Kind::Vgs, Ok(f)) if f.object != Object::Vg)
+        })
+        .collect()
+}
+
+/// What to report.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// The report.
+    pub kind: Kind,
+    /// Columns.
+    pub fields: Vec<&'static Field>,
+    /// `-a`: hidden LVs too (and, for pvs, nothing more: only PVs are scanned).
+    pub all: bool,
+    /// `--segments`: one row per segment, JSON key `seg`.
+    pub segments: bool,
+    /// `VG` or `VG/LV` selections; empty means everything.
+    pub select: &'a [String],
+}
+
+/// Rows of one report.
+#[derive(Debug, Clone)]
+pub struct Table {
+    /// JSON key of the rows (`pv`, `vg`, `lv`, `seg`).
+    pub key: &'static str,
+    /// Columns.
+    pub fields: Vec<&'static Field>,
+    /// Cells, one row per object.
+    pub rows: Vec<Vec<Cell>>,
+}
+
+fn selected(select: &[String], vg: &str, lv: Option<&str>) -> bool {
+    select.is_empty()
+        || select.iter().any(|s| match s.split_once('/') {
+            Some((v, l)) => v == vg && Some(l) == lv,
+            None => s == vg,
+        })
+}
+
+/// Builds the rows of a report. Rows are sorted as lvm2 sorts them by default.
+pub fn build(scan: &Scan, req: &Request<'_>, dm: &DmState) -> Table {
+    let mut keyed: Vec<(Vec<String>, Vec<Cell>)> = Vec::new();
+    let key;
+    match req.kind {
+        Kind::Pvs => {
+            key = "pv";
+            for i in 0..scan.pvs.len() {
+                let vg = scan.vg_of_pv(i).map(|(v, _)| v.vg.name.as_str());
+                if !req.select.is_empty() && !vg.is_some_and(|v| selected(req.select, v, None)) {
+                    continue;
+                }
+                let row = req
+                    .fields
+                    .iter()
+                    .map(|f| pv_field(scan, i, f.name).unwrap_or(Cell::Str(String::new())))
+                    .collect();
+                keyed.push((vec![scan.pvs[i].device.clone()], row));
+            }
+        }
+        Kind::Vgs => {
+            key = "vg";
+            for svg in &scan.vgs {
+                if !selected(req.select, &svg.vg.name, None) {
+                    continue;
+                }
+                let c = VgCtx { scan, svg };
+                let row = req
+                    .fields
+                    .iter()
+                    .map(|f| vg_field(&c, f.name).unwrap_or(Cell::Str(String::new())))
+                    .collect();
+                keyed.push((vec![svg.vg.name.clone()], row));
+            }
+        }
+        Kind::Lvs => {
+            let per_seg = req.segments || req.fields.iter().any(|f| f.object == Object::Seg);
+            key = if req.segments { "seg" } else { "lv" };
+            for svg in &scan.vgs {
+                let c = VgCtx { scan, svg };
+                for lv in &svg.vg.lvs {
+                    let hidden = !lv.is_visible();
+                    let wanted = selected(req.select, &svg.vg.name, Some(&lv.name))
+                        || (req.select.iter().any(|s| s == &svg.vg.name));
+                    if (hidden && !req.all) || !wanted {
+                        continue;
+                    }
+                    let segs = if per_seg {
+                        &lv.segments[..]
+                    } else {
+                        &lv.segments[..1]
+                    };
+                    for (n, seg) in segs.iter().enumerate() {
+                        let row = req
+                            .fields
+                            .iter()
+                            .map(|f| {
+                                let cell = lv_field(&c, lv, seg, dm, f.name)
+                                    .unwrap_or(Cell::Str(String::new()));
+                                match cell {
+                                    Cell::Str(s) if hidden && f.name == "lv_name" => {
+                                        Cell::Str(format!("[{s}]"))
+                                    }
+                                    other => other,
+                                }
+                            })
+                            .collect();
+                        keyed.push((
+                            vec![svg.vg.name.clone(), lv.name.clone(), format!("{n:010}")],
+                            row,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    Table {
+        key,
+        fields: req.fields.clone(),
+        rows: keyed.into_iter().map(|(_, r)| r).collect(),
+    }
+}
+
+fn cell_text(c: &Cell, units: Units) -> String {
+    match c {
+        Cell::Str(s) => s.clone(),
+        Cell::Num(n) => n.to_string(),
+        Cell::Size(b) => units.format(*b),
+    }
+}
+
+fn json_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+impl Table {
+    /// lvm2's JSON layout (one report object holding one list).
+    pub fn to_json(&self, units: Units) -> String {
+        let mut out = String::from("  {\n      \"report\": [\n          {\n");
+        out.push_str(&format!("              \"{}\": [\n", self.key));
+        let rows: Vec<String> = self
+            .rows
+            .iter()
+            .map(|r| {
+                let cells: Vec<String> = self
+                    .fields
+                    .iter()
+                    .zip(r)
+                    .map(|(f, c)| {
+                        format!("\"{}\":\"{}\"", f.json, json_escape(&cell_text(c, units)))
+                    })
+                    .collect();
+                format!("                  {{{}}}", cells.join(", "))
+            })
+            .collect();
+        out.push_str(&rows.join(",\n"));
+        if !rows.is_empty() {
+            out.push('\n');
+        }
+        out.push_str("              ]\n          }\n      ]\n  }\n");
+        out
+    }
+
+    /// Aligned columns with a heading line, as lvm2 prints by default.
+    pub fn to_columns(&self, units: Units, headings: bool) -> String {
+        let texts: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|r| r.iter().map(|c| cell_text(c, units)).collect())
+            .collect();
+        let widths: Vec<usize> = self
+            .fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let head = if headings { f.title.len() } else { 0 };
+                texts
+                    .iter()
+                    .map(|r| r[i].len())
+                    .max()
+                    .unwrap_or(0)
+                    .max(head)
+            })
+            .collect();
+        let right: Vec<bool> = self
+            .rows
+            .first()
+            .map(|r| r.iter().map(|c| !matches!(c, Cell::Str(_))).collect())
+            .unwrap_or_default();
+        let mut out = String::new();
+        let line = |cells: Vec<&str>, out: &mut String| {
+            let parts: Vec<String> = cells
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    if right.get(i).copied().unwrap_or(false) {
+                        format!("{s:>w$}", w = widths[i])
+                    } else {
+                        format!("{s:<w$}", w = widths[i])
+                    }
+                })
+                .collect();
+            out.push_str("  ");
+            out.push_str(parts.join(" ").trim_end());
+            out.push('\n');
+        };
+        if headings {
+            line(self.fields.iter().map(|f| f.title).collect(), &mut out);
+        }
+        for r in &texts {
+            line(r.iter().map(String::as_str).collect(), &mut out);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        let b = Units {
+            unit: 'b',
+            suffix: false,
+        };
+        assert_eq!(b.format(4194304), "4194304");
+        let h = Units::default();
+        assert_eq!(h.format(12 << 20), "12.00m");
+        assert_eq!(h.format((60 << 30) - 1), "<60.00g");
+        assert_eq!(h.format(512), "512B");
+        assert_eq!(
+            Units {
+                unit: 'g',
+                suffix: true
+            }
+            .format(1 << 29),
+            "0.50g"
+        );
+        assert!(Units::parse("x", true).is_err());
+    }
+
+    #[test]
+    fn field_lists() {
+        let f = parse_fields(Kind::Lvs, Some("+lv_uuid")).expect("valid");
+        assert_eq!(f.last().map(|f| f.name), Some("lv_uuid"));
+        assert_eq!(
+            parse_fields(Kind::Lvs, Some("name,size")).expect("valid")[1].name,
+            "lv_size"
+        );
+        assert!(parse_fields(Kind::Vgs, Some("nonsense")).is_err());
+    }
+}

@@ -1,0 +1,384 @@
+//! Finding PVs and VGs on a set of devices: read every label and every metadata area, check
+//! every copy of the text, pick the newest valid copy of each VG, and report the rest.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::dev::BlockDevice;
+use crate::label::{self, DiskLocn, LabelError, PvLabel, LABEL_SCAN_SIZE};
+use crate::mda::{self, MdaError, MdaHeader, MDA_HEADER_SIZE};
+use crate::model::{Imported, ModelWarning, Vg};
+use crate::text;
+use crate::Error;
+
+/// A metadata area of a PV as found on disk.
+#[derive(Debug, Clone)]
+pub struct Mda {
+    /// Location and size from the pv_header.
+    pub locn: DiskLocn,
+    /// The header, when it validated.
+    pub header: Option<MdaHeader>,
+}
+
+/// A device that carries a valid PV label.
+#[derive(Debug, Clone)]
+pub struct ScannedPv {
+    /// Device path (or image file, or in-memory name).
+    pub device: String,
+    /// Current device size in bytes.
+    pub dev_size: u64,
+    /// Logical sector size of the device.
+    pub sector_size: u32,
+    /// The label.
+    pub label: PvLabel,
+    /// Its metadata areas, in pv_header order.
+    pub mdas: Vec<Mda>,
+}
+
+/// One VG, from its newest valid metadata copy.
+#[derive(Debug, Clone)]
+pub struct ScannedVg {
+    /// The VG.
+    pub vg: Vg,
+    /// The committed text it was read from (without the NUL).
+    pub text: Arc<str>,
+    /// For each PV of the VG (same order as `vg.pvs`), its index in [`Scan::pvs`].
+    pub pv_devices: Vec<Option<usize>>,
+    /// Warnings about the text itself.
+    pub model_warnings: Vec<ModelWarning>,
+}
+
+/// Something a scan noticed but worked around, as lvm2 would warn about it.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanWarning {
+    /// A device could not be opened or read.
+    #[error("{0}")]
+    Device(Error),
+    /// A sector looked like a label but was rejected.
+    #[error("{device}: ignoring damaged label: {error}")]
+    Label {
+        /// Device.
+        device: String,
+        /// Why.
+        error: LabelError,
+    },
+    /// A metadata area header or its text is unusable.
+    #[error("{device}: ignoring metadata area at offset {offset}: {error}")]
+    Mda {
+        /// Device.
+        device: String,
+        /// Absolute offset of the area.
+        offset: u64,
+        /// Why.
+        error: Box<Error>,
+    },
+    /// An older copy of a VG's metadata.
+    #[error("{device}: ignoring metadata seqno {seqno} in area at offset {offset} for seqno {newest} of VG {vg}")]
+    Stale {
+        /// Device.
+        device: String,
+        /// Absolute offset of the area.
+        offset: u64,
+        /// VG name.
+        vg: String,
+        /// Seqno of this copy.
+        seqno: u32,
+        /// The seqno that was used.
+        newest: u32,
+    },
+    /// A copy with the newest seqno whose text differs from the one used.
+    #[error("{device}: metadata in area at offset {offset} has seqno {seqno} of VG {vg} but different text; not used")]
+    Mismatch {
+        /// Device.
+        device: String,
+        /// Absolute offset of the area.
+        offset: u64,
+        /// VG name.
+        vg: String,
+        /// The seqno.
+        seqno: u32,
+    },
+    /// A PV the VG metadata lists was not found on any scanned device.
+    #[error("VG {vg}: PV {pv_id} is missing")]
+    MissingPv {
+        /// VG name.
+        vg: String,
+        /// The missing PV's id.
+        pv_id: String,
+    },
+    /// Metadata text had a non-fatal problem.
+    #[error("VG {vg}: {warning}")]
+    Model {
+        /// VG name.
+        vg: String,
+        /// What.
+        warning: ModelWarning,
+    },
+}
+
+/// Everything a scan found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Devices with a PV label, in scan order.
+    pub pvs: Vec<ScannedPv>,
+    /// VGs, in order of first appearance.
+    pub vgs: Vec<ScannedVg>,
+    /// What was noticed and worked around.
+    pub warnings: Vec<ScanWarning>,
+}
+
+impl Scan {
+    /// The VG named `name`.
+    pub fn vg(&self, name: &str) -> Result<&ScannedVg, Error> {
+        let mut it = self.vgs.iter().filter(|v| v.vg.name == name);
+        match (it.next(), it.next()) {
+            (Some(v), None) => Ok(v),
+            (Some(_), Some(_)) => Err(Error::VgAmbiguous(name.to_owned())),
+            (None, _) => Err(Error::VgNotFound(name.to_owned())),
+        }
+    }
+
+    /// The VG (and its PV index) a scanned PV belongs to, if any.
+    pub fn vg_of_pv(&self, pv: usize) -> Option<(&ScannedVg, usize)> {
+        self.vgs.iter().find_map(|v| {
+            v.pv_devices
+                .iter()
+                .position(|d| *d == Some(pv))
+                .map(|i| (v, i))
+        })
+    }
+}
+
+/// A validated copy of metadata text found in one area.
+struct Copy {
+    device: String,
+    offset: u64,
+    checksum: u32,
+    text: Arc<str>,
+}
+
+/// Scans `devices` for PVs and VGs.
+pub fn scan(devices: &[&dyn BlockDevice]) -> Scan {
+    let mut out = Scan::default();
+    let mut copies: Vec<Copy> = Vec::new();
+    for dev in devices {
+        match scan_device(*dev, &mut out.warnings) {
+            Ok(Some((pv, found))) => {
+                out.pvs.push(pv);
+                copies.extend(found);
+            }
+            Ok(None) => {}
+            Err(e) => out.warnings.push(ScanWarning::Device(e)),
+        }
+    }
+    choose(&mut out, copies);
+    out
+}
+
+fn read(dev: &dyn BlockDevice, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+    dev.read_at(offset, buf).map_err(|source| Error::Io {
+        device: dev.name().to_owned(),
+        offset,
+        source,
+    })
+}
+
+/// Reads the label and metadata areas of one device. `Ok(None)`: not a PV.
+fn scan_device(
+    dev: &dyn BlockDevice,
+    warnings: &mut Vec<ScanWarning>,
+) -> Result<Option<(ScannedPv, Vec<Copy>)>, Error> {
+    let name = dev.name().to_owned();
+    let size = dev.size();
+    let mut head = vec![0u8; LABEL_SCAN_SIZE.min(size as usize)];
+    read(dev, 0, &mut head)?;
+    let found = label::scan(&head);
+    for error in found.rejected {
+        tracing::debug!(device = %name, %error, "rejected label sector");
+        warnings.push(ScanWarning::Label {
+            device: name.clone(),
+            error,
+        });
+    }
+    let Some(label) = found.label else {
+        return Ok(None);
+    };
+    tracing::debug!(device = %name, pv = %label.pv_uuid, "found PV label");
+    let mut mdas = Vec::new();
+    let mut copies = Vec::new();
+    for locn in &label.metadata_areas {
+        let mut m = Mda {
+            locn: *locn,
+            header: None,
+        };
+        match read_mda(dev, locn) {
+            Ok((header, copy)) => {
+                m.header = Some(header);
+                copies.extend(copy);
+            }
+            Err(error) => {
+                tracing::debug!(device = %name, offset = locn.offset, %error, "rejected metadata area");
+                warnings.push(ScanWarning::Mda {
+                    device: name.clone(),
+                    offset: locn.offset,
+                    error: Box::new(error),
+                });
+            }
+        }
+        mdas.push(m);
+    }
+    Ok(Some((
+        ScannedPv {
+            device: name,
+            dev_size: size,
+            sector_size: dev.logical_sector_size(),
+            label,
+            mdas,
+        },
+        copies,
+    )))
+}
+
+/// Reads and checks one area's header and committed text.
+fn read_mda(dev: &dyn BlockDevice, locn: &DiskLocn) -> Result<(MdaHeader, Option<Copy>), Error> {
+    let name = dev.name().to_owned();
+    let mda_err = |source: MdaError| Error::Mda {
+        device: name.clone(),
+        source,
+    };
+    let end = locn.offset.checked_add(locn.size);
+    if end.is_none_or(|e| e > dev.size()) || locn.size < 2 * MDA_HEADER_SIZE {
+        return Err(mda_err(MdaError::Field {
+            offset: locn.offset,
+            field: "disk_areas_xl (metadata)",
+            why: format!(
+                "area of {} bytes does not fit the {}-byte device",
+                locn.size,
+                dev.size()
+            ),
+        }));
+    }
+    let mut hbuf = [0u8; MDA_HEADER_SIZE as usize];
+    read(dev, locn.offset, &mut hbuf)?;
+    let header = mda::decode(&hbuf, locn.offset, locn.size).map_err(&mda_err)?;
+    let slot = header.committed;
+    if slot.is_empty() || slot.is_ignored() {
+        return Ok((header, None));
+    }
+    // decode() bounded slot.size by the area size, itself inside the device.
+    let mut text = vec![0u8; slot.size as usize];
+    let mut at = 0usize;
+    for (rel, len) in mda::text_pieces(&slot, header.size) {
+        let len = len as usize;
+        read(dev, locn.offset + rel, &mut text[at..at + len])?;
+        at += len;
+    }
+    let abs = locn.offset + slot.offset;
+    let body = mda::check_text(&text, &slot, abs).map_err(&mda_err)?;
+    let body = std::str::from_utf8(body).map_err(|e| Error::Text {
+        device: name.clone(),
+        offset: abs,
+        source: text::TextError::Syntax {
+            offset: e.valid_up_to(),
+            line: 0,
+            what: "metadata text is not UTF-8".into(),
+        },
+    })?;
+    Ok((
+        header,
+        Some(Copy {
+            device: name.clone(),
+            offset: locn.offset,
+            checksum: slot.checksum,
+            text: Arc::from(body),
+        }),
+    ))
+}
+
+/// The copies of one VG (by id), each with its parsed model.
+type VgCopies = (crate::uuid::Uuid, Vec<(Arc<Imported>, Copy)>);
+
+/// Parses every distinct text once, groups copies by VG id, keeps the newest of each VG.
+fn choose(out: &mut Scan, copies: Vec<Copy>) {
+    let mut parsed: HashMap<(u32, usize), Option<Arc<Imported>>> = HashMap::new();
+    let mut by_vg: Vec<VgCopies> = Vec::new();
+    for c in copies {
+        let key = (c.checksum, c.text.len());
+        let entry = parsed.entry(key).or_insert_with(|| match import_text(&c) {
+            Ok(i) => Some(Arc::new(i)),
+            Err(error) => {
+                out.warnings.push(ScanWarning::Mda {
+                    device: c.device.clone(),
+                    offset: c.offset,
+                    error: Box::new(error),
+                });
+                None
+            }
+        });
+        let Some(imp) = entry.clone() else { continue };
+        match by_vg.iter_mut().find(|(id, _)| *id == imp.vg.id) {
+            Some((_, list)) => list.push((imp, c)),
+            None => by_vg.push((imp.vg.id, vec![(imp, c)])),
+        }
+    }
+    for (_, list) in by_vg {
+        let newest = list.iter().map(|(i, _)| i.vg.seqno).max().unwrap_or(0);
+        let Some((winner, wcopy)) = list.iter().find(|(i, _)| i.vg.seqno == newest) else {
+            continue;
+        };
+        tracing::debug!(vg = %winner.vg.name, seqno = newest, device = %wcopy.device, "using metadata copy");
+        for (imp, c) in &list {
+            if imp.vg.seqno < newest {
+                out.warnings.push(ScanWarning::Stale {
+                    device: c.device.clone(),
+                    offset: c.offset,
+                    vg: imp.vg.name.clone(),
+                    seqno: imp.vg.seqno,
+                    newest,
+                });
+            } else if c.text != wcopy.text {
+                out.warnings.push(ScanWarning::Mismatch {
+                    device: c.device.clone(),
+                    offset: c.offset,
+                    vg: imp.vg.name.clone(),
+                    seqno: newest,
+                });
+            }
+        }
+        let vg = winner.vg.clone();
+        let pv_devices: Vec<Option<usize>> = vg
+            .pvs
+            .iter()
+            .map(|p| out.pvs.iter().position(|s| s.label.pv_uuid == p.id))
+            .collect();
+        for (p, d) in vg.pvs.iter().zip(&pv_devices) {
+            if d.is_none() {
+                out.warnings.push(ScanWarning::MissingPv {
+                    vg: vg.name.clone(),
+                    pv_id: p.id.to_string(),
+                });
+            }
+        }
+        for w in &winner.warnings {
+            out.warnings.push(ScanWarning::Model {
+                vg: vg.name.clone(),
+                warning: w.clone(),
+            });
+        }
+        out.vgs.push(ScannedVg {
+            vg,
+            text: wcopy.text.clone(),
+            pv_devices,
+            model_warnings: winner.warnings.clone(),
+        });
+    }
+}
+
+fn import_text(c: &Copy) -> Result<Imported, Error> {
+    let tree = text::parse(&c.text).map_err(|source| Error::Text {
+        device: c.device.clone(),
+        offset: c.offset,
+        source,
+    })?;
+    Ok(Vg::from_tree(&tree)?)
+}

@@ -1,0 +1,207 @@
+//! Writing config text with lvm2's quoting, escaping and layouts.
+
+use std::fmt::Write;
+
+use super::{Body, Node, Tree, Value};
+
+/// Layout of the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// On-disk copies: no indentation.
+    Raw,
+    /// Backup files: one tab per nesting level.
+    File,
+}
+
+/// `s` in double quotes, with `"` and `\` escaped (libdm's `dm_escape_double_quotes`).
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    push_quoted(&mut out, s);
+    out
+}
+
+fn push_quoted(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+}
+
+/// Builds config text line by line, keeping track of the indentation.
+#[derive(Debug)]
+pub struct Emitter {
+    out: String,
+    depth: usize,
+    style: Style,
+}
+
+impl Emitter {
+    /// An empty text in the given layout.
+    pub fn new(style: Style) -> Self {
+        Self::with_capacity(style, 4096)
+    }
+
+    /// Like [`Emitter::new`], reserving `cap` bytes.
+    pub fn with_capacity(style: Style, cap: usize) -> Self {
+        Self {
+            out: String::with_capacity(cap),
+            depth: 0,
+            style,
+        }
+    }
+
+    /// The layout.
+    pub fn style(&self) -> Style {
+        self.style
+    }
+
+    fn indent(&mut self) {
+        if self.style == Style::File {
+            for _ in 0..self.depth {
+                self.out.push('\t');
+            }
+        }
+    }
+
+    /// `name {`, then one level deeper.
+    pub fn open(&mut self, name: &str) {
+        self.indent();
+        self.out.push_str(name);
+        self.out.push_str(" {\n");
+        self.depth += 1;
+    }
+
+    /// One level up, then `}`.
+    pub fn close(&mut self) {
+        self.depth = self.depth.saturating_sub(1);
+        self.indent();
+        self.out.push_str("}\n");
+    }
+
+    /// An empty line.
+    pub fn blank(&mut self) {
+        self.out.push('\n');
+    }
+
+    /// A line written as given (after the indentation).
+    pub fn line(&mut self, text: &str) {
+        self.indent();
+        self.out.push_str(text);
+        self.out.push('\n');
+    }
+
+    /// `key = <int>`.
+    pub fn int(&mut self, key: &str, v: i64) {
+        self.indent();
+        let _ = writeln!(self.out, "{key} = {v}");
+    }
+
+    /// `key = "<escaped>"`.
+    pub fn str(&mut self, key: &str, v: &str) {
+        self.indent();
+        self.out.push_str(key);
+        self.out.push_str(" = ");
+        push_quoted(&mut self.out, v);
+        self.out.push('\n');
+    }
+
+    /// `key = ["a", "b"]`.
+    pub fn str_list<S: AsRef<str>>(&mut self, key: &str, items: &[S]) {
+        self.indent();
+        self.out.push_str(key);
+        self.out.push_str(" = [");
+        for (i, s) in items.iter().enumerate() {
+            if i > 0 {
+                self.out.push_str(", ");
+            }
+            push_quoted(&mut self.out, s.as_ref());
+        }
+        self.out.push_str("]\n");
+    }
+
+    /// `key = <value>` for any value.
+    pub fn value(&mut self, key: &str, v: &Value<'_>) {
+        self.indent();
+        self.out.push_str(key);
+        self.out.push_str(" = ");
+        push_value(&mut self.out, v);
+        self.out.push('\n');
+    }
+
+    /// Every node of `nodes`, recursively.
+    pub fn nodes(&mut self, nodes: &[Node<'_>]) {
+        for n in nodes {
+            match &n.body {
+                Body::Value(v) => self.value(&n.key, v),
+                Body::Section(s) => {
+                    self.open(&n.key);
+                    self.nodes(s);
+                    self.close();
+                }
+            }
+        }
+    }
+
+    /// The text so far.
+    pub fn finish(self) -> String {
+        self.out
+    }
+}
+
+fn push_value(out: &mut String, v: &Value<'_>) {
+    match v {
+        Value::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Value::Float(s) | Value::Bare(s) => out.push_str(s),
+        Value::Str(s) => push_quoted(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, it) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                push_value(out, it);
+            }
+            out.push(']');
+        }
+    }
+}
+
+/// A whole tree as text.
+pub fn print_tree(tree: &Tree<'_>, style: Style) -> String {
+    let mut e = Emitter::new(style);
+    e.nodes(&tree.nodes);
+    e.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote(r#"a"b\c"#), r#""a\"b\\c""#);
+    }
+
+    #[test]
+    fn round_trip_both_styles() {
+        let t = parse(
+            "vg {\nid = \"a\\\"b\"\nl = [\"x\", 1, y]\nsub {\nk = -3\nf = 1.5\n}\n}\nv = 1\n",
+        )
+        .expect("parses");
+        for style in [Style::Raw, Style::File] {
+            let text = print_tree(&t, style);
+            assert_eq!(parse(&text).expect("re-parses"), t, "{text}");
+        }
+        assert_eq!(
+            print_tree(&t, Style::File),
+            "vg {\n\tid = \"a\\\"b\"\n\tl = [\"x\", 1, y]\n\tsub {\n\t\tk = -3\n\t\tf = 1.5\n\t}\n}\nv = 1\n"
+        );
+    }
+}

@@ -1,0 +1,123 @@
+//! lvm2 identifiers: 32 characters from a 64-character alphabet, printed with dashes in
+//! groups of 6-4-4-4-4-4-6.
+
+use std::fmt;
+
+/// The alphabet lvm2 accepts in ids, in its order.
+const ALPHABET: &[u8; 64] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ!#";
+
+/// A PV, VG or LV id (stored undashed).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Uuid([u8; 32]);
+
+/// Why a string is not an lvm2 id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UuidError {
+    /// Not 32 characters once the dashes are removed.
+    #[error("id {0:?} does not have 32 characters")]
+    Length(String),
+    /// A character outside lvm2's alphabet.
+    #[error("id {0:?} has a character outside lvm2's alphabet")]
+    Alphabet(String),
+}
+
+impl Uuid {
+    /// Parses the dashed (or undashed) text form; every `-` is ignored, as lvm2 does.
+    pub fn parse(s: &str) -> Result<Self, UuidError> {
+        let mut out = [0u8; 32];
+        let mut n = 0;
+        for b in s.bytes().filter(|&b| b != b'-') {
+            if n == 32 {
+                return Err(UuidError::Length(s.to_owned()));
+            }
+            out[n] = b;
+            n += 1;
+        }
+        if n != 32 {
+            return Err(UuidError::Length(s.to_owned()));
+        }
+        Self::from_raw(out).map_err(|_| UuidError::Alphabet(s.to_owned()))
+    }
+
+    /// Takes the 32 undashed bytes of a label.
+    pub fn from_raw(raw: [u8; 32]) -> Result<Self, UuidError> {
+        if raw.iter().all(|b| ALPHABET.contains(b)) {
+            Ok(Self(raw))
+        } else {
+            Err(UuidError::Alphabet(
+                String::from_utf8_lossy(&raw).into_owned(),
+            ))
+        }
+    }
+
+    /// The 32 undashed bytes, as the label stores them.
+    pub fn raw(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// A new random id, generated as lvm2 does (only the 62 alphanumerics).
+    pub fn random() -> Self {
+        let mut bytes = [0u8; 32];
+        let filled = std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+        if filled.is_err() {
+            // No /dev/urandom: fall back to the hasher's per-process random keys.
+            use std::hash::{BuildHasher, Hasher};
+            for chunk in bytes.chunks_mut(8) {
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_usize(chunk.as_ptr() as usize);
+                chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
+            }
+        }
+        Self(bytes.map(|b| ALPHABET[(b % 62) as usize]))
+    }
+}
+
+impl fmt::Display for Uuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut start = 0;
+        for (i, len) in [6, 4, 4, 4, 4, 4, 6].into_iter().enumerate() {
+            if i > 0 {
+                f.write_str("-")?;
+            }
+            // The alphabet is ASCII, so every slice is valid UTF-8.
+            f.write_str(std::str::from_utf8(&self.0[start..start + len]).map_err(|_| fmt::Error)?)?;
+            start += len;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Uuid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Uuid({self})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let u = Uuid::parse("fW2yVk-Bn8X-UGii-8AKu-RZZg-ckDw-TCMbfA").expect("valid");
+        assert_eq!(u.to_string(), "fW2yVk-Bn8X-UGii-8AKu-RZZg-ckDw-TCMbfA");
+        assert_eq!(u.raw(), b"fW2yVkBn8XUGii8AKuRZZgckDwTCMbfA");
+        assert_eq!(Uuid::parse("fW2yVkBn8X-UGii8AKuRZZgckDwTCMbfA"), Ok(u));
+    }
+
+    #[test]
+    fn rejects() {
+        assert!(matches!(Uuid::parse("abc"), Err(UuidError::Length(_))));
+        assert!(matches!(
+            Uuid::parse(&"a".repeat(33)),
+            Err(UuidError::Length(_))
+        ));
+        assert!(matches!(
+            Uuid::parse(&"a$".repeat(16)),
+            Err(UuidError::Alphabet(_))
+        ));
+        let r = Uuid::random();
+        assert!(r.raw().iter().all(|b| b.is_ascii_alphanumeric()));
+    }
+}

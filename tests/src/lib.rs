@@ -1,0 +1,427 @@
+//! Support for lvmeta's integration tests and benchmarks: fixtures written by stock lvm2,
+//! comparison of lvmeta's reports with lvm2's, and the gate for privileged tests.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lvmeta::dev::{BlockDevice, FileDevice, MemDevice};
+use lvmeta::report::{self, DmState, Kind, Request, Units};
+use lvmeta::scan::{self, Scan};
+use lvmeta::text::Style;
+use serde_json::Value;
+
+/// Directory of the committed fixtures.
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/data")
+}
+
+/// The generator script.
+pub fn make_fixtures_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/make-fixtures.sh")
+}
+
+/// Names of the fixtures the generator makes.
+pub const FIXTURES: &[&str] = &[
+    "linear", "striped", "wrapped", "sector4k", "sysid", "shared",
+];
+
+/// The fields each fixture's JSON reports hold (the generator's `-o` lists).
+pub const LVS_FIELDS: &str =
+    "lv_name,vg_name,lv_uuid,lv_size,lv_attr,segtype,seg_count,lv_tags,pool_lv,origin,lv_lock_args";
+/// Segment report fields.
+pub const SEG_FIELDS: &str =
+    "lv_name,vg_name,segtype,devices,seg_start_pe,seg_size_pe,stripes,stripe_size";
+/// VG report fields.
+pub const VGS_FIELDS: &str = "vg_name,vg_uuid,vg_size,vg_free,vg_extent_size,vg_extent_count,vg_free_count,pv_count,lv_count,vg_seqno,vg_tags,vg_lock_type,vg_lock_args,vg_systemid,vg_attr";
+/// PV report fields.
+pub const PVS_FIELDS: &str = "pv_name,pv_uuid,pv_size,dev_size,pe_start,pv_pe_count,pv_pe_alloc_count,pv_mda_count,pv_mda_size,pv_tags,vg_name";
+
+/// A fixture: its PV images (by file name) and what lvm2 reported about them.
+pub struct Fixture {
+    /// Fixture directory.
+    pub dir: PathBuf,
+    /// Image file name (`pv0.img`) -> the loop device lvm2 saw it as.
+    pub loops: HashMap<String, String>,
+    /// Logical sector size the loops had.
+    pub sector_size: u32,
+}
+
+impl Fixture {
+    /// Reads a fixture directory.
+    pub fn open(dir: &Path) -> Self {
+        let map = std::fs::read_to_string(dir.join("devices.map")).expect("devices.map");
+        let loops = map
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .collect();
+        let sector_size = std::fs::read_to_string(dir.join("sector-size"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(512);
+        Self {
+            dir: dir.to_owned(),
+            loops,
+            sector_size,
+        }
+    }
+
+    /// Image names in order.
+    pub fn images(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.loops.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// The images as in-memory devices (decompressing `.xz` copies), named `pvN.img`.
+    pub fn mem_devices(&self) -> Vec<MemDevice> {
+        self.images()
+            .iter()
+            .map(|name| {
+                let plain = self.dir.join(name);
+                let data = if plain.exists() {
+                    std::fs::read(&plain).expect("image")
+                } else {
+                    let f = std::fs::File::open(self.dir.join(format!("{name}.xz")))
+                        .expect("compressed image");
+                    let mut out = Vec::new();
+                    std::io::Read::read_to_end(&mut xz2::read::XzDecoder::new(f), &mut out)
+                        .expect("xz");
+                    out
+                };
+                MemDevice::from_bytes(name, data, self.sector_size)
+            })
+            .collect()
+    }
+
+    /// The images opened as files (uncompressed fixtures only), named by file name.
+    pub fn file_devices(&self) -> Vec<FileDevice> {
+        self.images()
+            .iter()
+            .map(|n| FileDevice::open(&self.dir.join(n)).expect("open image"))
+            .collect()
+    }
+
+    /// A JSON report lvm2 wrote, with its device names replaced by image names.
+    pub fn lvm_json(&self, file: &str) -> Value {
+        let text = std::fs::read_to_string(self.dir.join(file)).expect("report");
+        let mut v: Value = serde_json::from_str(&text).expect("lvm2 JSON");
+        let rename: HashMap<&str, &str> = self
+            .loops
+            .iter()
+            .map(|(img, l)| (l.as_str(), img.as_str()))
+            .collect();
+        rename_devices(&mut v, &rename);
+        v
+    }
+}
+
+fn rename_devices(v: &mut Value, rename: &HashMap<&str, &str>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                match (k.as_str(), x) {
+                    ("pv_name", Value::String(s)) => {
+                        if let Some(n) = rename.get(s.as_str()) {
+                            *s = (*n).to_owned();
+                        }
+                    }
+                    ("devices", Value::String(s)) => {
+                        let parts: Vec<String> = s
+                            .split(',')
+                            .filter(|p| !p.is_empty())
+                            .map(|p| match p.split_once('(') {
+                                Some((d, rest)) => {
+                                    format!("{}({rest}", rename.get(d).copied().unwrap_or(d))
+                                }
+                                None => p.to_owned(),
+                            })
+                            .collect();
+                        *s = parts.join(",");
+                    }
+                    (_, x) => rename_devices(x, rename),
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| rename_devices(x, rename)),
+        _ => {}
+    }
+}
+
+/// Scans a set of devices.
+pub fn scan_all<D: BlockDevice>(devs: &[D]) -> Scan {
+    let refs: Vec<&dyn BlockDevice> = devs.iter().map(|d| d as &dyn BlockDevice).collect();
+    scan::scan(&refs)
+}
+
+/// lvmeta's JSON for a report, as `lvmeta <kind> -a --units b --nosuffix -o FIELDS` prints it.
+pub fn lvmeta_json(
+    scan: &Scan,
+    kind: Kind,
+    fields: &str,
+    segments: bool,
+    select: &[String],
+) -> Value {
+    let req = Request {
+        kind,
+        fields: report::parse_fields(kind, Some(fields)).expect("fields"),
+        all: true,
+        segments,
+        select,
+    };
+    let table = report::build(scan, &req, &DmState::Unknown);
+    let text = table.to_json(Units {
+        unit: 'b',
+        suffix: false,
+    });
+    serde_json::from_str(&text).expect("lvmeta JSON")
+}
+
+/// Rows of a report as sorted strings, so the two sides compare whatever their device names'
+/// sort order.
+pub fn rows(v: &Value) -> Vec<String> {
+    let report = &v["report"][0];
+    let list = report
+        .as_object()
+        .and_then(|o| o.values().next())
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut out: Vec<String> = list.iter().map(|r| r.to_string()).collect();
+    out.sort();
+    out
+}
+
+/// The JSON key of a report's rows.
+pub fn row_key(v: &Value) -> String {
+    v["report"][0]
+        .as_object()
+        .and_then(|o| o.keys().next().cloned())
+        .unwrap_or_default()
+}
+
+/// A backup file with comments, the description and the top-level creation lines removed.
+pub fn normalise_backup(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| {
+            !l.starts_with("description")
+                && !l.starts_with("creation_time")
+                && !l.starts_with("creation_host")
+        })
+        .map(|l| strip_comment(l).trim_end().to_owned())
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn strip_comment(line: &str) -> &str {
+    let mut quoted = false;
+    let mut escaped = false;
+    for (i, c) in line.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '#' if !quoted && i > 0 => return &line[..i],
+            _ => {}
+        }
+    }
+    line
+}
+
+/// Compares everything lvmeta reads from a fixture with what lvm2 reported. Panics with a
+/// description of the first difference.
+pub fn check_fixture(fx: &Fixture, scan: &Scan) {
+    let name = fx.dir.display();
+    assert!(
+        scan.warnings.is_empty(),
+        "{name}: unexpected warnings: {:?}",
+        scan.warnings
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    );
+    let vg_name = scan.vgs.first().map(|v| v.vg.name.clone()).expect("a VG");
+    let select = [vg_name.clone()];
+    for (file, kind, fields, seg, sel) in [
+        ("pvs.json", Kind::Pvs, PVS_FIELDS, false, &[][..]),
+        ("vgs.json", Kind::Vgs, VGS_FIELDS, false, &select[..]),
+        ("lvs.json", Kind::Lvs, LVS_FIELDS, false, &select[..]),
+        ("lvs-seg.json", Kind::Lvs, SEG_FIELDS, true, &select[..]),
+    ] {
+        let theirs = fx.lvm_json(file);
+        let mut ours = lvmeta_json(scan, kind, fields, seg, sel);
+        // Image files opened by path show their full path; lvm2's loops were renamed to the
+        // bare image name.
+        let short: Vec<(String, String)> = scan
+            .pvs
+            .iter()
+            .map(|p| {
+                (
+                    p.device.clone(),
+                    p.device.rsplit('/').next().unwrap_or(&p.device).to_owned(),
+                )
+            })
+            .collect();
+        let rename: HashMap<&str, &str> = short
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        rename_devices(&mut ours, &rename);
+        assert!(
+            !rows(&theirs).is_empty(),
+            "{name}/{file}: lvm2 reported nothing"
+        );
+        assert_eq!(row_key(&ours), row_key(&theirs), "{name}/{file}: row key");
+        assert_eq!(rows(&ours), rows(&theirs), "{name}/{file}");
+    }
+    // vgcfgbackup: the same file apart from comments and description lines.
+    let svg = scan.vg(&vg_name).expect("VG");
+    let ours = svg.vg.to_text(Style::File, "lvmeta test");
+    let theirs = std::fs::read_to_string(fx.dir.join("vgcfgbackup")).expect("vgcfgbackup");
+    assert_eq!(
+        normalise_backup(&ours),
+        normalise_backup(&theirs),
+        "{name}: vgcfgbackup"
+    );
+    // Printed text re-parses to the same model, in both layouts.
+    for style in [Style::Raw, Style::File] {
+        let text = svg.vg.to_text(style, "lvmeta test");
+        let back = lvmeta::model::Vg::from_text(&text).expect("re-parses").vg;
+        assert_eq!(back, svg.vg, "{name}: {style:?} round trip");
+    }
+}
+
+/// Whether privileged tests must run (CI, or `LVMETA_REQUIRE_PRIVILEGED=1`).
+pub fn privileged_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+        || std::env::var("LVMETA_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
+}
+
+/// Checks the prerequisites of a privileged test. `Ok(false)`: skip (a message was printed);
+/// panics when they are missing and [`privileged_required`].
+pub fn privileged(test: &str, tools: &[&str]) -> bool {
+    let mut missing = Vec::new();
+    if !is_root() {
+        missing.push("root".to_owned());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        missing.push("/dev/loop-control".to_owned());
+    }
+    for t in tools {
+        if !has_tool(t) {
+            missing.push((*t).to_owned());
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!("{test}: missing {}", missing.join(", "));
+    if privileged_required() {
+        panic!("{msg} (CI=true or LVMETA_REQUIRE_PRIVILEGED=1: privileged tests must run)");
+    }
+    eprintln!("SKIPPED {msg}");
+    false
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn has_tool(t: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {t}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Metadata text (raw, as on disk) of a VG with `lvs` linear LVs of one extent each, tags
+/// and creation data included: the benchmark's and the proptests' large input.
+pub fn synthetic_vg_text(lvs: usize) -> String {
+    use lvmeta::model::{Area, Header, Lv, Pv, SegKind, Segment, Striped, Vg};
+    use lvmeta::uuid::Uuid;
+    let pe_count = u32::try_from(lvs).expect("LV count") + 16;
+    let vg = Vg {
+        name: "bigvg".into(),
+        id: Uuid::random(),
+        seqno: 42,
+        format: Some("lvm2".into()),
+        status: vec!["RESIZEABLE".into(), "READ".into(), "WRITE".into()],
+        flags: vec![],
+        tags: vec![],
+        system_id: None,
+        lock_type: None,
+        lock_args: None,
+        extent_size: 8192,
+        max_lv: 0,
+        max_pv: 0,
+        allocation_policy: None,
+        profile: None,
+        metadata_copies: Some(0),
+        pvs: vec![Pv {
+            id: Uuid::random(),
+            device: Some("/dev/sdz".into()),
+            device_id_type: None,
+            device_id: None,
+            status: vec!["ALLOCATABLE".into()],
+            flags: vec![],
+            tags: vec![],
+            dev_size: Some(u64::from(pe_count) * 8192 + 2048),
+            pe_start: 2048,
+            pe_count,
+            ba: None,
+        }],
+        lvs: (0..lvs)
+            .map(|i| Lv {
+                name: format!("pvc-{i:08}-volume"),
+                id: Uuid::random(),
+                status: vec!["READ".into(), "WRITE".into(), "VISIBLE".into()],
+                flags: vec![],
+                tags: vec![format!("csi.volume={i}")],
+                creation: Some((1_796_208_360 + i as u64, "node-1".into())),
+                lock_args: None,
+                allocation_policy: None,
+                profile: None,
+                read_ahead: None,
+                major: None,
+                minor: None,
+                segments: vec![Segment {
+                    start_extent: 0,
+                    extent_count: 1,
+                    reshape_count: None,
+                    data_copies: None,
+                    type_flags: vec![],
+                    tags: vec![],
+                    kind: SegKind::Striped(Striped {
+                        stripe_size: None,
+                        areas: vec![Area::Pv {
+                            pv: 0,
+                            pe: u32::try_from(i).expect("index"),
+                        }],
+                    }),
+                }],
+            })
+            .collect(),
+        historical_lvs: vec![],
+        header: Header {
+            description: Some("synthetic".into()),
+            creation_host: Some("node-1".into()),
+            creation_host_system_id: None,
+            creation_time: Some(1_796_208_360),
+        },
+    };
+    vg.to_text(Style::Raw, "lvmeta synthetic")
+}
