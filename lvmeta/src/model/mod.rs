@@ -272,7 +272,7 @@ impl Vg {
 }
 
 fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
-    let top = Section::new(&tree.nodes, String::new());
+    let top = Section::root(&tree.nodes, "");
     let mut warnings = Vec::new();
     let contents = top.opt_str("contents")?;
     if contents.as_deref() != Some("Text Format Volume Group") {
@@ -291,7 +291,7 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
     let Body::Section(vg_nodes) = &vg_node.body else {
         return Err(top.err(&name, "not a section"));
     };
-    let sec = Section::new(vg_nodes, name.clone());
+    let sec = Section::root(vg_nodes, &vg_node.key);
     note_duplicates(&sec, &mut warnings);
     let id = parse_id(&sec)?;
     let mut status = sec.req_str_list("status")?;
@@ -340,7 +340,7 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
     let mut pv_keys = HashMap::new();
     for n in pv_sec.nodes {
         let Body::Section(s) = &n.body else { continue };
-        let ps = Section::new(s, format!("{}/{}", pv_sec.path, n.key));
+        let ps = pv_sec.child(s, &n.key);
         note_duplicates(&ps, &mut warnings);
         if pv_keys.insert(n.key.to_string(), vg.pvs.len()).is_some() {
             return Err(pv_sec.err(&n.key, "duplicate PV section"));
@@ -363,7 +363,7 @@ fn note_duplicates(sec: &Section<'_, '_>, warnings: &mut Vec<ModelWarning>) {
     for key in sec.duplicate_keys() {
         tracing::warn!(path = %sec.path, %key, "duplicate key; using the first");
         warnings.push(ModelWarning::DuplicateKey {
-            path: sec.path.clone(),
+            path: sec.path.to_string(),
             key,
         });
     }
@@ -424,7 +424,7 @@ fn read_lvs(
     let mut seen = std::collections::HashSet::new();
     for n in lv_sec.nodes {
         let Body::Section(s) = &n.body else { continue };
-        let ls = Section::new(s, format!("{}/{}", lv_sec.path, n.key));
+        let ls = lv_sec.child(s, &n.key);
         note_duplicates(&ls, warnings);
         if !seen.insert(&*n.key) {
             return Err(lv_sec.err(&n.key, "duplicate LV name"));
@@ -443,7 +443,7 @@ fn read_lvs(
         let mut segments = Vec::new();
         for sn in ls.nodes {
             if let Body::Section(ss) = &sn.body {
-                let seg_sec = Section::new(ss, format!("{}/{}", ls.path, sn.key));
+                let seg_sec = ls.child(ss, &sn.key);
                 segments.push(segment::read_segment(&seg_sec, &names)?);
             }
         }

@@ -4,20 +4,52 @@ use crate::text::{Body, Node, Value};
 
 use super::ModelError;
 
-/// A section being read, with its path for messages (`vg/logical_volumes/lv0/segment1`).
+/// Where a section sits (`vg/logical_volumes/lv0/segment1`), built into a string only when a
+/// message needs it.
+#[derive(Clone, Copy)]
+pub(crate) struct Path<'p> {
+    name: &'p str,
+    parent: Option<&'p Path<'p>>,
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(p) = self.parent {
+            write!(f, "{p}/")?;
+        }
+        f.write_str(self.name)
+    }
+}
+
+/// A section being read, with its path for messages.
 pub(crate) struct Section<'t, 'a> {
     pub nodes: &'t [Node<'a>],
-    pub path: String,
+    pub path: Path<'t>,
 }
 
 impl<'t, 'a> Section<'t, 'a> {
-    pub fn new(nodes: &'t [Node<'a>], path: String) -> Self {
-        Self { nodes, path }
+    /// The top-level section.
+    pub fn root(nodes: &'t [Node<'a>], name: &'t str) -> Self {
+        Self {
+            nodes,
+            path: Path { name, parent: None },
+        }
+    }
+
+    /// A subsection named `name` of `self`.
+    pub fn child<'s>(&'s self, nodes: &'s [Node<'a>], name: &'s str) -> Section<'s, 'a> {
+        Section {
+            nodes,
+            path: Path {
+                name,
+                parent: Some(&self.path),
+            },
+        }
     }
 
     pub fn err(&self, field: &str, why: impl Into<String>) -> ModelError {
         ModelError {
-            path: self.path.clone(),
+            path: self.path.to_string(),
             field: field.to_owned(),
             why: why.into(),
         }
@@ -35,10 +67,11 @@ impl<'t, 'a> Section<'t, 'a> {
         }
     }
 
-    pub fn sub(&self, key: &str) -> Option<Section<'t, 'a>> {
-        match self.node(key).map(|n| &n.body) {
-            Some(Body::Section(s)) => Some(Section::new(s, format!("{}/{key}", self.path))),
-            _ => None,
+    pub fn sub<'s>(&'s self, key: &str) -> Option<Section<'s, 'a>> {
+        let node = self.node(key)?;
+        match &node.body {
+            Body::Section(s) => Some(self.child(s, &node.key)),
+            Body::Value(_) => None,
         }
     }
 
@@ -116,12 +149,28 @@ impl<'t, 'a> Section<'t, 'a> {
 
     /// Keys that appear more than once among the values of this section.
     pub fn duplicate_keys(&self) -> Vec<String> {
-        let mut seen = std::collections::HashSet::new();
+        let values: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.body, Body::Value(_)))
+            .map(|n| &*n.key)
+            .collect();
         let mut dups = Vec::new();
-        for n in self.nodes {
-            if matches!(n.body, Body::Value(_)) && !seen.insert(&*n.key) {
-                dups.push(n.key.to_string());
+        if values.len() <= 64 {
+            // Sections are small: quadratic beats hashing.
+            for (i, k) in values.iter().enumerate() {
+                if values[..i].contains(k) {
+                    dups.push((*k).to_owned());
+                }
             }
+        } else {
+            let mut seen = std::collections::HashSet::new();
+            dups.extend(
+                values
+                    .iter()
+                    .filter(|k| !seen.insert(**k))
+                    .map(|k| (*k).to_owned()),
+            );
         }
         dups
     }

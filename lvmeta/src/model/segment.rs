@@ -527,7 +527,7 @@ fn read_thin_pool(sec: &Section<'_, '_>) -> Result<ThinPool, ModelError> {
     let mut messages = Vec::new();
     for n in sec.nodes {
         if let Body::Section(m) = &n.body {
-            let msec = Section::new(m, format!("{}/{}", sec.path, n.key));
+            let msec = sec.child(m, &n.key);
             messages.push(match (msec.opt_str("create")?, msec.opt_u32("delete")?) {
                 (Some(lv), None) => ThinMessage::Create(lv),
                 (None, Some(id)) => ThinMessage::Delete(id),

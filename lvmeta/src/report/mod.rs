@@ -88,10 +88,12 @@ impl Units {
                 (base.pow(pow), c)
             }
         };
-        let hundredths = u128::from(bytes) * 100 / u128::from(div);
-        let exact = u128::from(bytes) * 100 % u128::from(div) == 0;
+        // Rounded to the nearest hundredth; `<` marks a shown value above the real one, as
+        // lvm2 marks it.
+        let (b, d) = (u128::from(bytes), u128::from(div));
+        let hundredths = (b * 100 + d / 2) / d;
         let num = format!("{}.{:02}", hundredths / 100, hundredths % 100);
-        let lt = if exact { "" } else { "<" };
+        let lt = if hundredths * d > b * 100 { "<" } else { "" };
         if self.suffix {
             format!("{lt}{num}{letter}")
         } else {

@@ -44,34 +44,43 @@ fn ends_word(c: char) -> bool {
     c.is_ascii_whitespace() || matches!(c, '#' | '=' | '{' | '}')
 }
 
-fn ws_and_comments(mut i: &str) -> &str {
+/// Bytes that end an identifier or a bare word (all ASCII, so byte scanning is exact).
+fn ends_word_byte(b: u8) -> bool {
+    b.is_ascii_whitespace() || matches!(b, b'#' | b'=' | b'{' | b'}')
+}
+
+fn ws_and_comments(mut i: &[u8]) -> &[u8] {
     loop {
-        let t = i.trim_start_matches(|c: char| c.is_ascii_whitespace());
-        if let Some(rest) = t.strip_prefix('#') {
-            let r: IResult<&str, &str> = take_till(|c| c == '\n')(rest);
-            i = r.map(|(r, _)| r).unwrap_or("");
+        let skip = i
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(i.len());
+        i = &i[skip..];
+        if i.first() == Some(&b'#') {
+            let r: IResult<&[u8], &[u8]> = take_till(|c| c == b'\n')(i);
+            i = r.map(|(r, _)| r).unwrap_or(&[]);
         } else {
-            return t;
+            return i;
         }
     }
 }
 
-fn word(i: &str) -> IResult<&str, &str> {
-    take_while1(|c: char| !ends_word(c))(i)
+fn word(i: &[u8]) -> IResult<&[u8], &[u8]> {
+    take_while1(|c: u8| !ends_word_byte(c))(i)
 }
 
 /// A bare word in value position also ends at array punctuation.
-fn bare_word(i: &str) -> IResult<&str, &str> {
-    take_while1(|c: char| !ends_word(c) && !matches!(c, '[' | ']' | ','))(i)
+fn bare_word(i: &[u8]) -> IResult<&[u8], &[u8]> {
+    take_while1(|c: u8| !ends_word_byte(c) && !matches!(c, b'[' | b']' | b','))(i)
 }
 
-fn digits(i: &str) -> IResult<&str, &str> {
-    take_while(|c: char| c.is_ascii_digit() || c == '.')(i)
+fn digits(i: &[u8]) -> IResult<&[u8], &[u8]> {
+    take_while(|c: u8| c.is_ascii_digit() || c == b'.')(i)
 }
 
 impl<'a> Parser<'a> {
-    fn rest(&self) -> &'a str {
-        &self.text[self.pos..]
+    fn rest(&self) -> &'a [u8] {
+        &self.text.as_bytes()[self.pos..]
     }
 
     fn skip_ws(&mut self) {
@@ -79,8 +88,12 @@ impl<'a> Parser<'a> {
         self.pos = self.text.len() - r.len();
     }
 
-    fn advance_to(&mut self, rest: &'a str) {
+    /// Moves to `rest` and returns the text between the old position and it. Every token
+    /// ends at an ASCII byte, so the cut is on a character boundary.
+    fn take_until(&mut self, rest: &'a [u8]) -> &'a str {
+        let start = self.pos;
         self.pos = self.text.len() - rest.len();
+        &self.text[start..self.pos]
     }
 
     fn err<T>(&self, what: impl Into<String>) -> Result<T, TextError> {
@@ -97,7 +110,7 @@ impl<'a> Parser<'a> {
     }
 
     fn peek(&self) -> Option<char> {
-        self.rest().chars().next()
+        self.rest().first().map(|&b| b as char)
     }
 
     /// Nodes until the end of the text (depth 0) or a closing `}`.
@@ -147,10 +160,7 @@ impl<'a> Parser<'a> {
             Some('"') => self.dquoted(),
             Some('\'') => self.squoted(),
             _ => match word(self.rest()) {
-                Ok((r, w)) => {
-                    self.advance_to(r);
-                    Ok(Cow::Borrowed(w))
-                }
+                Ok((r, _)) => Ok(Cow::Borrowed(self.take_until(r))),
                 Err(_) => self.err("expected a key"),
             },
         }
@@ -180,10 +190,7 @@ impl<'a> Parser<'a> {
             Some(c) if c.is_ascii_digit() || matches!(c, '+' | '-' | '.') => self.number(),
             Some(c) if !ends_word(c) && !matches!(c, '[' | ']' | ',') => {
                 match bare_word(self.rest()) {
-                    Ok((r, w)) => {
-                        self.advance_to(r);
-                        Ok(Value::Bare(Cow::Borrowed(w)))
-                    }
+                    Ok((r, _)) => Ok(Value::Bare(Cow::Borrowed(self.take_until(r)))),
                     Err(_) => self.err("expected a value"),
                 }
             }
@@ -194,16 +201,16 @@ impl<'a> Parser<'a> {
 
     fn number(&mut self) -> Result<Value<'a>, TextError> {
         let rest = self.rest();
-        let sign = usize::from(rest.starts_with(['+', '-']));
+        let sign = usize::from(matches!(rest.first(), Some(b'+' | b'-')));
         let (r, body) = match digits(&rest[sign..]) {
             Ok(x) => x,
             Err(_) => return self.err("expected a number"),
         };
-        let tok = &rest[..sign + body.len()];
+        let dots = body.iter().filter(|&&b| b == b'.').count();
         let start = self.pos;
-        self.advance_to(r);
-        if body.contains('.') {
-            if body.matches('.').count() > 1 {
+        let tok = self.take_until(r);
+        if dots > 0 {
+            if dots > 1 {
                 self.pos = start;
                 return self.err(format!("malformed number {tok:?}"));
             }
