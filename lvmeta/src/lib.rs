@@ -7,6 +7,7 @@
 pub mod crc;
 pub mod dev;
 mod error;
+pub mod fuzzing;
 pub mod label;
 pub mod mda;
 pub mod model;

@@ -1,0 +1,64 @@
+//! Entry points of the fuzz targets (`fuzz/`), also used by the corpus replay test, so that
+//! every parser sees the same hostile bytes in `cargo test` as under libFuzzer. Each must
+//! return without panicking for any input.
+
+use crate::dev::{BlockDevice, MemDevice};
+use crate::{label, mda, model, scan, text};
+
+/// Label scan and pv_header decode over the first sectors of a device; valid labels must
+/// re-encode to the same sector.
+pub fn label(data: &[u8]) {
+    let mut buf = data.to_vec();
+    buf.resize(label::LABEL_SCAN_SIZE, 0);
+    if let Some(l) = label::scan(&buf).label {
+        if let Ok(again) = label::encode(&l) {
+            let decoded = label::decode(&again, l.sector);
+            assert_eq!(
+                decoded.as_ref().ok(),
+                Some(&l),
+                "label re-encode changed it"
+            );
+        }
+    }
+}
+
+/// mda_header decode (start and size taken from the first 16 bytes) and text location.
+pub fn mda(data: &[u8]) {
+    if data.len() < 16 + 512 {
+        return;
+    }
+    let start = u64::from_le_bytes(data[..8].try_into().unwrap_or_default());
+    let size = u64::from_le_bytes(data[8..16].try_into().unwrap_or_default());
+    if let Ok(h) = mda::decode(&data[16..16 + 512], start, size) {
+        let [(_, a), (_, b)] = mda::text_pieces(&h.committed, h.size);
+        assert!(h.committed.is_empty() || a + b == h.committed.size);
+        assert_eq!(mda::decode(&mda::encode(&h), start, size).as_ref(), Ok(&h));
+    }
+}
+
+/// Text parser and model import. A tree must print and parse back to itself; a model, once
+/// written by lvmeta, must read back to itself.
+pub fn text(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(tree) = text::parse(s) else { return };
+    let printed = text::print_tree(&tree, text::Style::Raw);
+    assert_eq!(text::parse(&printed).as_ref(), Ok(&tree), "tree round trip");
+    let Ok(imp) = model::Vg::from_tree(&tree) else {
+        return;
+    };
+    let first = imp.vg.to_text(text::Style::Raw, "fuzz");
+    let a = model::Vg::from_text(&first)
+        .expect("lvmeta's own text imports")
+        .vg;
+    let b = model::Vg::from_text(&a.to_text(text::Style::Raw, "fuzz")).map(|i| i.vg);
+    assert_eq!(b.as_ref().ok(), Some(&a), "model round trip");
+}
+
+/// A whole-device scan of an in-memory image.
+pub fn device(data: &[u8]) {
+    let dev = MemDevice::from_bytes("fuzz", data.to_vec(), 512);
+    let devs: [&dyn BlockDevice; 1] = [&dev];
+    let _ = scan::scan(&devs);
+}
