@@ -221,7 +221,7 @@ pub fn check_text<'a>(text: &'a [u8], slot: &RawLocn, abs: u64) -> Result<&'a [u
             computed,
         });
     }
-    let text = text.split(|&b| b == 0).next().unwrap_or(&[]);
+    let text = memchr::memchr(0, text).map_or(text, |end| &text[..end]);
     // lvm2 takes the bytes up to the first whitespace or '{' as the VG name.
     let name_end = text
         .iter()

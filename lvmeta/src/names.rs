@@ -32,8 +32,10 @@ fn check(kind: &'static str, name: &str, extra: &[u8], max: usize) -> Result<(),
     if name.len() > max {
         return bad("too long");
     }
-    let ok = |b: &u8| b.is_ascii_alphanumeric() || b"._-+".contains(b) || extra.contains(b);
-    if !name.bytes().all(|b| ok(&b)) {
+    let ok = |b: u8| {
+        b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+') || extra.contains(&b)
+    };
+    if !name.bytes().all(ok) {
         return bad("characters other than A-Z a-z 0-9 . _ - + are not allowed");
     }
     Ok(())

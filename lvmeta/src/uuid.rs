@@ -6,6 +6,17 @@ use std::fmt;
 /// The alphabet lvm2 accepts in ids, in its order.
 const ALPHABET: &[u8; 64] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ!#";
 
+/// `VALID[b]`: is byte `b` in [`ALPHABET`]?
+const VALID: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < ALPHABET.len() {
+        t[ALPHABET[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
+
 /// A PV, VG or LV id (stored undashed).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Uuid([u8; 32]);
@@ -41,7 +52,7 @@ impl Uuid {
 
     /// Takes the 32 undashed bytes of a label.
     pub fn from_raw(raw: [u8; 32]) -> Result<Self, UuidError> {
-        if raw.iter().all(|b| ALPHABET.contains(b)) {
+        if raw.iter().all(|&b| VALID[b as usize]) {
             Ok(Self(raw))
         } else {
             Err(UuidError::Alphabet(

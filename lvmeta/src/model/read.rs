@@ -149,28 +149,26 @@ impl<'t, 'a> Section<'t, 'a> {
 
     /// Keys that appear more than once among the values of this section.
     pub fn duplicate_keys(&self) -> Vec<String> {
-        let values: Vec<&str> = self
-            .nodes
-            .iter()
-            .filter(|n| matches!(n.body, Body::Value(_)))
-            .map(|n| &*n.key)
-            .collect();
+        let is_value = |n: &&Node<'_>| matches!(n.body, Body::Value(_));
         let mut dups = Vec::new();
-        if values.len() <= 64 {
-            // Sections are small: quadratic beats hashing.
-            for (i, k) in values.iter().enumerate() {
-                if values[..i].contains(k) {
-                    dups.push((*k).to_owned());
+        if self.nodes.len() <= 64 {
+            // Sections are small: a quadratic scan without allocating beats hashing.
+            for (i, n) in self.nodes.iter().enumerate().filter(|(_, n)| is_value(n)) {
+                if self.nodes[..i]
+                    .iter()
+                    .filter(is_value)
+                    .any(|m| m.key == n.key)
+                {
+                    dups.push(n.key.to_string());
                 }
             }
         } else {
             let mut seen = std::collections::HashSet::new();
-            dups.extend(
-                values
-                    .iter()
-                    .filter(|k| !seen.insert(**k))
-                    .map(|k| (*k).to_owned()),
-            );
+            for n in self.nodes.iter().filter(is_value) {
+                if !seen.insert(&*n.key) {
+                    dups.push(n.key.to_string());
+                }
+            }
         }
         dups
     }

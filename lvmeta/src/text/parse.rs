@@ -28,7 +28,8 @@ pub enum TextError {
 
 /// Parses `text` (which ends at its first NUL, as in lvm2) into a tree.
 pub fn parse(text: &str) -> Result<Tree<'_>, TextError> {
-    let text = text.split('\0').next().unwrap_or("");
+    // NUL is ASCII, so cutting there keeps the text valid UTF-8.
+    let text = memchr::memchr(0, text.as_bytes()).map_or(text, |end| &text[..end]);
     let mut p = Parser { text, pos: 0 };
     let nodes = p.nodes(0)?;
     Ok(Tree { nodes })
@@ -118,7 +119,8 @@ impl<'a> Parser<'a> {
         if depth > MAX_DEPTH {
             return self.err(format!("sections nested deeper than {MAX_DEPTH}"));
         }
-        let mut out = Vec::new();
+        // lvm2's sections hold up to a dozen nodes; start there to avoid regrowing.
+        let mut out = Vec::with_capacity(if depth == 0 { 8 } else { 12 });
         loop {
             self.skip_ws();
             match self.peek() {
@@ -171,7 +173,7 @@ impl<'a> Parser<'a> {
         match self.peek() {
             Some('[') if array_allowed => {
                 self.pos += 1;
-                let mut items = Vec::new();
+                let mut items = Vec::with_capacity(4);
                 loop {
                     self.skip_ws();
                     match self.peek() {
