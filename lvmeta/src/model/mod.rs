@@ -9,8 +9,6 @@ mod read;
 mod segment;
 pub mod validate;
 
-use std::collections::HashMap;
-
 use crate::names;
 use crate::text::{self, Body, Emitter, Node, Style, Tree};
 use crate::uuid::Uuid;
@@ -337,15 +335,18 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
     let pv_sec = sec
         .sub("physical_volumes")
         .ok_or_else(|| sec.err("physical_volumes", "missing"))?;
-    let mut pv_keys = HashMap::new();
+    let mut pv_keys: Vec<(&str, usize)> = Vec::new();
     for n in pv_sec.nodes {
         let Body::Section(s) = &n.body else { continue };
         let ps = pv_sec.child(s, &n.key);
         note_duplicates(&ps, &mut warnings);
-        if pv_keys.insert(n.key.to_string(), vg.pvs.len()).is_some() {
-            return Err(pv_sec.err(&n.key, "duplicate PV section"));
-        }
+        pv_keys.push((&n.key, vg.pvs.len()));
         vg.pvs.push(read_pv(&ps)?);
+    }
+    // Sorted for binary search; a key used twice cannot be resolved.
+    pv_keys.sort_unstable();
+    if let Some(w) = pv_keys.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(pv_sec.err(w[0].0, "duplicate PV section"));
     }
     if let Some(lv_sec) = sec.sub("logical_volumes") {
         read_lvs(&lv_sec, &mut vg, &pv_keys, &mut warnings)?;
@@ -411,7 +412,7 @@ fn read_pv(ps: &Section<'_, '_>) -> Result<Pv, ModelError> {
 fn read_lvs(
     lv_sec: &Section<'_, '_>,
     vg: &mut Vg,
-    pv_keys: &HashMap<String, usize>,
+    pv_keys: &[(&str, usize)],
     warnings: &mut Vec<ModelWarning>,
 ) -> Result<(), ModelError> {
     let pe_counts: Vec<u32> = vg.pvs.iter().map(|p| p.pe_count).collect();
@@ -421,14 +422,10 @@ fn read_lvs(
         pe_counts: &pe_counts,
         pv_ids: &pv_ids,
     };
-    let mut seen = std::collections::HashSet::new();
     for n in lv_sec.nodes {
         let Body::Section(s) = &n.body else { continue };
         let ls = lv_sec.child(s, &n.key);
         note_duplicates(&ls, warnings);
-        if !seen.insert(&*n.key) {
-            return Err(lv_sec.err(&n.key, "duplicate LV name"));
-        }
         let mut status = ls.req_str_list("status")?;
         let mut lflags = ls.str_list("flags")?;
         check_status(&ls, &status, flags::LV_STATUS)?;

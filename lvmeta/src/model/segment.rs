@@ -1,8 +1,6 @@
 //! LV segments: the common fields and one typed variant per segment type lvm2 2.03 knows,
 //! plus [`SegKind::Unknown`], kept verbatim.
 
-use std::collections::HashMap;
-
 use crate::text::{Body, Emitter, Node, Value};
 
 use super::read::Section;
@@ -341,8 +339,8 @@ impl Segment {
 
 /// Resolves names while segments are read.
 pub(crate) struct Names<'m> {
-    /// PV section key -> PV index.
-    pub pvs: &'m HashMap<String, usize>,
+    /// (PV section key, PV index), sorted by key.
+    pub pvs: &'m [(&'m str, usize)],
     /// PE count of each PV.
     pub pe_counts: &'m [u32],
     /// PV ids for messages.
@@ -584,7 +582,12 @@ fn read_areas(
         };
         let pos = u32::try_from(*pos)
             .map_err(|_| sec.err(key, format!("position {pos} out of range")))?;
-        if let Some(&pv) = names.pvs.get(name) {
+        let pv_index = names
+            .pvs
+            .binary_search_by(|(k, _)| (*k).cmp(name))
+            .ok()
+            .map(|i| names.pvs[i].1);
+        if let Some(pv) = pv_index {
             if u64::from(pos) + u64::from(area_len) > u64::from(names.pe_counts[pv]) {
                 return Err(sec.err(
                     key,

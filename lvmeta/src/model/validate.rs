@@ -1,9 +1,10 @@
 //! The invariants lvm2 checks after importing a VG (`check_pv_segments`,
 //! `check_lv_segments`, parts of `vg_validate`), as pure functions over the model.
+//!
+//! Duplicates are found by sorting, never by hashing: metadata read from disk may be hostile,
+//! and sorting keeps every check O(n log n) whatever the names are.
 
-use std::collections::{HashMap, HashSet};
-
-use super::{Area, ModelError, SegKind, Vg};
+use super::{Area, Lv, ModelError, SegKind, Vg};
 
 fn err(path: String, field: &str, why: impl Into<String>) -> ModelError {
     ModelError {
@@ -13,6 +14,10 @@ fn err(path: String, field: &str, why: impl Into<String>) -> ModelError {
     }
 }
 
+fn lv_path(vg: &Vg, lv: &Lv) -> String {
+    format!("{}/logical_volumes/{}", vg.name, lv.name)
+}
+
 /// Every check lvm2 makes when it reads a VG; the first failure is returned.
 pub fn check_read(vg: &Vg) -> Result<(), ModelError> {
     check_ids(vg)?;
@@ -20,38 +25,51 @@ pub fn check_read(vg: &Vg) -> Result<(), ModelError> {
     check_extents(vg)
 }
 
+/// The first value that appears twice in `items` (sorted by `key`).
+fn first_duplicate<T, K: Ord>(items: &mut [T], key: impl Fn(&T) -> K) -> Option<&T> {
+    items.sort_unstable_by(|a, b| key(a).cmp(&key(b)));
+    items
+        .windows(2)
+        .find(|w| key(&w[0]) == key(&w[1]))
+        .map(|w| &w[1])
+}
+
 fn check_ids(vg: &Vg) -> Result<(), ModelError> {
-    let mut pv_ids = HashSet::new();
-    for pv in &vg.pvs {
-        if !pv_ids.insert(pv.id) {
-            return Err(err(
-                vg.name.clone(),
-                "physical_volumes",
-                format!("duplicate PV id {}", pv.id),
-            ));
-        }
+    let mut pv_ids: Vec<_> = vg.pvs.iter().map(|p| p.id).collect();
+    if let Some(id) = first_duplicate(&mut pv_ids, |i| *i) {
+        return Err(err(
+            vg.name.clone(),
+            "physical_volumes",
+            format!("duplicate PV id {id}"),
+        ));
     }
-    let mut lv_ids = HashSet::new();
+    let mut lvs: Vec<&Lv> = vg.lvs.iter().collect();
+    if let Some(lv) = first_duplicate(&mut lvs, |l| l.name.as_str()) {
+        return Err(err(lv_path(vg, lv), "name", "duplicate LV name"));
+    }
+    if let Some(lv) = first_duplicate(&mut lvs, |l| l.id) {
+        return Err(err(
+            lv_path(vg, lv),
+            "id",
+            format!("duplicate LV id {}", lv.id),
+        ));
+    }
     let mut spares = 0;
     for lv in &vg.lvs {
-        let path = format!("{}/logical_volumes/{}", vg.name, lv.name);
         crate::names::check_lv_name_in_vg(&vg.name, &lv.name)
-            .map_err(|e| err(path.clone(), "name", e.to_string()))?;
-        if !lv_ids.insert(lv.id) {
-            return Err(err(path, "id", format!("duplicate LV id {}", lv.id)));
-        }
+            .map_err(|e| err(lv_path(vg, lv), "name", e.to_string()))?;
         if !lv.is_visible() && lv.name.contains("_pmspare") {
             spares += 1;
             if spares > 1 {
                 return Err(err(
-                    path,
+                    lv_path(vg, lv),
                     "name",
                     "a VG has at most one pool metadata spare",
                 ));
             }
         }
         for t in &lv.tags {
-            crate::names::check_tag(t).map_err(|e| err(path.clone(), "tags", e.to_string()))?;
+            crate::names::check_tag(t).map_err(|e| err(lv_path(vg, lv), "tags", e.to_string()))?;
         }
     }
     for t in &vg.tags {
@@ -60,13 +78,29 @@ fn check_ids(vg: &Vg) -> Result<(), ModelError> {
     Ok(())
 }
 
+/// LVs sorted by name, for lookups by binary search.
+struct ByName<'v>(Vec<&'v Lv>);
+
+impl<'v> ByName<'v> {
+    fn new(vg: &'v Vg) -> Self {
+        let mut v: Vec<&Lv> = vg.lvs.iter().collect();
+        v.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        Self(v)
+    }
+    fn get(&self, name: &str) -> Option<&'v Lv> {
+        self.0
+            .binary_search_by(|l| l.name.as_str().cmp(name))
+            .ok()
+            .map(|i| self.0[i])
+    }
+}
+
 fn check_lvs(vg: &Vg) -> Result<(), ModelError> {
-    let by_name: HashMap<&str, &super::Lv> = vg.lvs.iter().map(|l| (l.name.as_str(), l)).collect();
+    let by_name = ByName::new(vg);
     for lv in &vg.lvs {
-        let path = format!("{}/logical_volumes/{}", vg.name, lv.name);
         if lv.segments.is_empty() {
             return Err(err(
-                path,
+                lv_path(vg, lv),
                 "segment_count",
                 "an LV needs at least one segment",
             ));
@@ -75,7 +109,7 @@ fn check_lvs(vg: &Vg) -> Result<(), ModelError> {
         for (i, seg) in lv.segments.iter().enumerate() {
             if u64::from(seg.start_extent) != next {
                 return Err(err(
-                    path,
+                    lv_path(vg, lv),
                     &format!("segment{}", i + 1),
                     format!(
                         "segment {} should begin at LE {next} (found {})",
@@ -86,17 +120,21 @@ fn check_lvs(vg: &Vg) -> Result<(), ModelError> {
             }
             next += u64::from(seg.extent_count);
             for (field, target) in seg.kind.lv_refs() {
-                if target == lv.name || !by_name.contains_key(target) {
-                    return Err(err(path, field, format!("refers to unknown LV {target:?}")));
+                if target == lv.name || by_name.get(target).is_none() {
+                    return Err(err(
+                        lv_path(vg, lv),
+                        field,
+                        format!("refers to unknown LV {target:?}"),
+                    ));
                 }
             }
             if let SegKind::Mirror(m) = &seg.kind {
                 for a in &m.areas {
                     if let Area::Lv { lv: image, .. } = a {
-                        let size = by_name.get(image.as_str()).map_or(0, |l| l.extents());
+                        let size = by_name.get(image).map_or(0, Lv::extents);
                         if size != u64::from(seg.area_len()) {
                             return Err(err(
-                                path,
+                                lv_path(vg, lv),
                                 "mirrors",
                                 format!("image {image} has {size} extents, not {}", seg.area_len()),
                             ));
@@ -118,7 +156,7 @@ fn check_lvs(vg: &Vg) -> Result<(), ModelError> {
         });
         if single && lv.segments.len() != 1 {
             return Err(err(
-                path,
+                lv_path(vg, lv),
                 "segment_count",
                 format!(
                     "{} LVs have exactly one segment",
@@ -129,18 +167,18 @@ fn check_lvs(vg: &Vg) -> Result<(), ModelError> {
         match &lv.segments[0].kind {
             SegKind::ThinPool(p) if !p.metadata.contains("_tmeta") => {
                 return Err(err(
-                    path,
+                    lv_path(vg, lv),
                     "metadata",
                     format!("thin-pool metadata LV {:?} must contain _tmeta", p.metadata),
                 ));
             }
             SegKind::Thin(t) => {
                 let pool_ok = by_name
-                    .get(t.thin_pool.as_str())
+                    .get(&t.thin_pool)
                     .is_some_and(|p| matches!(p.segments[0].kind, SegKind::ThinPool(_)));
                 if !pool_ok {
                     return Err(err(
-                        path,
+                        lv_path(vg, lv),
                         "thin_pool",
                         format!("{:?} is not a thin pool", t.thin_pool),
                     ));

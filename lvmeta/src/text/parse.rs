@@ -173,7 +173,7 @@ impl<'a> Parser<'a> {
         match self.peek() {
             Some('[') if array_allowed => {
                 self.pos += 1;
-                let mut items = Vec::with_capacity(4);
+                let mut items = Vec::new();
                 loop {
                     self.skip_ws();
                     match self.peek() {
