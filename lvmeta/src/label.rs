@@ -380,6 +380,78 @@ mod tests {
         ));
     }
 
+    /// Cases of lvm2's test/unit/metadata_security_t.c.
+    #[test]
+    fn lvm2_metadata_security_cases() {
+        let build = |offset_xl: u32, fill: &dyn Fn(&mut [u8; 512])| {
+            let mut s = [0u8; 512];
+            s[..8].copy_from_slice(LABEL_ID);
+            LE::write_u64(&mut s[8..16], 1);
+            LE::write_u32(&mut s[20..24], offset_xl);
+            s[24..32].copy_from_slice(LABEL_TYPE);
+            fill(&mut s);
+            let c = crc::calc(&s[20..]);
+            LE::write_u32(&mut s[16..20], c);
+            s
+        };
+        let uuid_at =
+            |at: usize| move |s: &mut [u8; 512]| s[at..at + 32].copy_from_slice(&[b'A'; 32]);
+        // label-offset/oob, label-offset/one-past, label-offset/valid
+        assert!(decode(&build(0x2000, &|_| {}), 1).is_err());
+        assert!(decode(&build(512 - 40 + 1, &|_| {}), 1).is_err());
+        assert!(decode(&build(32, &uuid_at(32)), 1).is_ok());
+        // disk-locn/no-terminator
+        let full = build(32, &|s| {
+            s[32..64].copy_from_slice(&[b'A'; 32]);
+            for (n, chunk) in s[72..].chunks_exact_mut(16).enumerate() {
+                LE::write_u64(&mut chunk[..8], 0x100000 + n as u64 * 0x1000);
+                LE::write_u64(&mut chunk[8..], 0x1000);
+            }
+        });
+        assert!(matches!(decode(&full, 1), Err(LabelError::Field { .. })));
+        // disk-locn/extension-overflow: the lists end exactly at the end of the sector, so
+        // there is no room for an extension (two metadata areas, the most lvm2 allows).
+        let tight = build(40, &|s| {
+            s[40..72].copy_from_slice(&[b'A'; 32]);
+            LE::write_u64(&mut s[80..88], 0x100000);
+            LE::write_u64(&mut s[88..96], 0x1000);
+            // data terminator at 96..112; metadata entries up to the terminator at 496..512
+            for o in (112..496).step_by(16) {
+                LE::write_u64(&mut s[o..o + 8], 0x1000);
+                LE::write_u64(&mut s[o + 8..o + 16], 0x100000);
+            }
+        });
+        // 24 metadata areas: more than lvm2 ever writes, refused as such.
+        assert!(matches!(
+            decode(&tight, 1),
+            Err(LabelError::Field {
+                field: "disk_areas_xl (metadata)",
+                ..
+            })
+        ));
+        let tight2 = build(40 + 384 - 32, &|s| {
+            let p = 40 + 384 - 32;
+            s[p..p + 32].copy_from_slice(&[b'A'; 32]);
+            let d = p + 40;
+            LE::write_u64(&mut s[d..d + 8], 0x100000);
+            LE::write_u64(&mut s[d + 32..d + 40], 0x1000);
+            LE::write_u64(&mut s[d + 40..d + 48], 0x100000);
+            LE::write_u64(&mut s[d + 48..d + 56], 0x2000);
+            LE::write_u64(&mut s[d + 56..d + 64], 0x100000);
+        });
+        let l = decode(&tight2, 1).expect("layout is valid");
+        assert_eq!(l.metadata_areas.len(), 2);
+        assert!(l.extension.is_none(), "no room for an extension");
+        // disk-locn/normal
+        let normal = build(32, &|s| {
+            s[32..64].copy_from_slice(&[b'A'; 32]);
+            LE::write_u64(&mut s[72..80], 0x100000);
+            LE::write_u64(&mut s[80..88], 0x1000);
+            LE::write_u32(&mut s[120..124], 2);
+        });
+        assert!(decode(&normal, 1).expect("valid").extension.is_some());
+    }
+
     #[test]
     fn hostile_offsets_are_typed_errors() {
         let mut s = reference_sector();

@@ -154,6 +154,16 @@ pub fn decode(buf: &[u8], start: u64, expected_size: u64) -> Result<MdaHeader, M
             flags: LE::read_u32(&b[20..24]),
         }
     };
+    // The slot list ends at the first entry with offset 0 (lvm2 main rejects a header whose
+    // slots fill the whole sector).
+    let slots = (buf.len() - 40) / 24;
+    if (0..slots).all(|i| slot(i).offset != 0) {
+        return Err(field(
+            40,
+            "raw_locns",
+            "no terminating entry inside the header".into(),
+        ));
+    }
     let (committed, precommitted) = (slot(0), slot(1));
     for (i, s) in [committed, precommitted].iter().enumerate() {
         if s.is_empty() {
@@ -167,7 +177,7 @@ pub fn decode(buf: &[u8], start: u64, expected_size: u64) -> Result<MdaHeader, M
                 format!("{} is outside the text area 512..{size}", s.offset),
             ));
         }
-        if s.size == 0 || s.size > size - MDA_HEADER_SIZE {
+        if s.size == 0 || s.size > size - MDA_HEADER_SIZE || s.size > u64::from(u32::MAX) {
             return Err(field(
                 rel + 8,
                 "raw_locn.size",
@@ -272,6 +282,55 @@ mod tests {
             flags: 0,
         };
         assert_eq!(text_pieces(&slot, 1044480), [(512, 1088), (512, 0)]);
+    }
+
+    /// Cases of lvm2's test/unit/metadata_security_t.c.
+    #[test]
+    fn lvm2_metadata_security_cases() {
+        let hdr = |size: u64, off: u64, len: u64| {
+            encode(&MdaHeader {
+                start: 4096,
+                size,
+                committed: RawLocn {
+                    offset: off,
+                    size: len,
+                    checksum: 0,
+                    flags: 0,
+                },
+                precommitted: RawLocn::default(),
+            })
+        };
+        // mda-size/zero, mda-size/one, mda-size/valid
+        assert!(decode(&hdr(0, 512, 4096), 4096, 0).is_err());
+        assert!(decode(&hdr(1, 512, 4096), 4096, 1).is_err());
+        assert!(decode(&hdr(1 << 20, 512, 4096), 4096, 1 << 20).is_ok());
+        // rlocn/size-truncation: 8 GiB area, 4 GiB offset, ~8 GiB text
+        let big = hdr(0x2_0000_0000, 0x1_0000_0000, 0x1_FFFF_FE00);
+        assert!(matches!(
+            decode(&big, 4096, 0x2_0000_0000),
+            Err(MdaError::Field {
+                field: "raw_locn.size",
+                ..
+            })
+        ));
+        // rlocn/offset-oob
+        assert!(decode(&hdr(1 << 20, 2 << 20, 4096), 4096, 1 << 20).is_err());
+        // raw-locns/no-terminator
+        let mut b = hdr(1 << 20, 512, 4096);
+        for i in 0..19 {
+            let o = 40 + 24 * i;
+            LE::write_u64(&mut b[o..o + 8], 0x100000 + i as u64 * 0x1000);
+            LE::write_u64(&mut b[o + 8..o + 16], 0x1000);
+        }
+        let c = crc::calc(&b[4..]);
+        LE::write_u32(&mut b[0..4], c);
+        assert!(matches!(
+            decode(&b, 4096, 1 << 20),
+            Err(MdaError::Field {
+                field: "raw_locns",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -210,3 +210,26 @@ fn read_errors_are_warnings() {
         s.warnings
     );
 }
+
+#[test]
+fn areas_outside_the_device_are_refused_before_reading() {
+    let devs = Fixture::open(&fixtures_dir().join("linear")).mem_devices();
+    let mut sector = [0u8; 512];
+    devs[0].read_at(512, &mut sector).expect("label");
+    let mut l = lvmeta::label::decode(&sector, 1).expect("label");
+    l.metadata_areas[0].size = u64::MAX - 4096;
+    devs[0]
+        .write_at(512, &lvmeta::label::encode(&l).expect("encode"))
+        .expect("write");
+    let s = scan_of(&devs);
+    assert!(s.vgs.is_empty());
+    assert!(
+        matches!(
+            &s.warnings[..],
+            [ScanWarning::Mda { device, offset: 4096, error }]
+                if device == "pv0.img" && error.to_string().contains("does not fit")
+        ),
+        "{:?}",
+        s.warnings
+    );
+}

@@ -27,7 +27,7 @@ pub fn check_read(vg: &Vg) -> Result<(), ModelError> {
 
 /// The first value that appears twice in `items` (sorted by `key`).
 fn first_duplicate<T, K: Ord>(items: &mut [T], key: impl Fn(&T) -> K) -> Option<&T> {
-    items.sort_unstable_by(|a, b| key(a).cmp(&key(b)));
+    items.sort_unstable_by_key(&key);
     items
         .windows(2)
         .find(|w| key(&w[0]) == key(&w[1]))
