@@ -136,40 +136,74 @@ fn base_text() -> String {
     .join("\n")
 }
 
-fn scalar() -> impl Strategy<Value = text::Value<'static>> {
+/// A config tree described as plain nested data, built into a [`text::Tree`] for the test.
+#[derive(Debug, Clone)]
+enum N {
+    Val(String, V),
+    Sec(String, Vec<N>),
+}
+
+#[derive(Debug, Clone)]
+enum V {
+    Int(i64),
+    Str(String),
+    Bare(String),
+    Arr(Vec<V>),
+}
+
+fn build_value<'a>(b: &mut text::Builder<'a>, v: &V) -> text::Value<'a> {
+    match v {
+        V::Int(i) => text::Value::Int(*i),
+        V::Str(s) => text::Value::Str(s.clone().into()),
+        V::Bare(s) => text::Value::Bare(s.clone().into()),
+        V::Arr(items) => {
+            let items: Vec<text::Value<'a>> = items.iter().map(|x| build_value(b, x)).collect();
+            b.array(items)
+        }
+    }
+}
+
+fn build_nodes(b: &mut text::Builder<'_>, nodes: &[N]) {
+    for n in nodes {
+        match n {
+            N::Val(k, v) => {
+                let v = build_value(b, v);
+                b.value(k.clone().into(), v);
+            }
+            N::Sec(k, children) => {
+                b.open();
+                build_nodes(b, children);
+                b.close(k.clone().into());
+            }
+        }
+    }
+}
+
+fn scalar() -> impl Strategy<Value = V> {
     prop_oneof![
-        any::<i64>().prop_map(text::Value::Int),
-        "[ -~]{0,16}".prop_map(|s| text::Value::Str(s.into())),
-        "[a-z][a-z_]{0,8}".prop_map(|s| text::Value::Bare(s.into())),
+        any::<i64>().prop_map(V::Int),
+        "[ -~]{0,16}".prop_map(V::Str),
+        "[a-z][a-z_]{0,8}".prop_map(V::Bare),
     ]
 }
 
-fn value() -> impl Strategy<Value = text::Value<'static>> {
+fn value() -> impl Strategy<Value = V> {
     prop_oneof![
         scalar(),
-        proptest::collection::vec(scalar(), 0..5).prop_map(text::Value::Array)
+        proptest::collection::vec(scalar(), 0..5).prop_map(V::Arr)
     ]
 }
 
-fn tree_strategy() -> impl Strategy<Value = text::Tree<'static>> {
+fn tree_strategy() -> impl Strategy<Value = Vec<N>> {
     let key = "[a-zA-Z_][a-zA-Z0-9_.+-]{0,10}";
-    let leaf = (key, value()).prop_map(|(k, v)| text::Node {
-        key: k.into(),
-        body: text::Body::Value(v),
-    });
+    let leaf = (key, value()).prop_map(|(k, v)| N::Val(k, v));
     let node = leaf.prop_recursive(4, 32, 6, move |inner| {
         prop_oneof![
-            (key, value()).prop_map(|(k, v)| text::Node {
-                key: k.into(),
-                body: text::Body::Value(v)
-            }),
-            (key, proptest::collection::vec(inner, 0..6)).prop_map(|(k, s)| text::Node {
-                key: k.into(),
-                body: text::Body::Section(s)
-            }),
+            (key, value()).prop_map(|(k, v)| N::Val(k, v)),
+            (key, proptest::collection::vec(inner, 0..6)).prop_map(|(k, s)| N::Sec(k, s)),
         ]
     });
-    proptest::collection::vec(node, 0..8).prop_map(|nodes| text::Tree { nodes })
+    proptest::collection::vec(node, 0..8)
 }
 
 proptest! {
@@ -208,7 +242,10 @@ proptest! {
     }
 
     #[test]
-    fn generic_tree_round_trip(tree in tree_strategy()) {
+    fn generic_tree_round_trip(nodes in tree_strategy()) {
+        let mut b = text::Builder::default();
+        build_nodes(&mut b, &nodes);
+        let tree = b.finish();
         for style in [Style::Raw, Style::File] {
             let printed = text::print_tree(&tree, style);
             let back = text::parse(&printed).expect("printed text parses");

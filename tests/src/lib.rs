@@ -415,7 +415,7 @@ pub fn synthetic_vg_text(lvs: usize) -> String {
                 }],
             })
             .collect(),
-        historical_lvs: vec![],
+        historical_lvs: Default::default(),
         header: Header {
             description: Some("synthetic".into()),
             creation_host: Some("node-1".into()),

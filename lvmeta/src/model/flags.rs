@@ -49,16 +49,35 @@ pub const SEGTYPE_FLAGS: &[&str] = &[
 /// The compatible flag that stands for `WRITE` in VGs with a system id or a lock type.
 pub const WRITE_LOCKED: &str = "WRITE_LOCKED";
 
-/// The first word of `status` that is not in `known`.
-pub fn unknown_status<'a>(status: &'a [String], known: &[&str]) -> Option<&'a str> {
-    status
+/// Compatible flags lvm2 2.03 writes.
+const COMPAT_FLAGS: &[&str] = &[
+    "WRITE_LOCKED",
+    "NOAUTOACTIVATE",
+    "ACTIVATION_SKIP",
+    "ERROR_WHEN_FULL",
+    "CACHE_VOL",
+    "MISSING",
+];
+
+/// A status or flag word: known words borrow a static string, unknown ones are kept owned.
+pub type Word = std::borrow::Cow<'static, str>;
+
+/// The [`Word`] for `s`, without allocating when lvm2 knows it.
+pub fn word(s: &str) -> Word {
+    [VG_STATUS, PV_STATUS, LV_STATUS, COMPAT_FLAGS]
         .iter()
-        .map(String::as_str)
-        .find(|s| !known.contains(s))
+        .flat_map(|l| l.iter())
+        .find(|w| **w == s)
+        .map_or_else(|| Word::Owned(s.to_owned()), |w| Word::Borrowed(w))
+}
+
+/// The first word of `status` that is not in `known`.
+pub fn unknown_status<'a>(status: &'a [Word], known: &[&str]) -> Option<&'a str> {
+    status.iter().map(|w| &**w).find(|s| !known.contains(s))
 }
 
 /// On read: turns a `WRITE_LOCKED` flag back into `WRITE` in `status` (after `READ`).
-pub fn unlock_write(status: &mut Vec<String>, flags: &mut Vec<String>) {
+pub fn unlock_write(status: &mut Vec<Word>, flags: &mut Vec<Word>) {
     if let Some(i) = flags.iter().position(|f| f == WRITE_LOCKED) {
         flags.remove(i);
         if !status.iter().any(|s| s == "WRITE") {
@@ -66,21 +85,21 @@ pub fn unlock_write(status: &mut Vec<String>, flags: &mut Vec<String>) {
                 .iter()
                 .position(|s| s == "READ")
                 .map_or(status.len(), |i| i + 1);
-            status.insert(at, "WRITE".into());
+            status.insert(at, Word::Borrowed("WRITE"));
         }
     }
 }
 
 /// On write: the `status` and `flags` lists as they go into the text, with `WRITE` moved to
 /// `WRITE_LOCKED` when `locked`.
-pub fn lock_write(status: &[String], flags: &[String], locked: bool) -> (Vec<String>, Vec<String>) {
+pub fn lock_write(status: &[Word], flags: &[Word], locked: bool) -> (Vec<Word>, Vec<Word>) {
     let writable = status.iter().any(|s| s == "WRITE");
     if !(locked && writable) {
         return (status.to_vec(), flags.to_vec());
     }
     let st = status.iter().filter(|s| *s != "WRITE").cloned().collect();
     let mut fl = Vec::with_capacity(flags.len() + 1);
-    fl.push(WRITE_LOCKED.to_owned());
+    fl.push(Word::Borrowed(WRITE_LOCKED));
     fl.extend(flags.iter().cloned());
     (st, fl)
 }
@@ -89,8 +108,8 @@ pub fn lock_write(status: &[String], flags: &[String], locked: bool) -> (Vec<Str
 mod tests {
     use super::*;
 
-    fn v(s: &[&str]) -> Vec<String> {
-        s.iter().map(|x| x.to_string()).collect()
+    fn v(s: &[&str]) -> Vec<Word> {
+        s.iter().map(|x| word(x)).collect()
     }
 
     #[test]

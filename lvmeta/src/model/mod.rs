@@ -10,10 +10,10 @@ mod segment;
 pub mod validate;
 
 use crate::names;
-use crate::text::{self, Body, Emitter, Node, Style, Tree};
+use crate::text::{self, Emitter, Style, Tree};
 use crate::uuid::Uuid;
 
-pub use flags::{LV_STATUS, PV_STATUS, SEGTYPE_FLAGS, VG_STATUS, WRITE_LOCKED};
+pub use flags::{word, Word, LV_STATUS, PV_STATUS, SEGTYPE_FLAGS, VG_STATUS, WRITE_LOCKED};
 pub use segment::{
     Area, Composite, LvRef, Mirror, SegKind, Segment, Snapshot, Striped, Thin, ThinMessage,
     ThinPool, Unknown,
@@ -61,9 +61,9 @@ pub struct Pv {
     /// devices-file identity.
     pub device_id: Option<String>,
     /// Status words.
-    pub status: Vec<String>,
+    pub status: Vec<Word>,
     /// Compatible flags, unknown ones included.
-    pub flags: Vec<String>,
+    pub flags: Vec<Word>,
     /// Tags.
     pub tags: Vec<String>,
     /// Device size in sectors.
@@ -84,9 +84,9 @@ pub struct Lv {
     /// Id.
     pub id: Uuid,
     /// Status words (`WRITE` restored from `WRITE_LOCKED`).
-    pub status: Vec<String>,
+    pub status: Vec<Word>,
     /// Compatible flags, unknown ones included.
-    pub flags: Vec<String>,
+    pub flags: Vec<Word>,
     /// Tags.
     pub tags: Vec<String>,
     /// Creation time and host.
@@ -141,9 +141,9 @@ pub struct Vg {
     /// `format`, informational.
     pub format: Option<String>,
     /// Status words (`WRITE` restored from `WRITE_LOCKED`).
-    pub status: Vec<String>,
+    pub status: Vec<Word>,
     /// Compatible flags, unknown ones included.
-    pub flags: Vec<String>,
+    pub flags: Vec<Word>,
     /// Tags.
     pub tags: Vec<String>,
     /// Owner's system id.
@@ -169,7 +169,7 @@ pub struct Vg {
     /// LVs in text order.
     pub lvs: Vec<Lv>,
     /// `historical_logical_volumes`, kept verbatim.
-    pub historical_lvs: Vec<Node<'static>>,
+    pub historical_lvs: Tree<'static>,
     /// The top-level fields of the text this VG was read from.
     pub header: Header,
 }
@@ -270,7 +270,7 @@ impl Vg {
 }
 
 fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
-    let top = Section::root(&tree.nodes, "");
+    let top = Section::root(tree, tree.top(), "");
     let mut warnings = Vec::new();
     let contents = top.opt_str("contents")?;
     if contents.as_deref() != Some("Text Format Volume Group") {
@@ -279,21 +279,16 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
     if top.opt_int("version")? != Some(1) {
         return Err(top.err("version", "missing or not 1"));
     }
-    let vg_node = tree
-        .nodes
-        .iter()
-        .find(|n| matches!(n.body, Body::Section(_)))
+    let (vg_node, sec) = top
+        .sections()
+        .next()
         .ok_or_else(|| top.err("", "no VG section"))?;
     let name = vg_node.key.to_string();
     names::check_vg_name(&name).map_err(|e| top.err(&name, e.to_string()))?;
-    let Body::Section(vg_nodes) = &vg_node.body else {
-        return Err(top.err(&name, "not a section"));
-    };
-    let sec = Section::root(vg_nodes, &vg_node.key);
     note_duplicates(&sec, &mut warnings);
     let id = parse_id(&sec)?;
-    let mut status = sec.req_str_list("status")?;
-    let mut vflags = sec.str_list("flags")?;
+    let mut status = sec.req_words("status")?;
+    let mut vflags = sec.words("flags")?;
     check_status(&sec, &status, flags::VG_STATUS)?;
     flags::unlock_write(&mut status, &mut vflags);
     if let Some(f) = sec.opt_str("format")? {
@@ -324,7 +319,7 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
         metadata_copies: sec.opt_u32("metadata_copies")?,
         pvs: Vec::new(),
         lvs: Vec::new(),
-        historical_lvs: Vec::new(),
+        historical_lvs: Tree::default(),
         header: Header {
             description: top.opt_str("description")?,
             creation_host: top.opt_str("creation_host")?,
@@ -336,9 +331,7 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
         .sub("physical_volumes")
         .ok_or_else(|| sec.err("physical_volumes", "missing"))?;
     let mut pv_keys: Vec<(&str, usize)> = Vec::new();
-    for n in pv_sec.nodes {
-        let Body::Section(s) = &n.body else { continue };
-        let ps = pv_sec.child(s, &n.key);
+    for (n, ps) in pv_sec.sections() {
         note_duplicates(&ps, &mut warnings);
         pv_keys.push((&n.key, vg.pvs.len()));
         vg.pvs.push(read_pv(&ps)?);
@@ -351,10 +344,8 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
     if let Some(lv_sec) = sec.sub("logical_volumes") {
         read_lvs(&lv_sec, &mut vg, &pv_keys, &mut warnings)?;
     }
-    if let Some(h) = sec.node("historical_logical_volumes") {
-        if let Body::Section(s) = &h.body {
-            vg.historical_lvs = s.iter().map(|n| n.clone().into_owned()).collect();
-        }
+    if let Some(h) = sec.sub("historical_logical_volumes") {
+        vg.historical_lvs = tree.subtree(h.nodes);
     }
     validate::check_read(&vg)?;
     Ok(Imported { vg, warnings })
@@ -371,15 +362,11 @@ fn note_duplicates(sec: &Section<'_, '_>, warnings: &mut Vec<ModelWarning>) {
 }
 
 fn parse_id(sec: &Section<'_, '_>) -> Result<Uuid, ModelError> {
-    let s = sec.req_str("id")?;
-    Uuid::parse(&s).map_err(|e| sec.err("id", e.to_string()))
+    let s = sec.req_ref("id")?;
+    Uuid::parse(s).map_err(|e| sec.err("id", e.to_string()))
 }
 
-fn check_status(
-    sec: &Section<'_, '_>,
-    status: &[String],
-    known: &[&str],
-) -> Result<(), ModelError> {
+fn check_status(sec: &Section<'_, '_>, status: &[Word], known: &[&str]) -> Result<(), ModelError> {
     match flags::unknown_status(status, known) {
         Some(w) => Err(sec.err("status", format!("unknown status flag {w:?}"))),
         None => Ok(()),
@@ -387,7 +374,7 @@ fn check_status(
 }
 
 fn read_pv(ps: &Section<'_, '_>) -> Result<Pv, ModelError> {
-    let status = ps.req_str_list("status")?;
+    let status = ps.req_words("status")?;
     check_status(ps, &status, flags::PV_STATUS)?;
     let ba = match (ps.opt_u64("ba_start")?, ps.opt_u64("ba_size")?) {
         (Some(s), Some(z)) => Some((s, z)),
@@ -400,7 +387,7 @@ fn read_pv(ps: &Section<'_, '_>) -> Result<Pv, ModelError> {
         device_id_type: ps.opt_str("device_id_type")?,
         device_id: ps.opt_str("device_id")?,
         status,
-        flags: ps.str_list("flags")?,
+        flags: ps.words("flags")?,
         tags: ps.str_list("tags")?,
         dev_size: ps.opt_u64("dev_size")?,
         pe_start: ps.req_u64("pe_start")?,
@@ -422,12 +409,10 @@ fn read_lvs(
         pe_counts: &pe_counts,
         pv_ids: &pv_ids,
     };
-    for n in lv_sec.nodes {
-        let Body::Section(s) = &n.body else { continue };
-        let ls = lv_sec.child(s, &n.key);
+    for (n, ls) in lv_sec.sections() {
         note_duplicates(&ls, warnings);
-        let mut status = ls.req_str_list("status")?;
-        let mut lflags = ls.str_list("flags")?;
+        let mut status = ls.req_words("status")?;
+        let mut lflags = ls.words("flags")?;
         check_status(&ls, &status, flags::LV_STATUS)?;
         flags::unlock_write(&mut status, &mut lflags);
         let creation = match (ls.opt_u64("creation_time")?, ls.opt_str("creation_host")?) {
@@ -438,11 +423,8 @@ fn read_lvs(
         };
         let segment_count = ls.req_u32("segment_count")?;
         let mut segments = Vec::new();
-        for sn in ls.nodes {
-            if let Body::Section(ss) = &sn.body {
-                let seg_sec = ls.child(ss, &sn.key);
-                segments.push(segment::read_segment(&seg_sec, &names)?);
-            }
+        for (_, seg_sec) in ls.sections() {
+            segments.push(segment::read_segment(&seg_sec, &names)?);
         }
         if segments.len() != segment_count as usize {
             return Err(ls.err(
@@ -534,9 +516,9 @@ fn export(vg: &Vg, style: Style, generator: &str) -> String {
         e.close();
     }
     e.blank();
-    if !vg.historical_lvs.is_empty() {
+    if !vg.historical_lvs.top().is_empty() {
         e.open("historical_logical_volumes");
-        e.nodes(&vg.historical_lvs);
+        e.nodes(&vg.historical_lvs, vg.historical_lvs.top());
         e.close();
     }
     e.close();

@@ -1,6 +1,6 @@
 //! Typed lookups in a config section, with errors that name the path and the field.
 
-use crate::text::{Body, Node, Value};
+use crate::text::{Body, Node, Tree, Value};
 
 use super::ModelError;
 
@@ -23,27 +23,48 @@ impl std::fmt::Display for Path<'_> {
 
 /// A section being read, with its path for messages.
 pub(crate) struct Section<'t, 'a> {
+    pub tree: &'t Tree<'a>,
     pub nodes: &'t [Node<'a>],
     pub path: Path<'t>,
 }
 
 impl<'t, 'a> Section<'t, 'a> {
     /// The top-level section.
-    pub fn root(nodes: &'t [Node<'a>], name: &'t str) -> Self {
+    pub fn root(tree: &'t Tree<'a>, nodes: &'t [Node<'a>], name: &'t str) -> Self {
         Self {
+            tree,
             nodes,
             path: Path { name, parent: None },
         }
     }
 
-    /// A subsection named `name` of `self`.
-    pub fn child<'s>(&'s self, nodes: &'s [Node<'a>], name: &'s str) -> Section<'s, 'a> {
-        Section {
-            nodes,
-            path: Path {
-                name,
-                parent: Some(&self.path),
-            },
+    /// The subsection `node` (a node of this section).
+    pub fn child<'s>(&'s self, node: &'s Node<'a>) -> Option<Section<'s, 'a>> {
+        match &node.body {
+            Body::Section(span) => Some(Section {
+                tree: self.tree,
+                nodes: self.tree.children(*span),
+                path: Path {
+                    name: &node.key,
+                    parent: Some(&self.path),
+                },
+            }),
+            Body::Value(_) => None,
+        }
+    }
+
+    /// The subsections, in order.
+    pub fn sections<'s>(&'s self) -> impl Iterator<Item = (&'s Node<'a>, Section<'s, 'a>)> {
+        self.nodes
+            .iter()
+            .filter_map(move |n| self.child(n).map(|c| (n, c)))
+    }
+
+    /// The elements of the array `key`, if it is one.
+    pub fn array(&self, key: &str) -> Option<&'t [Value<'a>]> {
+        match self.value(key) {
+            Some(Value::Array(span)) => Some(self.tree.items(*span)),
+            _ => None,
         }
     }
 
@@ -68,21 +89,26 @@ impl<'t, 'a> Section<'t, 'a> {
     }
 
     pub fn sub<'s>(&'s self, key: &str) -> Option<Section<'s, 'a>> {
-        let node = self.node(key)?;
-        match &node.body {
-            Body::Section(s) => Some(self.child(s, &node.key)),
-            Body::Value(_) => None,
-        }
+        self.child(self.node(key)?)
     }
 
-    pub fn opt_str(&self, key: &str) -> Result<Option<String>, ModelError> {
+    /// A string field, borrowed from the text.
+    pub fn opt_ref(&self, key: &str) -> Result<Option<&'t str>, ModelError> {
         match self.value(key) {
             None => Ok(None),
             Some(v) => v
                 .as_str()
-                .map(|s| Some(s.to_owned()))
+                .map(Some)
                 .ok_or_else(|| self.err(key, "must be a string")),
         }
+    }
+
+    pub fn req_ref(&self, key: &str) -> Result<&'t str, ModelError> {
+        self.opt_ref(key)?.ok_or_else(|| self.err(key, "missing"))
+    }
+
+    pub fn opt_str(&self, key: &str) -> Result<Option<String>, ModelError> {
+        Ok(self.opt_ref(key)?.map(str::to_owned))
     }
 
     pub fn req_str(&self, key: &str) -> Result<String, ModelError> {
@@ -127,7 +153,9 @@ impl<'t, 'a> Section<'t, 'a> {
     pub fn str_list(&self, key: &str) -> Result<Vec<String>, ModelError> {
         match self.value(key) {
             None => Ok(Vec::new()),
-            Some(Value::Array(items)) => items
+            Some(Value::Array(span)) => self
+                .tree
+                .items(*span)
                 .iter()
                 .map(|v| {
                     v.as_str()
@@ -138,6 +166,31 @@ impl<'t, 'a> Section<'t, 'a> {
             Some(Value::Str(s)) => Ok(vec![s.to_string()]),
             Some(_) => Err(self.err(key, "must be a list of strings")),
         }
+    }
+
+    /// A list of status or flag words; absent is an empty list.
+    pub fn words(&self, key: &str) -> Result<Vec<super::Word>, ModelError> {
+        match self.value(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(span)) => self
+                .tree
+                .items(*span)
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(super::word)
+                        .ok_or_else(|| self.err(key, "must hold only strings"))
+                })
+                .collect(),
+            Some(_) => Err(self.err(key, "must be a list of strings")),
+        }
+    }
+
+    pub fn req_words(&self, key: &str) -> Result<Vec<super::Word>, ModelError> {
+        if self.value(key).is_none() {
+            return Err(self.err(key, "missing"));
+        }
+        self.words(key)
     }
 
     pub fn req_str_list(&self, key: &str) -> Result<Vec<String>, ModelError> {

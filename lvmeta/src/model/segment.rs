@@ -1,7 +1,7 @@
 //! LV segments: the common fields and one typed variant per segment type lvm2 2.03 knows,
 //! plus [`SegKind::Unknown`], kept verbatim.
 
-use crate::text::{Body, Emitter, Node, Value};
+use crate::text::{Emitter, Node, Tree, Value};
 
 use super::read::Section;
 use super::ModelError;
@@ -123,7 +123,7 @@ pub struct Composite {
     /// Sub-LVs named by the segment.
     pub refs: Vec<LvRef>,
     /// The type-specific fields, verbatim.
-    pub fields: Vec<Node<'static>>,
+    pub fields: Tree<'static>,
 }
 
 /// A segment type lvm2 2.03.16 does not know, kept verbatim.
@@ -132,7 +132,7 @@ pub struct Unknown {
     /// The whole `type` string.
     pub type_name: String,
     /// Every other field of the segment, verbatim.
-    pub fields: Vec<Node<'static>>,
+    pub fields: Tree<'static>,
 }
 
 /// The type-specific part of a segment.
@@ -353,7 +353,7 @@ pub(crate) fn read_segment(
 ) -> Result<Segment, ModelError> {
     let start_extent = sec.req_u32("start_extent")?;
     let extent_count = sec.req_u32("extent_count")?;
-    let full_type = sec.req_str("type")?;
+    let full_type = sec.req_ref("type")?;
     let mut parts = full_type.split('+');
     let base = parts.next().unwrap_or("");
     let flags: Vec<String> = parts.map(str::to_owned).collect();
@@ -364,7 +364,7 @@ pub(crate) fn read_segment(
     let (base, type_flags) = if known_flags {
         (base, flags)
     } else {
-        (full_type.as_str(), Vec::new())
+        (full_type, Vec::new())
     };
     let mut seg = Segment {
         start_extent,
@@ -375,12 +375,14 @@ pub(crate) fn read_segment(
         tags: sec.str_list("tags")?,
         kind: SegKind::Error,
     };
-    let body = || -> Vec<Node<'static>> {
-        sec.nodes
+    let body = || -> Tree<'static> {
+        let rest: Vec<Node<'_>> = sec
+            .nodes
             .iter()
             .filter(|n| !COMMON.contains(&&*n.key))
-            .map(|n| n.clone().into_owned())
-            .collect()
+            .cloned()
+            .collect();
+        sec.tree.subtree(&rest)
     };
     seg.kind = match base {
         "striped" | "linear" => {
@@ -479,7 +481,7 @@ pub(crate) fn read_segment(
             tracing::warn!(path = %sec.path, segtype = %full_type, "unrecognised segment type, kept verbatim");
             seg.type_flags.clear();
             SegKind::Unknown(Unknown {
-                type_name: full_type.clone(),
+                type_name: full_type.to_owned(),
                 fields: body(),
             })
         }
@@ -491,7 +493,7 @@ fn composite(
     sec: &Section<'_, '_>,
     required: &[&'static str],
     optional: &[&'static str],
-    fields: Vec<Node<'static>>,
+    fields: Tree<'static>,
 ) -> Result<Composite, ModelError> {
     let mut refs = Vec::new();
     for &f in required {
@@ -523,9 +525,8 @@ fn read_thin_pool(sec: &Section<'_, '_>) -> Result<ThinPool, ModelError> {
         }
     }
     let mut messages = Vec::new();
-    for n in sec.nodes {
-        if let Body::Section(m) = &n.body {
-            let msec = sec.child(m, &n.key);
+    for (_, msec) in sec.sections() {
+        {
             messages.push(match (msec.opt_str("create")?, msec.opt_u32("delete")?) {
                 (Some(lv), None) => ThinMessage::Create(lv),
                 (None, Some(id)) => ThinMessage::Delete(id),
@@ -556,10 +557,10 @@ fn read_areas(
     seg: &Segment,
     names: &Names<'_>,
 ) -> Result<Vec<Area>, ModelError> {
-    let items = match sec.value(key) {
-        Some(Value::Array(items)) => items,
-        Some(_) => return Err(sec.err(key, "must be a list")),
-        None => return Err(sec.err(key, "missing")),
+    let items = match (sec.array(key), sec.value(key)) {
+        (Some(items), _) => items,
+        (None, Some(_)) => return Err(sec.err(key, "must be a list")),
+        (None, None) => return Err(sec.err(key, "missing")),
     };
     if count == 0 || items.len() != 2 * count as usize {
         return Err(sec.err(key, format!("{} entries for {count} areas", items.len())));
@@ -708,8 +709,8 @@ pub(crate) fn write_segment(e: &mut Emitter, index: usize, seg: &Segment, pv_key
         | SegKind::Writecache(body)
         | SegKind::Integrity(body)
         | SegKind::Vdo(body)
-        | SegKind::VdoPool(body) => e.nodes(&body.fields),
-        SegKind::Unknown(u) => e.nodes(&u.fields),
+        | SegKind::VdoPool(body) => e.nodes(&body.fields, body.fields.top()),
+        SegKind::Unknown(u) => e.nodes(&u.fields, u.fields.top()),
         SegKind::Error | SegKind::Zero => {}
     }
     e.close();

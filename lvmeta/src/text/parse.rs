@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use nom::bytes::complete::{take_till, take_while, take_while1};
 use nom::IResult;
 
-use super::{Body, Node, Tree, Value};
+use super::{Builder, Tree, Value};
 
 /// Deepest section nesting accepted (lvm2 metadata needs 5).
 pub const MAX_DEPTH: usize = 32;
@@ -30,14 +30,27 @@ pub enum TextError {
 pub fn parse(text: &str) -> Result<Tree<'_>, TextError> {
     // NUL is ASCII, so cutting there keeps the text valid UTF-8.
     let text = memchr::memchr(0, text.as_bytes()).map_or(text, |end| &text[..end]);
-    let mut p = Parser { text, pos: 0 };
-    let nodes = p.nodes(0)?;
-    Ok(Tree { nodes })
+    if u32::try_from(text.len()).is_err() {
+        return Err(TextError::Syntax {
+            offset: 0,
+            line: 1,
+            what: "text longer than 4 GiB".into(),
+        });
+    }
+    // About one node per 20 bytes of lvm2 metadata.
+    let mut p = Parser {
+        text,
+        pos: 0,
+        out: Builder::with_capacity(text.len() / 20),
+    };
+    p.nodes()?;
+    Ok(p.out.finish())
 }
 
 struct Parser<'a> {
     text: &'a str,
     pos: usize,
+    out: Builder<'a>,
 }
 
 /// Characters that end an identifier or a bare word.
@@ -114,21 +127,19 @@ impl<'a> Parser<'a> {
         self.rest().first().map(|&b| b as char)
     }
 
-    /// Nodes until the end of the text (depth 0) or a closing `}`.
-    fn nodes(&mut self, depth: usize) -> Result<Vec<Node<'a>>, TextError> {
-        if depth > MAX_DEPTH {
-            return self.err(format!("sections nested deeper than {MAX_DEPTH}"));
-        }
-        // lvm2's sections hold up to a dozen nodes; start there to avoid regrowing.
-        let mut out = Vec::with_capacity(if depth == 0 { 8 } else { 12 });
+    /// Nodes until the end of the text, sections included (kept iterative: the nesting lives
+    /// in the builder, not on the stack).
+    fn nodes(&mut self) -> Result<(), TextError> {
+        let mut names: Vec<Cow<'a, str>> = Vec::new();
         loop {
             self.skip_ws();
             match self.peek() {
-                None if depth == 0 => return Ok(out),
+                None if names.is_empty() => return Ok(()),
                 None => return self.err("unexpected end of text: missing '}'"),
-                Some('}') if depth > 0 => {
+                Some('}') if !names.is_empty() => {
                     self.pos += 1;
-                    return Ok(out);
+                    let name = names.pop().unwrap_or(Cow::Borrowed(""));
+                    self.out.close(name);
                 }
                 Some(_) => {
                     let key = self.key()?;
@@ -137,18 +148,16 @@ impl<'a> Parser<'a> {
                         Some('=') => {
                             self.pos += 1;
                             let v = self.value(true)?;
-                            out.push(Node {
-                                key,
-                                body: Body::Value(v),
-                            });
+                            self.out.value(key, v);
                         }
                         Some('{') => {
+                            if names.len() >= MAX_DEPTH {
+                                return self
+                                    .err(format!("sections nested deeper than {MAX_DEPTH}"));
+                            }
                             self.pos += 1;
-                            let inner = self.nodes(depth + 1)?;
-                            out.push(Node {
-                                key,
-                                body: Body::Section(inner),
-                            });
+                            self.out.open();
+                            names.push(key);
                         }
                         _ => return self.err(format!("expected '=' or '{{' after {key:?}")),
                     }
@@ -173,17 +182,22 @@ impl<'a> Parser<'a> {
         match self.peek() {
             Some('[') if array_allowed => {
                 self.pos += 1;
-                let mut items = Vec::new();
+                let start = self.out.begin_array();
+                let mut any = false;
                 loop {
                     self.skip_ws();
                     match self.peek() {
                         Some(']') => {
                             self.pos += 1;
-                            return Ok(Value::Array(items));
+                            return Ok(self.out.end_array(start));
                         }
-                        Some(',') if !items.is_empty() => self.pos += 1,
+                        Some(',') if any => self.pos += 1,
                         None => return self.err("unexpected end of text: missing ']'"),
-                        _ => items.push(self.value(false)?),
+                        _ => {
+                            let v = self.value(false)?;
+                            self.out.item(v);
+                            any = true;
+                        }
                     }
                 }
             }
@@ -232,23 +246,21 @@ impl<'a> Parser<'a> {
         let bytes = self.text.as_bytes();
         let mut i = body_start;
         let mut escaped = false;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'\\' => {
-                    escaped = true;
-                    i += 2;
-                }
-                b'"' => {
-                    let raw = &self.text[body_start..i.min(bytes.len())];
-                    self.pos = i + 1;
-                    return Ok(if escaped {
-                        Cow::Owned(unescape(raw))
-                    } else {
-                        Cow::Borrowed(raw)
-                    });
-                }
-                _ => i += 1,
+        // Jump from one quote or backslash to the next (SIMD through memchr).
+        while let Some(off) = memchr::memchr2(b'"', b'\\', &bytes[i.min(bytes.len())..]) {
+            i += off;
+            if bytes[i] == b'\\' {
+                escaped = true;
+                i += 2;
+                continue;
             }
+            let raw = &self.text[body_start..i];
+            self.pos = i + 1;
+            return Ok(if escaped {
+                Cow::Owned(unescape(raw))
+            } else {
+                Cow::Borrowed(raw)
+            });
         }
         self.err("unterminated string")
     }
@@ -289,6 +301,11 @@ fn unescape(raw: &str) -> String {
 /// C's `strtoll(tok, NULL, 0)` for the tokens the lexer produces (sign, digits), except that
 /// overflow is an error instead of saturating.
 fn strtoll(tok: &str) -> Option<i64> {
+    // Fast path: plain decimal without a leading zero, as lvm2 writes every number.
+    let b = tok.as_bytes();
+    if !b.is_empty() && b.len() <= 18 && b[0] != b'0' && b.iter().all(u8::is_ascii_digit) {
+        return Some(b.iter().fold(0i64, |v, d| v * 10 + i64::from(d - b'0')));
+    }
     let (neg, digits) = match tok.as_bytes().first() {
         Some(b'-') => (true, &tok[1..]),
         Some(b'+') => (false, &tok[1..]),
@@ -318,38 +335,42 @@ fn strtoll(tok: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::Body;
 
-    fn first_value(t: &str) -> Value<'_> {
+    /// The value of the first node, rendered back to text.
+    fn first(t: &str) -> String {
         let tree = parse(t).expect("parses");
-        match &tree.nodes[0].body {
-            Body::Value(v) => v.clone(),
+        match &tree.top()[0].body {
+            Body::Value(v) => {
+                let mut e = crate::text::Emitter::new(crate::text::Style::Raw);
+                e.value(&tree, "a", v);
+                e.finish().trim_end().trim_start_matches("a = ").to_owned()
+            }
             Body::Section(_) => panic!("not a value"),
         }
     }
 
     #[test]
     fn values() {
-        assert_eq!(first_value("a = 12"), Value::Int(12));
-        assert_eq!(first_value("a = -1"), Value::Int(-1));
-        assert_eq!(first_value("a = 0100"), Value::Int(64));
-        assert_eq!(first_value("a = 09"), Value::Int(0));
-        assert_eq!(
-            first_value("a = \"x\\\"y\\\\z\\n\""),
-            Value::Str("x\"y\\z\\n".into())
+        assert_eq!(first("a = 12"), "12");
+        assert_eq!(first("a = -1"), "-1");
+        assert_eq!(first("a = 0100"), "64");
+        assert_eq!(first("a = 09"), "0");
+        let t = parse("a = \"x\\\"y\\\\z\\n\"").expect("parses");
+        assert!(matches!(&t.top()[0].body, Body::Value(Value::Str(s)) if s == "x\"y\\z\\n"));
+        let t = parse("a = 'it\\'").expect("parses");
+        assert!(matches!(&t.top()[0].body, Body::Value(Value::Str(s)) if s == "it\\"));
+        assert!(
+            matches!(&parse("a = auto").expect("parses").top()[0].body, Body::Value(Value::Bare(s)) if s == "auto")
         );
-        assert_eq!(first_value("a = 'it\\'"), Value::Str("it\\".into()));
-        assert_eq!(first_value("a = auto"), Value::Bare("auto".into()));
-        assert_eq!(first_value("a = 1.5"), Value::Float("1.5".into()));
-        assert_eq!(
-            first_value("a = [\"pv0\", 0 \"pv1\" 4]"),
-            Value::Array(vec![
-                Value::Str("pv0".into()),
-                Value::Int(0),
-                Value::Str("pv1".into()),
-                Value::Int(4)
-            ])
+        assert!(
+            matches!(&parse("a = 1.5").expect("parses").top()[0].body, Body::Value(Value::Float(s)) if s == "1.5")
         );
-        assert_eq!(first_value("a = []"), Value::Array(vec![]));
+        assert_eq!(
+            first("a = [\"pv0\", 0 \"pv1\" 4]"),
+            "[\"pv0\", 0, \"pv1\", 4]"
+        );
+        assert_eq!(first("a = []"), "[]");
     }
 
     #[test]
@@ -357,9 +378,12 @@ mod tests {
         let t =
             parse("vg {\n# c\n id = \"x\" # tail\n sub { k = 1 }\n}\ncontents = \"y\"\0garbage {")
                 .expect("parses");
-        assert_eq!(t.nodes.len(), 2);
-        assert_eq!(t.nodes[0].key, "vg");
-        assert_eq!(t.nodes[0].section().map(|s| s.len()), Some(2));
+        assert_eq!(t.top().len(), 2);
+        assert_eq!(t.top()[0].key, "vg");
+        let Body::Section(s) = t.top()[0].body else {
+            panic!("not a section")
+        };
+        assert_eq!(t.children(s).len(), 2);
         // Keys may start with digits or dashes.
         assert!(parse("1lv { -x = 1 }").is_ok());
     }
@@ -379,10 +403,7 @@ mod tests {
         assert!(parse(&deep).is_err());
         let ok = "a {".repeat(MAX_DEPTH) + &"}".repeat(MAX_DEPTH);
         assert!(parse(&ok).is_ok());
-        assert_eq!(
-            first_value("a = -9223372036854775808"),
-            Value::Int(i64::MIN)
-        );
+        assert_eq!(first("a = -9223372036854775808"), "-9223372036854775808");
         assert!(parse("a = 9223372036854775808").is_err());
     }
 }

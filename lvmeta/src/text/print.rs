@@ -123,23 +123,23 @@ impl Emitter {
         self.out.push_str("]\n");
     }
 
-    /// `key = <value>` for any value.
-    pub fn value(&mut self, key: &str, v: &Value<'_>) {
+    /// `key = <value>` for any value of `tree`.
+    pub fn value(&mut self, tree: &Tree<'_>, key: &str, v: &Value<'_>) {
         self.indent();
         self.out.push_str(key);
         self.out.push_str(" = ");
-        push_value(&mut self.out, v);
+        push_value(&mut self.out, tree, v);
         self.out.push('\n');
     }
 
-    /// Every node of `nodes`, recursively.
-    pub fn nodes(&mut self, nodes: &[Node<'_>]) {
+    /// Every node of `nodes` (of `tree`), recursively.
+    pub fn nodes(&mut self, tree: &Tree<'_>, nodes: &[Node<'_>]) {
         for n in nodes {
             match &n.body {
-                Body::Value(v) => self.value(&n.key, v),
+                Body::Value(v) => self.value(tree, &n.key, v),
                 Body::Section(s) => {
                     self.open(&n.key);
-                    self.nodes(s);
+                    self.nodes(tree, tree.children(*s));
                     self.close();
                 }
             }
@@ -152,7 +152,7 @@ impl Emitter {
     }
 }
 
-fn push_value(out: &mut String, v: &Value<'_>) {
+fn push_value(out: &mut String, tree: &Tree<'_>, v: &Value<'_>) {
     match v {
         Value::Int(i) => {
             let _ = write!(out, "{i}");
@@ -161,11 +161,11 @@ fn push_value(out: &mut String, v: &Value<'_>) {
         Value::Str(s) => push_quoted(out, s),
         Value::Array(items) => {
             out.push('[');
-            for (i, it) in items.iter().enumerate() {
+            for (i, it) in tree.items(*items).iter().enumerate() {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                push_value(out, it);
+                push_value(out, tree, it);
             }
             out.push(']');
         }
@@ -175,7 +175,7 @@ fn push_value(out: &mut String, v: &Value<'_>) {
 /// A whole tree as text.
 pub fn print_tree(tree: &Tree<'_>, style: Style) -> String {
     let mut e = Emitter::new(style);
-    e.nodes(&tree.nodes);
+    e.nodes(tree, tree.top());
     e.finish()
 }
 
