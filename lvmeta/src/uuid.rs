@@ -6,6 +6,9 @@ use std::fmt;
 /// The alphabet lvm2 accepts in ids, in its order.
 const ALPHABET: &[u8; 64] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ!#";
 
+/// Where the printed form has its dashes.
+const DASHES: [usize; 6] = [6, 11, 16, 21, 26, 31];
+
 /// `VALID[b]`: is byte `b` in [`ALPHABET`]?
 const VALID: [bool; 256] = {
     let mut t = [false; 256];
@@ -35,6 +38,19 @@ pub enum UuidError {
 impl Uuid {
     /// Parses the dashed (or undashed) text form; every `-` is ignored, as lvm2 does.
     pub fn parse(s: &str) -> Result<Self, UuidError> {
+        // Fast path: the canonical 6-4-4-4-4-4-6 form lvm2 writes.
+        let b = s.as_bytes();
+        if b.len() == 38 && DASHES.iter().all(|&i| b[i] == b'-') {
+            let mut out = [0u8; 32];
+            let mut n = 0;
+            let mut from = 0;
+            for &d in DASHES.iter().chain(std::iter::once(&38)) {
+                out[n..n + d - from].copy_from_slice(&b[from..d]);
+                n += d - from;
+                from = d + 1;
+            }
+            return Self::from_raw(out).map_err(|_| UuidError::Alphabet(s.to_owned()));
+        }
         let mut out = [0u8; 32];
         let mut n = 0;
         for b in s.bytes().filter(|&b| b != b'-') {

@@ -409,6 +409,7 @@ fn read_lvs(
         pe_counts: &pe_counts,
         pv_ids: &pv_ids,
     };
+    vg.lvs.reserve(lv_sec.nodes.len());
     for (n, ls) in lv_sec.sections() {
         note_duplicates(&ls, warnings);
         let mut status = ls.req_words("status")?;

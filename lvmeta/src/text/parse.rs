@@ -58,16 +58,50 @@ fn ends_word(c: char) -> bool {
     c.is_ascii_whitespace() || matches!(c, '#' | '=' | '{' | '}')
 }
 
-/// Bytes that end an identifier or a bare word (all ASCII, so byte scanning is exact).
-fn ends_word_byte(b: u8) -> bool {
-    b.is_ascii_whitespace() || matches!(b, b'#' | b'=' | b'{' | b'}')
+/// Byte classes of the lexer, one table lookup per byte.
+const WS: u8 = 1;
+/// Ends an identifier or a bare word: white space, `#`, `=`, `{`, `}` (and NUL, which never
+/// reaches the lexer).
+const WORD_END: u8 = 2;
+/// Also ends a bare word in value position: `[`, `]`, `,`.
+const ARRAY_PUNCT: u8 = 4;
+/// Continues a number: digits and `.`.
+const NUM: u8 = 8;
+
+static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let ws = b" \t\n\r\x0b\x0c";
+    let mut i = 0;
+    while i < ws.len() {
+        t[ws[i] as usize] = WS | WORD_END;
+        i += 1;
+    }
+    t[b'#' as usize] = WORD_END;
+    t[b'=' as usize] = WORD_END;
+    t[b'{' as usize] = WORD_END;
+    t[b'}' as usize] = WORD_END;
+    t[0] = WORD_END;
+    t[b'[' as usize] = ARRAY_PUNCT;
+    t[b']' as usize] = ARRAY_PUNCT;
+    t[b',' as usize] = ARRAY_PUNCT;
+    t[b'.' as usize] = NUM;
+    let mut d = b'0';
+    while d <= b'9' {
+        t[d as usize] = NUM;
+        d += 1;
+    }
+    t
+};
+
+fn class(b: u8) -> u8 {
+    CLASS[b as usize]
 }
 
 fn ws_and_comments(mut i: &[u8]) -> &[u8] {
     loop {
         let skip = i
             .iter()
-            .position(|b| !b.is_ascii_whitespace())
+            .position(|&b| class(b) & WS == 0)
             .unwrap_or(i.len());
         i = &i[skip..];
         if i.first() == Some(&b'#') {
@@ -80,16 +114,16 @@ fn ws_and_comments(mut i: &[u8]) -> &[u8] {
 }
 
 fn word(i: &[u8]) -> IResult<&[u8], &[u8]> {
-    take_while1(|c: u8| !ends_word_byte(c))(i)
+    take_while1(|c: u8| class(c) & WORD_END == 0)(i)
 }
 
 /// A bare word in value position also ends at array punctuation.
 fn bare_word(i: &[u8]) -> IResult<&[u8], &[u8]> {
-    take_while1(|c: u8| !ends_word_byte(c) && !matches!(c, b'[' | b']' | b','))(i)
+    take_while1(|c: u8| class(c) & (WORD_END | ARRAY_PUNCT) == 0)(i)
 }
 
 fn digits(i: &[u8]) -> IResult<&[u8], &[u8]> {
-    take_while(|c: u8| c.is_ascii_digit() || c == b'.')(i)
+    take_while(|c: u8| class(c) & NUM != 0)(i)
 }
 
 impl<'a> Parser<'a> {
