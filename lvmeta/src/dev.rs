@@ -8,7 +8,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 /// A device addressed in bytes. Reads and writes may start and end anywhere; implementations
@@ -103,11 +103,6 @@ impl FileDevice {
             sector,
             direct,
         })
-    }
-
-    /// The path this device was opened from.
-    pub fn path(&self) -> PathBuf {
-        PathBuf::from(&self.name)
     }
 
     fn aligned_span(offset: u64, len: usize) -> (u64, usize) {
@@ -320,11 +315,6 @@ impl<D: BlockDevice> FaultyDevice<D> {
     /// The wrapped device, as the fault left it.
     pub fn into_inner(self) -> D {
         self.inner
-    }
-
-    /// How many writes were attempted.
-    pub fn writes_attempted(&self) -> usize {
-        *self.writes.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

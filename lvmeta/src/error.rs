@@ -21,14 +21,6 @@ pub enum Error {
         /// The OS error.
         source: io::Error,
     },
-    /// A device could not be opened.
-    #[error("{device}: cannot open: {source}")]
-    Open {
-        /// Device path.
-        device: String,
-        /// The OS error.
-        source: io::Error,
-    },
     /// A label sector was rejected.
     #[error("{device}: {source}")]
     Label {
@@ -59,10 +51,10 @@ pub enum Error {
     #[error("invalid metadata: {0}")]
     Model(#[from] ModelError),
     /// No VG of that name was found on the scanned devices.
-    #[error("volume group \"{0}\" not found")]
+    #[error("Volume group \"{0}\" not found")]
     VgNotFound(String),
     /// No LV of that name in the VG.
-    #[error("logical volume \"{vg}/{lv}\" not found")]
+    #[error("Failed to find logical volume \"{vg}/{lv}\"")]
     LvNotFound {
         /// VG name.
         vg: String,
@@ -70,7 +62,7 @@ pub enum Error {
         lv: String,
     },
     /// Several VGs carry the requested name.
-    #[error("multiple VGs named \"{0}\" found; use the VG id")]
+    #[error("Multiple VGs found with the same name \"{0}\"; rename one of them")]
     VgAmbiguous(String),
 }
 

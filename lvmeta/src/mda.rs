@@ -99,7 +99,7 @@ pub enum MdaError {
 /// pv_header says is `expected_size` bytes long.
 pub fn decode(buf: &[u8], start: u64, expected_size: u64) -> Result<MdaHeader, MdaError> {
     let field = |rel: u64, field, why: String| MdaError::Field {
-        offset: start + rel,
+        offset: start.saturating_add(rel),
         field,
         why,
     };

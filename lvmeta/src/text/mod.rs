@@ -244,11 +244,6 @@ impl<'a> Builder<'a> {
         });
     }
 
-    /// How many sections are open.
-    pub fn depth(&self) -> usize {
-        self.marks.len()
-    }
-
     /// The tree; sections still open are closed as anonymous.
     pub fn finish(mut self) -> Tree<'a> {
         while !self.marks.is_empty() {
