@@ -297,6 +297,26 @@ pub fn check_fixture(fx: &Fixture, scan: &Scan) {
     }
 }
 
+/// The `lvmeta` binary of this workspace (built by `cargo test --workspace`; built here if a
+/// narrower `cargo test -p` left it out).
+pub fn lvmeta_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_owned();
+    let bin = dir.join("lvmeta");
+    if !bin.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "lvmeta", "--bin", "lvmeta"])
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "cargo build -p lvmeta failed");
+    }
+    bin
+}
+
 /// Whether privileged tests must run (CI, or `LVMETA_REQUIRE_PRIVILEGED=1`).
 pub fn privileged_required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")

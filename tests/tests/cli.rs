@@ -1,0 +1,98 @@
+//! The `lvmeta` command on fixture images (regular files, no root needed): `dump` prints the
+//! committed text, `vgcfgbackup` writes what lvm2's does, errors exit as lvm2's do.
+
+use std::process::{Command, Output};
+
+use lvmeta_tests::{fixtures_dir, lvmeta_bin, normalise_backup, scan_all, Fixture};
+
+fn lvmeta(args: &[&str]) -> Output {
+    Command::new(lvmeta_bin())
+        .args(args)
+        .output()
+        .expect("run lvmeta")
+}
+
+/// The fixture's images written out as files; returns the `--devices` argument.
+fn images(dir: &std::path::Path, name: &str) -> (Fixture, String) {
+    let fx = Fixture::open(&fixtures_dir().join(name));
+    let paths: Vec<String> = fx
+        .images()
+        .iter()
+        .zip(fx.mem_devices())
+        .map(|(img, dev)| {
+            let p = dir.join(format!("{name}-{img}"));
+            std::fs::write(&p, dev.to_bytes()).expect("write image");
+            p.display().to_string()
+        })
+        .collect();
+    (fx, paths.join(","))
+}
+
+#[test]
+fn dump_and_vgcfgbackup_match_lvm2() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    for (name, vg) in [("linear", "vgl"), ("wrapped", "vgw"), ("shared", "vgsh")] {
+        let (fx, devices) = images(tmp.path(), name);
+        let out = lvmeta(&["dump", "--devices", &devices, vg]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let scan = scan_all(&fx.mem_devices());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            &*scan.vgs[0].text,
+            "{name}: dump"
+        );
+
+        let file = tmp.path().join(format!("{name}.backup"));
+        let file_arg = file.display().to_string();
+        let out = lvmeta(&["vgcfgbackup", "--devices", &devices, "-f", &file_arg, vg]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ours = std::fs::read_to_string(&file).expect("backup written");
+        let theirs = std::fs::read_to_string(fx.dir.join("vgcfgbackup")).expect("lvm2 backup");
+        assert_eq!(
+            normalise_backup(&ours),
+            normalise_backup(&theirs),
+            "{name}: vgcfgbackup"
+        );
+    }
+}
+
+#[test]
+fn errors_exit_like_lvm2() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let (_, devices) = images(tmp.path(), "linear");
+    let out = lvmeta(&["lvs", "--devices", &devices, "nosuchvg"]);
+    assert_eq!(out.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Volume group \"nosuchvg\" not found"));
+    let out = lvmeta(&["lvs", "--devices", &devices, "vgl/nosuchlv"]);
+    assert_eq!(out.status.code(), Some(5));
+    let out = lvmeta(&["lvs", "--devices", &devices, "-o", "bogus_field"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bogus_field"));
+    let out = lvmeta(&["vgs", "--devices", &devices, "--reportformat", "yaml"]);
+    assert_eq!(out.status.code(), Some(3));
+    // The shared VG is read without a lease, with a warning.
+    let (_, shared) = images(tmp.path(), "shared");
+    let out = lvmeta(&["lvs", "--devices", &shared]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without a lock"));
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        table
+            .lines()
+            .next()
+            .is_some_and(|h| h.contains("LV") && h.contains("LSize")),
+        "{table}"
+    );
+    assert!(
+        table.contains("first") && !table.contains("lvmlock"),
+        "{table}"
+    );
+}
