@@ -64,16 +64,19 @@ pub type Word = std::borrow::Cow<'static, str>;
 
 /// The [`Word`] for `s`, without allocating when lvm2 knows it.
 pub fn word(s: &str) -> Word {
-    [VG_STATUS, PV_STATUS, LV_STATUS, COMPAT_FLAGS]
+    [VG_STATUS, PV_STATUS, LV_STATUS, SEGTYPE_FLAGS, COMPAT_FLAGS]
         .iter()
         .flat_map(|l| l.iter())
         .find(|w| **w == s)
         .map_or_else(|| Word::Owned(s.to_owned()), |w| Word::Borrowed(w))
 }
 
-/// The first word of `status` that is not in `known`.
-pub fn unknown_status<'a>(status: &'a [Word], known: &[&str]) -> Option<&'a str> {
-    status.iter().map(|w| &**w).find(|s| !known.contains(s))
+/// The first word of `status` that is in none of the `known` lists.
+pub fn unknown_status<'a>(status: &'a [Word], known: &[&[&str]]) -> Option<&'a str> {
+    status
+        .iter()
+        .map(|w| &**w)
+        .find(|s| !known.iter().any(|l| l.contains(s)))
 }
 
 /// On read: turns a `WRITE_LOCKED` flag back into `WRITE` in `status` (after `READ`).

@@ -289,7 +289,7 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
     let id = parse_id(&sec)?;
     let mut status = sec.req_words("status")?;
     let mut vflags = sec.words("flags")?;
-    check_status(&sec, &status, flags::VG_STATUS)?;
+    check_status(&sec, &status, &[flags::VG_STATUS])?;
     flags::unlock_write(&mut status, &mut vflags);
     if let Some(f) = sec.opt_str("format")? {
         if !["lvm2", "2", "text"].contains(&f.to_ascii_lowercase().as_str()) {
@@ -366,7 +366,11 @@ fn parse_id(sec: &Section<'_, '_>) -> Result<Uuid, ModelError> {
     Uuid::parse(s).map_err(|e| sec.err("id", e.to_string()))
 }
 
-fn check_status(sec: &Section<'_, '_>, status: &[Word], known: &[&str]) -> Result<(), ModelError> {
+fn check_status(
+    sec: &Section<'_, '_>,
+    status: &[Word],
+    known: &[&[&str]],
+) -> Result<(), ModelError> {
     match flags::unknown_status(status, known) {
         Some(w) => Err(sec.err("status", format!("unknown status flag {w:?}"))),
         None => Ok(()),
@@ -375,7 +379,7 @@ fn check_status(sec: &Section<'_, '_>, status: &[Word], known: &[&str]) -> Resul
 
 fn read_pv(ps: &Section<'_, '_>) -> Result<Pv, ModelError> {
     let status = ps.req_words("status")?;
-    check_status(ps, &status, flags::PV_STATUS)?;
+    check_status(ps, &status, &[flags::PV_STATUS])?;
     let ba = match (ps.opt_u64("ba_start")?, ps.opt_u64("ba_size")?) {
         (Some(s), Some(z)) => Some((s, z)),
         (None, None) => None,
@@ -414,7 +418,7 @@ fn read_lvs(
         note_duplicates(&ls, warnings);
         let mut status = ls.req_words("status")?;
         let mut lflags = ls.words("flags")?;
-        check_status(&ls, &status, flags::LV_STATUS)?;
+        check_status(&ls, &status, &[flags::LV_STATUS, flags::SEGTYPE_FLAGS])?;
         flags::unlock_write(&mut status, &mut lflags);
         let creation = match (ls.opt_u64("creation_time")?, ls.opt_str("creation_host")?) {
             (Some(t), Some(h)) => Some((t, h)),

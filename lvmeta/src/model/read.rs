@@ -149,8 +149,9 @@ impl<'t, 'a> Section<'t, 'a> {
         self.ranged(key, v)
     }
 
-    /// A list of strings; absent is an empty list.
-    pub fn str_list(&self, key: &str) -> Result<Vec<String>, ModelError> {
+    /// A list of strings, each converted by `f`; absent is an empty list, a lone string is a
+    /// list of one.
+    fn list<T>(&self, key: &str, f: impl Fn(&str) -> T) -> Result<Vec<T>, ModelError> {
         match self.value(key) {
             None => Ok(Vec::new()),
             Some(Value::Array(span)) => self
@@ -159,31 +160,23 @@ impl<'t, 'a> Section<'t, 'a> {
                 .iter()
                 .map(|v| {
                     v.as_str()
-                        .map(str::to_owned)
+                        .map(&f)
                         .ok_or_else(|| self.err(key, "must hold only strings"))
                 })
                 .collect(),
-            Some(Value::Str(s)) => Ok(vec![s.to_string()]),
+            Some(Value::Str(s)) => Ok(vec![f(s)]),
             Some(_) => Err(self.err(key, "must be a list of strings")),
         }
     }
 
+    /// A list of strings; absent is an empty list.
+    pub fn str_list(&self, key: &str) -> Result<Vec<String>, ModelError> {
+        self.list(key, str::to_owned)
+    }
+
     /// A list of status or flag words; absent is an empty list.
     pub fn words(&self, key: &str) -> Result<Vec<super::Word>, ModelError> {
-        match self.value(key) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(span)) => self
-                .tree
-                .items(*span)
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(super::word)
-                        .ok_or_else(|| self.err(key, "must hold only strings"))
-                })
-                .collect(),
-            Some(_) => Err(self.err(key, "must be a list of strings")),
-        }
+        self.list(key, super::word)
     }
 
     pub fn req_words(&self, key: &str) -> Result<Vec<super::Word>, ModelError> {

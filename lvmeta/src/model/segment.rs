@@ -107,6 +107,17 @@ pub struct Snapshot {
     pub merging: bool,
 }
 
+impl Snapshot {
+    /// The field that names the COW LV.
+    pub fn store_key(&self) -> &'static str {
+        if self.merging {
+            "merging_store"
+        } else {
+            "cow_store"
+        }
+    }
+}
+
 /// A reference from a segment field to another LV.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LvRef {
@@ -286,27 +297,30 @@ impl SegKind {
             }
             SegKind::Snapshot(s) => {
                 out.push(("origin", &s.origin));
-                out.push((
-                    if s.merging {
-                        "merging_store"
-                    } else {
-                        "cow_store"
-                    },
-                    &s.cow,
-                ));
+                out.push((s.store_key(), &s.cow));
             }
+            k => {
+                if let Some(body) = k.composite() {
+                    out.extend(body.refs.iter().map(|r| (r.field, r.lv.as_str())));
+                }
+            }
+        }
+        out
+    }
+
+    /// The verbatim body of raid, cache, cache-pool, writecache, integrity, vdo and vdo-pool
+    /// segments.
+    pub fn composite(&self) -> Option<&Composite> {
+        match self {
             SegKind::Raid { body, .. }
             | SegKind::Cache(body)
             | SegKind::CachePool(body)
             | SegKind::Writecache(body)
             | SegKind::Integrity(body)
             | SegKind::Vdo(body)
-            | SegKind::VdoPool(body) => {
-                out.extend(body.refs.iter().map(|r| (r.field, r.lv.as_str())))
-            }
-            SegKind::Error | SegKind::Zero | SegKind::Unknown(_) => {}
+            | SegKind::VdoPool(body) => Some(body),
+            _ => None,
         }
-        out
     }
 
     /// The areas (PV or LV extents) the segment maps, for striped and mirror segments.
@@ -694,24 +708,14 @@ pub(crate) fn write_segment(e: &mut Emitter, index: usize, seg: &Segment, pv_key
         SegKind::Snapshot(s) => {
             e.int("chunk_size", i64::from(s.chunk_size));
             e.str("origin", &s.origin);
-            e.str(
-                if s.merging {
-                    "merging_store"
-                } else {
-                    "cow_store"
-                },
-                &s.cow,
-            );
+            e.str(s.store_key(), &s.cow);
         }
-        SegKind::Raid { body, .. }
-        | SegKind::Cache(body)
-        | SegKind::CachePool(body)
-        | SegKind::Writecache(body)
-        | SegKind::Integrity(body)
-        | SegKind::Vdo(body)
-        | SegKind::VdoPool(body) => e.nodes(&body.fields, body.fields.top()),
         SegKind::Unknown(u) => e.nodes(&u.fields, u.fields.top()),
-        SegKind::Error | SegKind::Zero => {}
+        k => {
+            if let Some(body) = k.composite() {
+                e.nodes(&body.fields, body.fields.top());
+            }
+        }
     }
     e.close();
 }
