@@ -20,8 +20,9 @@ fn lv_path(vg: &Vg, lv: &Lv) -> String {
 
 /// Every check lvm2 makes when it reads a VG; the first failure is returned.
 pub fn check_read(vg: &Vg) -> Result<(), ModelError> {
-    check_ids(vg)?;
-    check_lvs(vg)?;
+    let by_name = ByName::new(vg);
+    check_ids(vg, &by_name)?;
+    check_lvs(vg, &by_name)?;
     check_extents(vg)
 }
 
@@ -34,7 +35,7 @@ fn first_duplicate<T, K: Ord>(items: &mut [T], key: impl Fn(&T) -> K) -> Option<
         .map(|w| &w[1])
 }
 
-fn check_ids(vg: &Vg) -> Result<(), ModelError> {
+fn check_ids(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
     let mut pv_ids: Vec<_> = vg.pvs.iter().map(|p| p.id).collect();
     if let Some(id) = first_duplicate(&mut pv_ids, |i| *i) {
         return Err(err(
@@ -43,16 +44,12 @@ fn check_ids(vg: &Vg) -> Result<(), ModelError> {
             format!("duplicate PV id {id}"),
         ));
     }
-    let mut lvs: Vec<&Lv> = vg.lvs.iter().collect();
-    if let Some(lv) = first_duplicate(&mut lvs, |l| l.name.as_str()) {
-        return Err(err(lv_path(vg, lv), "name", "duplicate LV name"));
+    if let Some(w) = by_name.0.windows(2).find(|w| w[0].name == w[1].name) {
+        return Err(err(lv_path(vg, w[1]), "name", "duplicate LV name"));
     }
-    if let Some(lv) = first_duplicate(&mut lvs, |l| l.id) {
-        return Err(err(
-            lv_path(vg, lv),
-            "id",
-            format!("duplicate LV id {}", lv.id),
-        ));
+    let mut lv_ids: Vec<(crate::uuid::Uuid, &Lv)> = vg.lvs.iter().map(|l| (l.id, l)).collect();
+    if let Some((id, lv)) = first_duplicate(&mut lv_ids, |(id, _)| *id) {
+        return Err(err(lv_path(vg, lv), "id", format!("duplicate LV id {id}")));
     }
     let mut spares = 0;
     for lv in &vg.lvs {
@@ -95,8 +92,7 @@ impl<'v> ByName<'v> {
     }
 }
 
-fn check_lvs(vg: &Vg) -> Result<(), ModelError> {
-    let by_name = ByName::new(vg);
+fn check_lvs(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
     for lv in &vg.lvs {
         if lv.segments.is_empty() {
             return Err(err(
