@@ -195,7 +195,8 @@ fn value() -> impl Strategy<Value = V> {
 }
 
 fn tree_strategy() -> impl Strategy<Value = Vec<N>> {
-    let key = "[a-zA-Z_][a-zA-Z0-9_.+-]{0,10}";
+    // Any printable key: odd ones must come back quoted.
+    let key = "[ -~]{0,10}";
     let leaf = (key, value()).prop_map(|(k, v)| N::Val(k, v));
     let node = leaf.prop_recursive(4, 32, 6, move |inner| {
         prop_oneof![

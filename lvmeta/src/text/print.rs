@@ -31,6 +31,21 @@ fn push_quoted(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// A key as written: bare when the parser reads it back as one word, quoted otherwise (empty,
+/// starting with a quote, or holding white space, `#`, `=`, `{`, `}`).
+fn push_key(out: &mut String, key: &str) {
+    let plain = !key.is_empty()
+        && !key.starts_with(['"', '\''])
+        && !key
+            .bytes()
+            .any(|b| b.is_ascii_whitespace() || matches!(b, b'#' | b'=' | b'{' | b'}' | 0));
+    if plain {
+        out.push_str(key);
+    } else {
+        push_quoted(out, key);
+    }
+}
+
 /// Builds config text line by line, keeping track of the indentation.
 #[derive(Debug)]
 pub struct Emitter {
@@ -70,7 +85,7 @@ impl Emitter {
     /// `name {`, then one level deeper.
     pub fn open(&mut self, name: &str) {
         self.indent();
-        self.out.push_str(name);
+        push_key(&mut self.out, name);
         self.out.push_str(" {\n");
         self.depth += 1;
     }
@@ -97,13 +112,14 @@ impl Emitter {
     /// `key = <int>`.
     pub fn int(&mut self, key: &str, v: i64) {
         self.indent();
-        let _ = writeln!(self.out, "{key} = {v}");
+        push_key(&mut self.out, key);
+        let _ = writeln!(self.out, " = {v}");
     }
 
     /// `key = "<escaped>"`.
     pub fn str(&mut self, key: &str, v: &str) {
         self.indent();
-        self.out.push_str(key);
+        push_key(&mut self.out, key);
         self.out.push_str(" = ");
         push_quoted(&mut self.out, v);
         self.out.push('\n');
@@ -112,7 +128,7 @@ impl Emitter {
     /// `key = ["a", "b"]`.
     pub fn str_list<S: AsRef<str>>(&mut self, key: &str, items: &[S]) {
         self.indent();
-        self.out.push_str(key);
+        push_key(&mut self.out, key);
         self.out.push_str(" = [");
         for (i, s) in items.iter().enumerate() {
             if i > 0 {
@@ -126,7 +142,7 @@ impl Emitter {
     /// `key = <value>` for any value of `tree`.
     pub fn value(&mut self, tree: &Tree<'_>, key: &str, v: &Value<'_>) {
         self.indent();
-        self.out.push_str(key);
+        push_key(&mut self.out, key);
         self.out.push_str(" = ");
         push_value(&mut self.out, tree, v);
         self.out.push('\n');
