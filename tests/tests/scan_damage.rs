@@ -40,6 +40,21 @@ fn committed_text(scan: &Scan) -> String {
 
 const MDA0: (u64, u64) = (4096, 61440);
 
+/// The scan found the VG and warned exactly once, about the area at 4096 of `device`, with a
+/// message containing `needle`.
+fn assert_one_mda_warning(s: &Scan, device: &str, needle: &str) {
+    assert_eq!(s.vgs.len(), 1);
+    assert!(
+        matches!(
+            &s.warnings[..],
+            [ScanWarning::Mda { device: d, offset: 4096, error }]
+                if d == device && error.to_string().contains(needle)
+        ),
+        "{:?}",
+        s.warnings
+    );
+}
+
 #[test]
 fn clean_fixture_has_no_warnings() {
     let s = scan_of(&wrapped());
@@ -134,17 +149,7 @@ fn damaged_header_and_text_are_reported() {
     devs[0]
         .write_at(4096 + 30, &[b[0] ^ 0x40])
         .expect("flip header byte");
-    let s = scan_of(&devs);
-    assert_eq!(s.vgs.len(), 1);
-    assert!(
-        matches!(
-            &s.warnings[..],
-            [ScanWarning::Mda { device, offset: 4096, error }]
-                if device == "pv0.img" && error.to_string().contains("checksum")
-        ),
-        "{:?}",
-        s.warnings
-    );
+    assert_one_mda_warning(&scan_of(&devs), "pv0.img", "checksum");
 
     // A flipped byte inside the committed text of pv1's first area.
     let devs = wrapped();
@@ -154,17 +159,7 @@ fn damaged_header_and_text_are_reported() {
     let at = 4096 + h.committed.offset + 100;
     devs[1].read_at(at, &mut b).expect("read");
     devs[1].write_at(at, &[b[0] ^ 1]).expect("flip text byte");
-    let s = scan_of(&devs);
-    assert_eq!(s.vgs.len(), 1);
-    assert!(
-        matches!(
-            &s.warnings[..],
-            [ScanWarning::Mda { device, offset: 4096, error }]
-                if device == "pv1.img" && error.to_string().contains("does not match raw_locn")
-        ),
-        "{:?}",
-        s.warnings
-    );
+    assert_one_mda_warning(&scan_of(&devs), "pv1.img", "does not match raw_locn");
 }
 
 #[test]
