@@ -427,7 +427,8 @@ fn read_lvs(
             (None, Some(_)) => return Err(ls.err("creation_time", "missing with creation_host")),
         };
         let segment_count = ls.req_u32("segment_count")?;
-        let mut segments = Vec::new();
+        // Exact capacity: a Vec of large elements would otherwise start with room for four.
+        let mut segments = Vec::with_capacity((segment_count as usize).min(ls.nodes.len()));
         for (_, seg_sec) in ls.sections() {
             segments.push(segment::read_segment(&seg_sec, &names)?);
         }
