@@ -2,7 +2,7 @@
 //! verbatim, and all of it prints back to the same model.
 
 use lvmeta::model::{SegKind, ThinMessage, Vg};
-use lvmeta::report::{lv_attr, DmState};
+use lvmeta::report::{lv_attr, DmState, LvUses};
 use lvmeta::text::Style;
 
 fn lv(name: &str, status: &str, extents: u32, seg: &str) -> String {
@@ -85,7 +85,8 @@ fn every_type_reads_typed() {
     assert!(matches!(kind("err"), SegKind::Error));
     assert!(matches!(kind("zer"), SegKind::Zero));
     assert!(matches!(kind("weird"), SegKind::Unknown(u) if u.type_name == "future-type+NEWFLAG"));
-    let attr = |n: &str| lv_attr(&vg, vg.lv(n).expect(n), &DmState::Unknown);
+    let uses = LvUses::of(&vg);
+    let attr = |n: &str| lv_attr(vg.lv(n).expect(n), &uses, &vg, &DmState::Unknown);
     assert_eq!(attr("pool"), "twi-XXtz--");
     assert_eq!(attr("thin1"), "Vwi-XXt---");
     assert_eq!(&attr("pool_tdata")[..1], "T");

@@ -266,7 +266,14 @@ pub fn pv_field(scan: &Scan, i: usize, name: &str) -> Option<Cell> {
 }
 
 /// An LV or segment field; `seg` is the segment of this row (the first when rows are LVs).
-pub fn lv_field(c: &VgCtx<'_>, lv: &Lv, seg: &Segment, dm: &DmState, name: &str) -> Option<Cell> {
+pub fn lv_field(
+    c: &VgCtx<'_>,
+    uses: &LvUses<'_>,
+    lv: &Lv,
+    seg: &Segment,
+    dm: &DmState,
+    name: &str,
+) -> Option<Cell> {
     if let Some(v) = vg_field(c, name) {
         return Some(v);
     }
@@ -276,7 +283,7 @@ pub fn lv_field(c: &VgCtx<'_>, lv: &Lv, seg: &Segment, dm: &DmState, name: &str)
         "lv_name" => Cell::Str(lv.name.clone()),
         "lv_uuid" => Cell::Str(lv.id.to_string()),
         "lv_size" => Cell::Size(lv.extents() * ext),
-        "lv_attr" => Cell::Str(lv_attr(vg, lv, dm)),
+        "lv_attr" => Cell::Str(lv_attr(lv, uses, vg, dm)),
         "seg_count" => Cell::Num(lv.segments.len() as u64),
         "lv_tags" => tags(&lv.tags),
         "pool_lv" => Cell::Str(match &lv.segments[0].kind {
@@ -289,7 +296,7 @@ pub fn lv_field(c: &VgCtx<'_>, lv: &Lv, seg: &Segment, dm: &DmState, name: &str)
                 .unwrap_or_default(),
             _ => String::new(),
         }),
-        "origin" => Cell::Str(origin_of(vg, lv).unwrap_or_default()),
+        "origin" => Cell::Str(origin_of(lv, uses).unwrap_or_default()),
         "lv_lock_args" => Cell::Str(lv.lock_args.clone().unwrap_or_default()),
         "segtype" => Cell::Str(seg.report_type().to_owned()),
         "devices" => Cell::Str(devices(c, seg)),
@@ -310,14 +317,11 @@ pub fn lv_field(c: &VgCtx<'_>, lv: &Lv, seg: &Segment, dm: &DmState, name: &str)
 }
 
 /// The origin a report shows: thin snapshot origin, or the origin of an old COW snapshot.
-fn origin_of(vg: &Vg, lv: &Lv) -> Option<String> {
+fn origin_of(lv: &Lv, uses: &LvUses<'_>) -> Option<String> {
     if let SegKind::Thin(t) = &lv.segments[0].kind {
         return t.origin.clone().or_else(|| t.external_origin.clone());
     }
-    vg.lvs.iter().find_map(|l| match &l.segments[0].kind {
-        SegKind::Snapshot(s) if s.cow == lv.name => Some(s.origin.clone()),
-        _ => None,
-    })
+    uses.origin_of_cow(&lv.name).map(str::to_owned)
 }
 
 fn devices(c: &VgCtx<'_>, seg: &Segment) -> String {
@@ -339,27 +343,62 @@ fn devices(c: &VgCtx<'_>, seg: &Segment) -> String {
     parts.join(",")
 }
 
-/// lvm2's 10-character `lv_attr`.
-pub fn lv_attr(vg: &Vg, lv: &Lv, dm: &DmState) -> String {
-    let kind = &lv.segments[0].kind;
-    let used_as = |field: &str| {
-        vg.lvs.iter().any(|o| {
-            o.segments.iter().any(|s| {
-                s.kind
+/// How the LVs of a VG refer to each other, gathered in one pass so that per-LV fields need
+/// no scan of the whole VG.
+pub struct LvUses<'v> {
+    /// (referenced LV, referring field), sorted.
+    refs: Vec<(&'v str, &'v str)>,
+    /// (COW LV, origin LV) of old-style snapshots, sorted.
+    cows: Vec<(&'v str, &'v str)>,
+    /// Origins of old-style snapshots, sorted.
+    origins: Vec<&'v str>,
+}
+
+impl<'v> LvUses<'v> {
+    /// Indexes every reference between the LVs of `vg`.
+    pub fn of(vg: &'v Vg) -> Self {
+        let mut refs = Vec::new();
+        let mut cows = Vec::new();
+        for seg in vg.lvs.iter().flat_map(|l| &l.segments) {
+            refs.extend(
+                seg.kind
                     .lv_refs()
-                    .iter()
-                    .any(|(f, n)| *f == field && *n == lv.name)
-            })
-        })
-    };
-    let is_origin = vg
-        .lvs
-        .iter()
-        .any(|o| matches!(&o.segments[0].kind, SegKind::Snapshot(s) if s.origin == lv.name));
-    let is_cow = vg
-        .lvs
-        .iter()
-        .any(|o| matches!(&o.segments[0].kind, SegKind::Snapshot(s) if s.cow == lv.name));
+                    .into_iter()
+                    .map(|(field, target)| (target, field)),
+            );
+            if let SegKind::Snapshot(s) = &seg.kind {
+                cows.push((s.cow.as_str(), s.origin.as_str()));
+            }
+        }
+        let mut origins: Vec<&str> = cows.iter().map(|(_, o)| *o).collect();
+        refs.sort_unstable();
+        cows.sort_unstable();
+        origins.sort_unstable();
+        Self {
+            refs,
+            cows,
+            origins,
+        }
+    }
+
+    /// Does a segment name `lv` in `field`?
+    fn used_as(&self, lv: &str, field: &str) -> bool {
+        self.refs.binary_search(&(lv, field)).is_ok()
+    }
+
+    /// The origin of the old-style snapshot whose COW LV is `lv`.
+    fn origin_of_cow(&self, lv: &str) -> Option<&'v str> {
+        let i = self.cows.partition_point(|(c, _)| *c < lv);
+        self.cows.get(i).filter(|(c, _)| *c == lv).map(|(_, o)| *o)
+    }
+}
+
+/// lvm2's 10-character `lv_attr`.
+pub fn lv_attr(lv: &Lv, uses: &LvUses<'_>, vg: &Vg, dm: &DmState) -> String {
+    let kind = &lv.segments[0].kind;
+    let used_as = |field: &str| uses.used_as(&lv.name, field);
+    let is_origin = uses.origins.binary_search(&lv.name.as_str()).is_ok();
+    let is_cow = uses.origin_of_cow(&lv.name).is_some();
     let hidden = !lv.is_visible();
     let c0 = match kind {
         SegKind::ThinPool(_) => 't',

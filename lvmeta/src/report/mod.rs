@@ -3,7 +3,7 @@
 
 mod fields;
 
-pub use fields::{find, lv_attr, Cell, DmState, Field, Object, FIELDS};
+pub use fields::{find, lv_attr, Cell, DmState, Field, LvUses, Object, FIELDS};
 
 use fields::{lv_field, pv_field, vg_field, VgCtx};
 
@@ -239,6 +239,7 @@ pub fn build(scan: &Scan, req: &Request<'_>, dm: &DmState) -> Table {
             key = if req.segments { "seg" } else { "lv" };
             for svg in &scan.vgs {
                 let c = VgCtx { scan, svg };
+                let uses = LvUses::of(&svg.vg);
                 for lv in &svg.vg.lvs {
                     let hidden = !lv.is_visible();
                     let wanted = selected(req.select, &svg.vg.name, Some(&lv.name))
@@ -256,7 +257,7 @@ pub fn build(scan: &Scan, req: &Request<'_>, dm: &DmState) -> Table {
                             .fields
                             .iter()
                             .map(|f| {
-                                let cell = lv_field(&c, lv, seg, dm, f.name)
+                                let cell = lv_field(&c, &uses, lv, seg, dm, f.name)
                                     .unwrap_or(Cell::Str(String::new()));
                                 match cell {
                                     Cell::Str(s) if hidden && f.name == "lv_name" => {
