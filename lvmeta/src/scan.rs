@@ -44,8 +44,6 @@ pub struct ScannedVg {
     pub text: Arc<str>,
     /// For each PV of the VG (same order as `vg.pvs`), its index in [`Scan::pvs`].
     pub pv_devices: Vec<Option<usize>>,
-    /// Warnings about the text itself.
-    pub model_warnings: Vec<ModelWarning>,
 }
 
 /// Something a scan noticed but worked around, as lvm2 would warn about it.
@@ -369,7 +367,6 @@ fn choose(out: &mut Scan, copies: Vec<Copy>) {
             vg,
             text: wcopy.text.clone(),
             pv_devices,
-            model_warnings: winner.warnings.clone(),
         });
     }
 }

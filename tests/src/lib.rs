@@ -117,7 +117,9 @@ impl Fixture {
     }
 }
 
-fn rename_devices(v: &mut Value, rename: &HashMap<&str, &str>) {
+/// Replaces device names in a report (`pv_name` values and the devices of `devices`
+/// lists) by the names `rename` maps them to.
+pub fn rename_devices(v: &mut Value, rename: &HashMap<&str, &str>) {
     match v {
         Value::Object(m) => {
             for (k, x) in m.iter_mut() {

@@ -2,12 +2,12 @@
 //! sectors), read by the `lvmeta` binary through `--devices` and through its own scan of the
 //! machine's block devices; its JSON must equal what lvm2 reported.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
 use std::process::Command;
 
 use lvmeta_tests::{
-    fixtures_dir, privileged, rows, Fixture, FIXTURES, LVS_FIELDS, PVS_FIELDS, SEG_FIELDS,
-    VGS_FIELDS,
+    fixtures_dir, lvmeta_bin, privileged, rename_devices, rows, Fixture, FIXTURES, LVS_FIELDS,
+    PVS_FIELDS, SEG_FIELDS, VGS_FIELDS,
 };
 use serde_json::Value;
 
@@ -22,21 +22,6 @@ impl Drop for Loops {
     }
 }
 
-fn lvmeta_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let bin = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .join("lvmeta");
-    assert!(
-        bin.exists(),
-        "{} not built (run through cargo test --workspace)",
-        bin.display()
-    );
-    bin
-}
-
 fn run(args: &[&str]) -> Value {
     let out = Command::new(lvmeta_bin())
         .args(args)
@@ -48,19 +33,6 @@ fn run(args: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("lvmeta JSON")
-}
-
-fn rename(v: &Value, from: &[(String, String)]) -> Value {
-    let mut text = v.to_string();
-    // Longest names first so /dev/loop1 does not eat /dev/loop10.
-    let mut pairs = from.to_vec();
-    pairs.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
-    for (a, b) in pairs {
-        text = text
-            .replace(&format!("\"{a}\""), &format!("\"{b}\""))
-            .replace(&format!("{a}("), &format!("{b}("));
-    }
-    serde_json::from_str(&text).expect("json")
 }
 
 #[test]
@@ -91,11 +63,8 @@ fn loop_cli_reports_match_lvm2() {
             ours.push((l, img.clone()));
         }
         let devices = loops.0.join(",");
-        let theirs_map: Vec<(String, String)> = fx
-            .loops
-            .iter()
-            .map(|(i, l)| (l.clone(), i.clone()))
-            .collect();
+        let ours: HashMap<&str, &str> =
+            ours.iter().map(|(l, i)| (l.as_str(), i.as_str())).collect();
         for (file, verb, fields, extra) in [
             ("pvs.json", "pvs", PVS_FIELDS, None),
             ("vgs.json", "vgs", VGS_FIELDS, None),
@@ -116,11 +85,10 @@ fn loop_cli_reports_match_lvm2() {
                 fields,
             ];
             args.extend(extra);
-            let got = rename(&run(&args), &ours);
-            let raw: Value =
-                serde_json::from_str(&std::fs::read_to_string(fx.dir.join(file)).expect("report"))
-                    .expect("json");
-            let want = rename(&raw, &theirs_map);
+            let mut got = run(&args);
+            rename_devices(&mut got, &ours);
+            // lvm2's report with its loop devices renamed to the image names.
+            let want = fx.lvm_json(file);
             assert_eq!(
                 rows(&got),
                 rows(&want),

@@ -242,8 +242,7 @@ pub fn build(scan: &Scan, req: &Request<'_>, dm: &DmState) -> Table {
                 let uses = LvUses::of(&svg.vg);
                 for lv in &svg.vg.lvs {
                     let hidden = !lv.is_visible();
-                    let wanted = selected(req.select, &svg.vg.name, Some(&lv.name))
-                        || (req.select.iter().any(|s| s == &svg.vg.name));
+                    let wanted = selected(req.select, &svg.vg.name, Some(&lv.name));
                     if (hidden && !req.all) || !wanted {
                         continue;
                     }
