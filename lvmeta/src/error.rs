@@ -3,7 +3,9 @@
 
 use std::io;
 
+use crate::edit::EditError;
 use crate::label::LabelError;
+use crate::layout::LayoutError;
 use crate::mda::MdaError;
 use crate::model::ModelError;
 use crate::text::TextError;
@@ -60,6 +62,41 @@ pub enum Error {
         vg: String,
         /// LV name.
         lv: String,
+    },
+    /// A change was refused before anything was written.
+    #[error("{0}")]
+    Edit(#[from] EditError),
+    /// A PV layout cannot be made on this device.
+    #[error("{device}: {source}")]
+    Layout {
+        /// Device path.
+        device: String,
+        /// Why.
+        source: LayoutError,
+    },
+    /// An lvm2 lock file could not be taken.
+    #[error("lock file {path}: {source}")]
+    Lock {
+        /// The lock file.
+        path: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A device is not usable for what was asked (not a PV, in another VG, not scanned).
+    #[error("{device}: {why}")]
+    Device {
+        /// Device path.
+        device: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A VG cannot be changed while some of its PVs are missing.
+    #[error("Cannot change VG {vg} while PVs are missing ({missing}).")]
+    MissingPvs {
+        /// VG name.
+        vg: String,
+        /// Ids of the missing PVs.
+        missing: String,
     },
     /// Several VGs carry the requested name.
     #[error("Multiple VGs found with the same name \"{0}\"; rename one of them")]

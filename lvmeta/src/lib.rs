@@ -1,17 +1,27 @@
-//! lvmeta: a pure-Rust reader (and, later, writer) of lvm2's on-disk metadata.
+//! lvmeta: a pure-Rust reader and writer of lvm2's on-disk metadata.
 //!
-//! Layers, bottom to top: [`crc`], [`dev`] (the only I/O), [`label`] and [`mda`] (fixed
-//! binary headers, pure), [`text`] (generic config tree), [`model`] (typed VG), [`scan`]
-//! (devices to VGs) and [`report`] (lvm2-style `pvs`/`vgs`/`lvs`).
+//! Layers, bottom to top: [`crc`], [`dev`] (the only I/O), [`label`], [`mda`] and [`layout`]
+//! (fixed binary headers and where they go, pure), [`text`] (generic config tree), [`model`]
+//! (typed VG and its validation), [`alloc`] and [`edit`] (what each verb changes, pure),
+//! [`scan`] (devices to VGs), [`history`] (older copies), [`commit`] (the write protocol),
+//! [`lockfile`] (lvm2's host-local locks), [`ops`] (the verbs with their I/O) and [`report`]
+//! (lvm2-style `pvs`/`vgs`/`lvs`).
 
+pub mod alloc;
+pub mod commit;
 pub mod crc;
 pub mod dev;
+pub mod edit;
 mod error;
 pub mod fuzzing;
+pub mod history;
 pub mod label;
+pub mod layout;
+pub mod lockfile;
 pub mod mda;
 pub mod model;
 pub mod names;
+pub mod ops;
 pub mod report;
 pub mod scan;
 pub mod text;

@@ -87,6 +87,16 @@ pub enum MdaError {
         /// Computed value.
         computed: u32,
     },
+    /// New metadata text is larger than lvm2 allows for this area.
+    #[error("metadata area at offset {offset}: text of {size} bytes exceeds the maximum metadata size ({max} bytes) by {} bytes", size - max)]
+    TooLarge {
+        /// Absolute offset of the area.
+        offset: u64,
+        /// Size of the new text, NUL included.
+        size: u64,
+        /// Largest size that fits.
+        max: u64,
+    },
     /// The text does not begin with a VG name.
     #[error("metadata text at offset {offset} does not begin with a valid VG name")]
     TextName {
@@ -219,6 +229,71 @@ pub fn text_pieces(slot: &RawLocn, mda_size: u64) -> [(u64, u64); 2] {
     [(slot.offset, first), (MDA_HEADER_SIZE, slot.size - first)]
 }
 
+/// The largest text (NUL included) lvm2 writes to an area of `mda_size` bytes: half the text
+/// area less one sector, so that the committed copy and the new one always both fit.
+pub fn max_text_size(mda_size: u64) -> u64 {
+    (mda_size.saturating_sub(MDA_HEADER_SIZE) / 2).saturating_sub(MDA_HEADER_SIZE)
+}
+
+/// Where lvm2 puts the next copy of `size` bytes of text in the area described by `h`: after
+/// the committed copy, rounded up to 512 bytes, back at 512 when too little room is left
+/// (lvm2's `_next_rlocn_offset`). The returned slot has no checksum yet.
+pub fn next_slot(h: &MdaHeader, size: u64) -> Result<RawLocn, MdaError> {
+    let max = max_text_size(h.size);
+    if size > max || size == 0 {
+        return Err(MdaError::TooLarge {
+            offset: h.start,
+            size,
+            max,
+        });
+    }
+    let c = h.committed;
+    let offset = if c.is_empty() || c.is_ignored() {
+        MDA_HEADER_SIZE
+    } else {
+        let end = c.offset + c.size;
+        let old_last = if end <= h.size {
+            end - 1
+        } else {
+            end - h.size + MDA_HEADER_SIZE - 1
+        };
+        let next = (old_last + 1).div_ceil(MDA_HEADER_SIZE) * MDA_HEADER_SIZE;
+        if h.size - old_last < MDA_HEADER_SIZE || next > h.size - MDA_HEADER_SIZE {
+            MDA_HEADER_SIZE
+        } else {
+            next
+        }
+    };
+    let slot = RawLocn {
+        offset,
+        size,
+        checksum: 0,
+        flags: 0,
+    };
+    if !c.is_empty() && !c.is_ignored() && overlaps(&slot, &c, h.size) {
+        // Unreachable with sizes below the maximum; lvm2 keeps the same guard.
+        return Err(MdaError::Field {
+            offset: h.start + 40,
+            field: "raw_locn",
+            why: format!(
+                "new text at {offset}+{size} would overwrite the committed copy at {}+{}",
+                c.offset, c.size
+            ),
+        });
+    }
+    Ok(slot)
+}
+
+/// True when the text of `a` and of `b` share a byte of the area.
+fn overlaps(a: &RawLocn, b: &RawLocn, mda_size: u64) -> bool {
+    let pa = text_pieces(a, mda_size);
+    let pb = text_pieces(b, mda_size);
+    pa.iter().any(|&(o1, l1)| {
+        pb.iter()
+            .any(|&(o2, l2)| l1 > 0 && l2 > 0 && o1 < o2 + l2 && o2 < o1 + l1)
+    })
+}
+
 /// Checks assembled text (both pieces, in order) against `slot` and cuts it at its first NUL.
 /// `abs` is the absolute offset of the first piece, for messages.
 pub fn check_text<'a>(text: &'a [u8], slot: &RawLocn, abs: u64) -> Result<&'a [u8], MdaError> {
@@ -282,6 +357,43 @@ mod tests {
             flags: 0,
         };
         assert_eq!(text_pieces(&slot, 1044480), [(512, 1088), (512, 0)]);
+    }
+
+    fn header(size: u64, committed: RawLocn) -> MdaHeader {
+        MdaHeader {
+            start: 4096,
+            size,
+            committed,
+            precommitted: RawLocn::default(),
+        }
+    }
+
+    #[test]
+    fn placement_follows_lvm2() {
+        let at = |offset, size| RawLocn {
+            offset,
+            size,
+            checksum: 0,
+            flags: 0,
+        };
+        // Empty area: 512. Default area after vgcreate (1088 bytes at 512): next at 2048.
+        assert_eq!(next_slot(&header(1044480, at(0, 0)), 1100).map(|s| s.offset), Ok(512));
+        assert_eq!(next_slot(&header(1044480, at(512, 1088)), 1100).map(|s| s.offset), Ok(2048));
+        // The wrap observed with lvm2 (reference 2.3): 61440-byte area.
+        let wrapped = at(58880, 6157);
+        assert_eq!(next_slot(&header(61440, wrapped), 6200).map(|s| s.offset), Ok(4608));
+        assert_eq!(max_text_size(61440), 29952);
+        assert_eq!(max_text_size(1044480), 521472);
+        assert!(matches!(
+            next_slot(&header(61440, at(512, 100)), 29953),
+            Err(MdaError::TooLarge { max: 29952, .. })
+        ));
+        // Too close to the end: back to 512.
+        let near_end = header(61440, at(31232, 29952));
+        assert_eq!(next_slot(&near_end, 29952).map(|s| s.offset), Ok(512));
+        // A copy that would run into the committed one is refused.
+        let hostile = header(61440, at(512, 60000));
+        assert!(matches!(next_slot(&hostile, 600), Err(MdaError::Field { .. })));
     }
 
     /// Cases of lvm2's test/unit/metadata_security_t.c.

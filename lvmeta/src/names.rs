@@ -83,6 +83,34 @@ pub fn check_lv_name_in_vg(vg: &str, lv: &str) -> Result<(), NameError> {
     Ok(())
 }
 
+/// Name prefixes lvm2 reserves for LVs it makes itself.
+const RESERVED_PREFIXES: &[&str] = &["pvmove", "snapshot"];
+/// Name parts lvm2 reserves for sub-LVs (`apply_lvname_restrictions`).
+const RESERVED_PARTS: &[&str] = &[
+    "_cdata", "_cmeta", "_corig", "_cpool", "_cvol", "_wcorig", "_mimage", "_mlog", "_rimage",
+    "_rmeta", "_tdata", "_tmeta", "_vdata", "_imeta", "_iorig", "_pmspare", "_vorigin",
+];
+
+/// Checks the name of an LV a user creates or renames: [`check_lv_name_in_vg`] plus lvm2's
+/// reserved prefixes and sub-LV suffixes (only enforced by lvcreate and lvrename, not on read).
+pub fn check_new_lv_name(vg: &str, lv: &str) -> Result<(), NameError> {
+    check_lv_name_in_vg(vg, lv)?;
+    let bad = |why| {
+        Err(NameError::Invalid {
+            kind: "LV",
+            name: lv.to_owned(),
+            why,
+        })
+    };
+    if RESERVED_PREFIXES.iter().any(|p| lv.starts_with(p)) {
+        return bad("names starting with \"pvmove\" or \"snapshot\" are reserved");
+    }
+    if RESERVED_PARTS.iter().any(|p| lv.contains(p)) || lv == "lvmlock" {
+        return bad("the name of an lvm2 sub-LV or internal LV is reserved");
+    }
+    Ok(())
+}
+
 /// Checks a tag (also `/ = ! : & #`; no length limit).
 pub fn check_tag(tag: &str) -> Result<(), NameError> {
     check("tag", tag, b"/=!:&#", usize::MAX)
@@ -106,5 +134,9 @@ mod tests {
         assert!(check_tag("owner=team/a").is_ok());
         assert!(check_tag("a:b&c#d").is_ok());
         assert!(check_tag("a b").is_err());
+        assert!(check_new_lv_name("vg", "data").is_ok());
+        assert!(check_new_lv_name("vg", "snapshot1").is_err());
+        assert!(check_new_lv_name("vg", "x_tmeta").is_err());
+        assert!(check_new_lv_name("vg", "lvmlock").is_err());
     }
 }

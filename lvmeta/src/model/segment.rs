@@ -323,6 +323,48 @@ impl SegKind {
         }
     }
 
+    /// The areas, mutable (for renumbering PVs).
+    pub fn areas_mut(&mut self) -> &mut [Area] {
+        match self {
+            SegKind::Striped(s) => &mut s.areas,
+            SegKind::Mirror(m) => &mut m.areas,
+            _ => &mut [],
+        }
+    }
+
+    /// Applies `fix` to every LV name this segment refers to (used by renames). Composite
+    /// bodies are kept verbatim, so LVs they name cannot be renamed.
+    pub fn rename_lv(&mut self, fix: impl Fn(&mut String)) {
+        for a in self.areas_mut() {
+            if let Area::Lv { lv, .. } = a {
+                fix(lv);
+            }
+        }
+        match self {
+            SegKind::Mirror(m) => m.mirror_log.iter_mut().for_each(&fix),
+            SegKind::ThinPool(p) => {
+                fix(&mut p.metadata);
+                fix(&mut p.pool);
+                for m in &mut p.messages {
+                    if let ThinMessage::Create(n) = m {
+                        fix(n);
+                    }
+                }
+            }
+            SegKind::Thin(t) => {
+                fix(&mut t.thin_pool);
+                for v in [&mut t.origin, &mut t.external_origin, &mut t.merge] {
+                    v.iter_mut().for_each(&fix);
+                }
+            }
+            SegKind::Snapshot(s) => {
+                fix(&mut s.origin);
+                fix(&mut s.cow);
+            }
+            _ => {}
+        }
+    }
+
     /// The areas (PV or LV extents) the segment maps, for striped and mirror segments.
     pub fn areas(&self) -> &[Area] {
         match self {

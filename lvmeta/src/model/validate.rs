@@ -26,6 +26,75 @@ pub fn check_read(vg: &Vg) -> Result<(), ModelError> {
     check_extents(vg)
 }
 
+/// The checks lvm2's `vg_validate` adds before every write (reference 5.3) beyond
+/// [`check_read`]: lock types and lock arguments, one lease per LV, thin device ids unique per
+/// pool.
+pub fn check_write(vg: &Vg) -> Result<(), ModelError> {
+    let vg_err = |field: &str, why: String| Err(err(vg.name.clone(), field, why));
+    match vg.lock_type.as_deref() {
+        None | Some("none") => {
+            if vg.lock_args.is_some() {
+                return vg_err("lock_args", "set without a lock_type".into());
+            }
+            if let Some(lv) = vg.lvs.iter().find(|l| l.lock_args.is_some()) {
+                return Err(err(lv_path(vg, lv), "lock_args", "set in a VG without a lock_type"));
+            }
+        }
+        Some(t @ ("sanlock" | "dlm" | "idm")) => {
+            if vg.system_id.as_deref().is_some_and(|s| !s.is_empty()) {
+                return vg_err("system_id", "a shared VG has no system_id".into());
+            }
+            match vg.lock_args.as_deref() {
+                Some(a) if valid_lock_args(a) => {}
+                Some(a) => return vg_err("lock_args", format!("{a:?} is not valid")),
+                None if t == "sanlock" => return vg_err("lock_args", "missing".into()),
+                None => {}
+            }
+            let mut offsets = Vec::new();
+            for lv in &vg.lvs {
+                let Some(a) = lv.lock_args.as_deref() else {
+                    continue;
+                };
+                if t == "sanlock" {
+                    let off = a
+                        .split_once(':')
+                        .and_then(|(_, o)| o.parse::<u64>().ok())
+                        .filter(|_| valid_lock_args(a));
+                    match off {
+                        Some(o) => offsets.push((o, lv)),
+                        None => return Err(err(lv_path(vg, lv), "lock_args", format!("{a:?} is not <version>:<offset>"))),
+                    }
+                } else if a != t {
+                    return Err(err(lv_path(vg, lv), "lock_args", format!("{a:?} must be {t:?}")));
+                }
+            }
+            if let Some((o, lv)) = first_duplicate(&mut offsets, |(o, _)| *o) {
+                return Err(err(lv_path(vg, lv), "lock_args", format!("lease offset {o} is used twice")));
+            }
+        }
+        Some(t) => return vg_err("lock_type", format!("unknown lock type {t:?}")),
+    }
+    let mut ids: Vec<(&str, u32, &Lv)> = vg
+        .lvs
+        .iter()
+        .filter_map(|l| match &l.segments.first()?.kind {
+            SegKind::Thin(t) => Some((t.thin_pool.as_str(), t.device_id, l)),
+            _ => None,
+        })
+        .collect();
+    if let Some((pool, id, lv)) = first_duplicate(&mut ids, |(p, i, _)| (*p, *i)) {
+        return Err(err(lv_path(vg, lv), "device_id", format!("device_id {id} is used twice in pool {pool}")));
+    }
+    Ok(())
+}
+
+/// lvm2's lock_args charset (`A-Z a-z 0-9 . _ - + :`) with at most one colon.
+fn valid_lock_args(a: &str) -> bool {
+    !a.is_empty()
+        && a.bytes().all(|b| b.is_ascii_alphanumeric() || b".-_+:".contains(&b))
+        && a.bytes().filter(|&b| b == b':').count() <= 1
+}
+
 /// The first value that appears twice in `items` (sorted by `key`).
 fn first_duplicate<T, K: Ord>(items: &mut [T], key: impl Fn(&T) -> K) -> Option<&T> {
     items.sort_unstable_by_key(&key);

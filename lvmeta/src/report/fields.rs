@@ -461,11 +461,17 @@ pub fn lv_attr(lv: &Lv, uses: &LvUses<'_>, vg: &Vg, dm: &DmState) -> String {
         SegKind::Error | SegKind::Zero => 'v',
         SegKind::Unknown(_) => 'u',
         _ if is_origin || is_cow => 's',
-        _ if used_as("pool") || used_as("metadata") => 't',
         _ => '-',
+    };
+    // Zeroing: a pool's setting, shown on the pool and on its thin LVs.
+    let zeroing_pool = |name: &str| {
+        vg.lv(name).is_some_and(|p| {
+            matches!(p.segments.first().map(|s| &s.kind), Some(SegKind::ThinPool(tp)) if tp.zero_new_blocks)
+        })
     };
     let c7 = match kind {
         SegKind::ThinPool(p) if p.zero_new_blocks => 'z',
+        SegKind::Thin(t) if zeroing_pool(&t.thin_pool) => 'z',
         _ => '-',
     };
     let c8 = '-';

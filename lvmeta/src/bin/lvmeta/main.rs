@@ -1,5 +1,7 @@
 //! `lvmeta`: lvm2's admin verbs, done by reading and writing lvm2 metadata directly.
 
+mod write;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -65,6 +67,8 @@ struct ReportArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
+    #[command(flatten)]
+    Write(write::WriteCmd),
     /// Report physical volumes.
     Pvs(ReportArgs),
     /// Report volume groups.
@@ -126,6 +130,7 @@ fn failed(e: impl std::fmt::Display) -> (u8, String) {
 
 fn run(cmd: Cmd) -> CmdResult {
     match cmd {
+        Cmd::Write(w) => write::run(w),
         Cmd::Pvs(a) => report_cmd(Kind::Pvs, &a, false),
         Cmd::Vgs(a) => report_cmd(Kind::Vgs, &a, false),
         Cmd::Lvs { args, segments } => report_cmd(Kind::Lvs, &args, segments),

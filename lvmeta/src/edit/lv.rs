@@ -1,0 +1,558 @@
+//! LV edits: create (linear, striped), remove, resize, rename, change.
+
+use std::borrow::Cow;
+
+use super::{finish, refused, EditError, Stamp};
+use crate::alloc::{Extents, FreeMap};
+use crate::model::{Area, Lv, SegKind, Segment, Striped, Vg, Word};
+use crate::uuid::Uuid;
+
+/// lvm2's default stripe size: 64 KiB, in sectors.
+pub const DEFAULT_STRIPE_SIZE: u32 = 128;
+/// Offset of the first LV lease in the `lvmlock` LV, in lease-alignment units.
+const FIRST_LEASE_SLOT: u64 = 67;
+/// What lvm2 adds to a full `lvmlock` LV (`global/sanlock_lv_extend`), in bytes.
+const LOCK_LV_EXTEND: u64 = 256 << 20;
+
+/// `-p r|rw`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Permission {
+    /// Read and write.
+    #[default]
+    ReadWrite,
+    /// Read only.
+    ReadOnly,
+}
+
+/// What `lvcreate` (linear or striped) was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LvSpec {
+    /// `-n`; `lvol<N>` when absent.
+    pub name: Option<String>,
+    /// Size in extents (a multiple of `stripes`).
+    pub extents: u32,
+    /// `-i` (1: linear).
+    pub stripes: u32,
+    /// `-I` in sectors (default 64 KiB when striped).
+    pub stripe_size: Option<u32>,
+    /// PVs (indices in the VG) allocation may use; all when `None`.
+    pub pvs: Option<Vec<usize>>,
+    /// `--addtag`.
+    pub tags: Vec<String>,
+    /// `-p`.
+    pub permission: Permission,
+    /// `--setactivationskip y`.
+    pub activation_skip: bool,
+    /// Creation time and host.
+    pub stamp: Stamp,
+    /// Byte alignment of sanlock leases in `lvmlock` (1 MiB; 8 MiB on 4K-sector devices).
+    pub lease_align: u64,
+    /// An LV lvm2 makes itself (sub-LVs, `lvmlock`): reserved names allowed, no lease.
+    pub internal: bool,
+}
+
+impl LvSpec {
+    /// A linear LV of `extents` extents.
+    pub fn linear(name: &str, extents: u32, stamp: Stamp) -> Self {
+        Self {
+            name: Some(name.to_owned()),
+            extents,
+            stripes: 1,
+            stripe_size: None,
+            pvs: None,
+            tags: Vec::new(),
+            permission: Permission::ReadWrite,
+            activation_skip: false,
+            stamp,
+            lease_align: 1 << 20,
+            internal: false,
+        }
+    }
+}
+
+/// What `lvchange` was asked for (each field: change it when set).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LvChange {
+    /// `--addtag`.
+    pub add_tags: Vec<String>,
+    /// `--deltag`.
+    pub del_tags: Vec<String>,
+    /// `-p`.
+    pub permission: Option<Permission>,
+    /// `--setactivationskip`.
+    pub activation_skip: Option<bool>,
+}
+
+/// Adds and removes tags, keeping order and refusing invalid ones.
+pub(crate) fn apply_tags(
+    tags: &mut Vec<String>,
+    add: &[String],
+    del: &[String],
+) -> Result<(), EditError> {
+    for t in add {
+        crate::names::check_tag(t)?;
+        if !tags.contains(t) {
+            tags.push(t.clone());
+        }
+    }
+    tags.retain(|t| !del.contains(t));
+    Ok(())
+}
+
+/// The first `lvol<N>` name not in use.
+pub(crate) fn next_lvol_name(vg: &Vg) -> String {
+    let mut n = 0u64;
+    loop {
+        let name = format!("lvol{n}");
+        if vg.lv(&name).is_none() {
+            return name;
+        }
+        n += 1;
+    }
+}
+
+pub(crate) fn lv_index(vg: &Vg, name: &str) -> Result<usize, EditError> {
+    vg.lvs
+        .iter()
+        .position(|l| l.name == name)
+        .ok_or_else(|| EditError::NoLv {
+            vg: vg.name.clone(),
+            lv: name.to_owned(),
+        })
+}
+
+pub(crate) fn status_words(permission: Permission, visible: bool) -> Vec<Word> {
+    let mut s = vec![Cow::Borrowed("READ")];
+    if permission == Permission::ReadWrite {
+        s.push(Cow::Borrowed("WRITE"));
+    }
+    if visible {
+        s.push(Cow::Borrowed("VISIBLE"));
+    }
+    s
+}
+
+/// A new LV with no segments yet.
+pub(crate) fn new_lv(name: &str, spec: &LvSpec, visible: bool) -> Lv {
+    Lv {
+        name: name.to_owned(),
+        id: Uuid::random(),
+        status: status_words(spec.permission, visible),
+        flags: if spec.activation_skip {
+            vec![Cow::Borrowed("ACTIVATION_SKIP")]
+        } else {
+            Vec::new()
+        },
+        tags: spec.tags.clone(),
+        creation: Some((spec.stamp.time, spec.stamp.host.clone())),
+        lock_args: None,
+        allocation_policy: None,
+        profile: None,
+        read_ahead: None,
+        major: None,
+        minor: None,
+        segments: Vec::new(),
+    }
+}
+
+/// Striped segments for allocated pieces, starting at LE `start`.
+pub(crate) fn segments_of(
+    pieces: &[Vec<Extents>],
+    mut start: u32,
+    stripe_size: Option<u32>,
+) -> Vec<Segment> {
+    pieces
+        .iter()
+        .map(|p| {
+            let count = p.iter().map(|e| e.len).sum();
+            let seg = Segment {
+                start_extent: start,
+                extent_count: count,
+                reshape_count: None,
+                data_copies: None,
+                type_flags: Vec::new(),
+                tags: Vec::new(),
+                kind: SegKind::Striped(Striped {
+                    stripe_size: if p.len() > 1 { stripe_size } else { None },
+                    areas: p.iter().map(|e| Area::Pv { pv: e.pv, pe: e.pe }).collect(),
+                }),
+            };
+            start += count;
+            seg
+        })
+        .collect()
+}
+
+fn check_stripes(vg: &Vg, spec: &LvSpec) -> Result<Option<u32>, EditError> {
+    if spec.stripes == 0 {
+        return Err(EditError::Option {
+            option: "-i",
+            why: "the number of stripes must be at least 1".into(),
+        });
+    }
+    if spec.extents == 0 || spec.extents % spec.stripes != 0 {
+        return Err(EditError::Option {
+            option: "-L/-l",
+            why: format!(
+                "{} extents is not a positive multiple of {} stripes",
+                spec.extents, spec.stripes
+            ),
+        });
+    }
+    if spec.stripes == 1 {
+        return Ok(None);
+    }
+    let size = spec.stripe_size.unwrap_or(DEFAULT_STRIPE_SIZE);
+    if !size.is_power_of_two() || size < 8 || size > vg.extent_size {
+        return Err(EditError::Option {
+            option: "-I",
+            why: format!(
+                "stripe size {} KiB must be a power of 2 between 4 KiB and the extent size",
+                size / 2
+            ),
+        });
+    }
+    Ok(Some(size))
+}
+
+/// The lease offsets LVs of the VG hold.
+fn leases_in_use(vg: &Vg) -> Vec<u64> {
+    let mut used: Vec<u64> = vg
+        .lvs
+        .iter()
+        .filter_map(|l| l.lock_args.as_deref()?.strip_prefix("1.0.0:")?.parse().ok())
+        .collect();
+    used.sort_unstable();
+    used
+}
+
+/// Gives `vg.lvs[index]` the first free lease slot of `lvmlock`, growing `lvmlock` by 256 MiB
+/// when it is full (as lvm2 does).
+pub(crate) fn assign_lease(vg: &mut Vg, index: usize, align: u64) -> Result<(), EditError> {
+    let lock_lv = lv_index(vg, "lvmlock")
+        .map_err(|_| refused(vg.name.clone(), "shared VG without an lvmlock LV"))?;
+    let used = leases_in_use(vg);
+    loop {
+        let size = vg.lvs[lock_lv].extents() * u64::from(vg.extent_size) * 512;
+        let free = (FIRST_LEASE_SLOT..)
+            .map(|k| k * align)
+            .take_while(|o| o + align <= size)
+            .find(|o| used.binary_search(o).is_err());
+        if let Some(offset) = free {
+            vg.lvs[index].lock_args = Some(format!("1.0.0:{offset}"));
+            return Ok(());
+        }
+        let more = u32::try_from(LOCK_LV_EXTEND / 512 / u64::from(vg.extent_size))
+            .unwrap_or(u32::MAX)
+            .max(1);
+        grow(vg, lock_lv, more, None)?;
+    }
+}
+
+/// Adds an LV to `vg` (no seqno change, no validation: the callers finish).
+pub(crate) fn create_in(vg: &mut Vg, spec: &LvSpec) -> Result<usize, EditError> {
+    let name = match &spec.name {
+        Some(n) => n.clone(),
+        None => next_lvol_name(vg),
+    };
+    if spec.internal {
+        crate::names::check_lv_name_in_vg(&vg.name, &name)?;
+    } else {
+        crate::names::check_new_lv_name(&vg.name, &name)?;
+    }
+    if vg.lv(&name).is_some() {
+        return Err(EditError::Exists {
+            what: "Logical Volume",
+            name,
+            vg: vg.name.clone(),
+        });
+    }
+    for t in &spec.tags {
+        crate::names::check_tag(t)?;
+    }
+    let stripe_size = check_stripes(vg, spec)?;
+    let pieces = FreeMap::of(vg).allocate(
+        &vg.name,
+        &name,
+        spec.stripes,
+        spec.extents / spec.stripes,
+        spec.pvs.as_deref(),
+    )?;
+    let mut lv = new_lv(&name, spec, true);
+    lv.segments = segments_of(&pieces, 0, stripe_size);
+    vg.lvs.push(lv);
+    let index = vg.lvs.len() - 1;
+    if vg.is_shared() && !spec.internal {
+        assign_lease(vg, index, spec.lease_align)?;
+    }
+    Ok(index)
+}
+
+/// `lvcreate` of a linear or striped LV. Returns the changed VG and the new LV's name.
+pub fn create(vg: &Vg, spec: &LvSpec) -> Result<(Vg, String), EditError> {
+    let mut out = vg.clone();
+    let i = create_in(&mut out, spec)?;
+    let name = out.lvs[i].name.clone();
+    finish(&mut out)?;
+    Ok((out, name))
+}
+
+/// Extends `vg.lvs[index]` (linear or striped) by `extents`: contiguous to its last segment
+/// where the next extents are free, then by the normal policy.
+pub(crate) fn grow(
+    vg: &mut Vg,
+    index: usize,
+    extents: u32,
+    pvs: Option<&[usize]>,
+) -> Result<(), EditError> {
+    let lv_name = vg.lvs[index].name.clone();
+    let (stripes, stripe_size, ends) = {
+        let Some(last) = vg.lvs[index].segments.last() else {
+            return Err(refused(lv_name, "LV has no segments"));
+        };
+        let SegKind::Striped(st) = &last.kind else {
+            return Err(refused(
+                lv_name,
+                format!("cannot extend a {} LV this way", last.kind.type_name()),
+            ));
+        };
+        // Where each stripe's last area ends: contiguous growth starts there.
+        let area_len = last.area_len();
+        let ends: Option<Vec<Extents>> = st
+            .areas
+            .iter()
+            .map(|a| match a {
+                Area::Pv { pv, pe } => Some(Extents {
+                    pv: *pv,
+                    pe: pe + area_len,
+                    len: 0,
+                }),
+                Area::Lv { .. } => None,
+            })
+            .collect();
+        (st.areas.len() as u32, st.stripe_size, ends)
+    };
+    if extents % stripes != 0 {
+        return Err(EditError::Option {
+            option: "-L/-l",
+            why: format!("{extents} extents is not a multiple of {stripes} stripes"),
+        });
+    }
+    let mut free = FreeMap::of(vg);
+    let mut per_stripe = extents / stripes;
+    if let Some(ends) = ends.filter(|e| pvs.is_none_or(|p| e.iter().all(|x| p.contains(&x.pv)))) {
+        let room = ends
+            .iter()
+            .map(|e| free.run_at(e.pv, e.pe))
+            .min()
+            .unwrap_or(0)
+            .min(per_stripe);
+        if room > 0 {
+            let piece: Vec<Extents> = ends.iter().map(|e| Extents { len: room, ..*e }).collect();
+            free.reserve(&piece);
+            if let Some(seg) = vg.lvs[index].segments.last_mut() {
+                seg.extent_count += room * stripes;
+            }
+            per_stripe -= room;
+        }
+    }
+    if per_stripe > 0 {
+        let pieces = free.allocate(&vg.name, &lv_name, stripes, per_stripe, pvs)?;
+        let lv = &mut vg.lvs[index];
+        let start = u32::try_from(lv.extents()).unwrap_or(u32::MAX);
+        lv.segments.extend(segments_of(&pieces, start, stripe_size));
+    }
+    Ok(())
+}
+
+/// Cuts `vg.lvs[index]` down to `keep` extents (from the end).
+pub(crate) fn shrink(vg: &mut Vg, index: usize, keep: u32) {
+    let lv = &mut vg.lvs[index];
+    lv.segments.retain(|s| s.start_extent < keep);
+    if let Some(last) = lv.segments.last_mut() {
+        let end = last.start_extent + last.extent_count;
+        if end > keep {
+            let stripes = match &last.kind {
+                SegKind::Striped(s) => s.areas.len() as u32,
+                _ => 1,
+            };
+            let cut = (end - keep) / stripes * stripes;
+            last.extent_count -= cut;
+        }
+    }
+}
+
+/// `lvextend`/`lvreduce`/`lvresize` to `extents` extents. Shrinking needs `force` (data
+/// beyond the new end is lost); thin LVs only change their virtual size.
+pub fn resize(
+    vg: &Vg,
+    name: &str,
+    extents: u32,
+    pvs: Option<&[usize]>,
+    force: bool,
+) -> Result<Vg, EditError> {
+    let mut out = vg.clone();
+    let i = lv_index(&out, name)?;
+    let current = u32::try_from(out.lvs[i].extents()).unwrap_or(u32::MAX);
+    if extents == current {
+        return Err(refused(
+            format!("{}/{name}", vg.name),
+            format!("New size ({extents} extents) matches existing size ({current} extents)."),
+        ));
+    }
+    if extents == 0 {
+        return Err(EditError::Option {
+            option: "-L/-l",
+            why: "size must be positive".into(),
+        });
+    }
+    if extents < current && !force {
+        return Err(refused(
+            format!("{}/{name}", vg.name),
+            format!("shrinking from {current} to {extents} extents loses data; use -f to force"),
+        ));
+    }
+    match out.lvs[i].segments.first().map(|s| &s.kind) {
+        Some(SegKind::Thin(_)) => {
+            out.lvs[i].segments[0].extent_count = extents;
+        }
+        Some(SegKind::ThinPool(_)) => super::thin::resize_pool(&mut out, i, extents, pvs)?,
+        Some(SegKind::Striped(_)) if extents > current => grow(&mut out, i, extents - current, pvs)?,
+        Some(SegKind::Striped(_)) => shrink(&mut out, i, extents),
+        _ => {
+            return Err(refused(
+                format!("{}/{name}", vg.name),
+                "lvmeta resizes linear, striped, thin and thin-pool LVs",
+            ))
+        }
+    }
+    finish(&mut out)?;
+    Ok(out)
+}
+
+/// LVs other than `name` that refer to it.
+pub(crate) fn users<'v>(vg: &'v Vg, name: &str) -> Vec<&'v str> {
+    vg.lvs
+        .iter()
+        .filter(|l| l.name != name)
+        .filter(|l| {
+            l.segments
+                .iter()
+                .any(|s| s.kind.lv_refs().iter().any(|(_, t)| *t == name))
+        })
+        .map(|l| l.name.as_str())
+        .collect()
+}
+
+/// `lvremove` of one LV (with `force`, a thin pool takes its thin LVs along).
+pub fn remove(vg: &Vg, name: &str, force: bool) -> Result<Vg, EditError> {
+    let mut out = vg.clone();
+    let i = lv_index(&out, name)?;
+    let lv = &out.lvs[i];
+    if !lv.is_visible() {
+        return Err(refused(
+            format!("{}/{name}", vg.name),
+            "Can't remove hidden or internal logical volume",
+        ));
+    }
+    match lv.segments.first().map(|s| &s.kind) {
+        Some(SegKind::ThinPool(_)) => super::thin::remove_pool(&mut out, name, force)?,
+        Some(SegKind::Thin(_)) => super::thin::remove_thin(&mut out, name)?,
+        _ => {
+            let by = users(&out, name);
+            if !by.is_empty() {
+                return Err(refused(
+                    format!("{}/{name}", vg.name),
+                    format!("in use by {}", by.join(", ")),
+                ));
+            }
+            out.lvs.remove(i);
+        }
+    }
+    finish(&mut out)?;
+    Ok(out)
+}
+
+/// Renames every reference to LV `from` in the VG.
+pub(crate) fn rename_refs(vg: &mut Vg, from: &str, to: &str) {
+    let fix = |s: &mut String| {
+        if s == from {
+            *s = to.to_owned();
+        }
+    };
+    for lv in &mut vg.lvs {
+        if lv.name == from {
+            lv.name = to.to_owned();
+        }
+        for seg in &mut lv.segments {
+            seg.kind.rename_lv(&fix);
+        }
+    }
+}
+
+/// `lvrename` (a thin pool's `_tdata`/`_tmeta` follow it).
+pub fn rename(vg: &Vg, from: &str, to: &str) -> Result<Vg, EditError> {
+    let mut out = vg.clone();
+    let i = lv_index(&out, from)?;
+    if !out.lvs[i].is_visible() {
+        return Err(refused(
+            format!("{}/{from}", vg.name),
+            "Cannot rename internal LV",
+        ));
+    }
+    crate::names::check_new_lv_name(&vg.name, to)?;
+    if out.lv(to).is_some() {
+        return Err(EditError::Exists {
+            what: "Logical Volume",
+            name: to.to_owned(),
+            vg: vg.name.clone(),
+        });
+    }
+    let subs: Vec<(String, String)> = match &out.lvs[i].segments[0].kind {
+        SegKind::ThinPool(p) => [&p.pool, &p.metadata]
+            .iter()
+            .map(|s| ((*s).clone(), s.replacen(from, to, 1)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    rename_refs(&mut out, from, to);
+    for (a, b) in subs {
+        if out.lv(&b).is_some() {
+            return Err(EditError::Exists {
+                what: "Logical Volume",
+                name: b,
+                vg: vg.name.clone(),
+            });
+        }
+        rename_refs(&mut out, &a, &b);
+    }
+    finish(&mut out)?;
+    Ok(out)
+}
+
+/// `lvchange --addtag/--deltag/-p/--setactivationskip`.
+pub fn change(vg: &Vg, name: &str, c: &LvChange) -> Result<Vg, EditError> {
+    let mut out = vg.clone();
+    let i = lv_index(&out, name)?;
+    let lv = &mut out.lvs[i];
+    apply_tags(&mut lv.tags, &c.add_tags, &c.del_tags)?;
+    if let Some(p) = c.permission {
+        let visible = lv.is_visible();
+        let rest: Vec<Word> = lv
+            .status
+            .iter()
+            .filter(|s| !matches!(s.as_ref(), "READ" | "WRITE" | "VISIBLE"))
+            .cloned()
+            .collect();
+        lv.status = status_words(p, visible);
+        lv.status.extend(rest);
+    }
+    if let Some(skip) = c.activation_skip {
+        lv.flags.retain(|f| f != "ACTIVATION_SKIP");
+        if skip {
+            lv.flags.push(Cow::Borrowed("ACTIVATION_SKIP"));
+        }
+    }
+    finish(&mut out)?;
+    Ok(out)
+}

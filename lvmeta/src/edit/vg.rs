@@ -1,0 +1,223 @@
+//! VG-level edits: create, extend, reduce, tags.
+
+use std::borrow::Cow;
+
+use super::{finish, refused, EditError, LvSpec, Stamp};
+use crate::model::{Header, Pv, Vg};
+use crate::text::Tree;
+use crate::uuid::Uuid;
+
+/// lvm2's default extent size: 4 MiB, in sectors.
+pub const DEFAULT_EXTENT_SIZE: u32 = 8192;
+
+/// A PV joining a VG, as its label and layout describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPv {
+    /// The PV id from the label.
+    pub id: Uuid,
+    /// Device path (a hint in the metadata).
+    pub device: String,
+    /// Device size in bytes.
+    pub dev_size: u64,
+    /// Byte offset of PE 0.
+    pub pe_start: u64,
+    /// Bytes reserved at the end of the device (the second metadata area).
+    pub tail: u64,
+    /// Bootloader area (offset, size) in bytes.
+    pub bootloader: Option<(u64, u64)>,
+}
+
+/// A shared (lvmlockd, sanlock) VG's locking set-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedVg {
+    /// Size of the hidden `lvmlock` LV in bytes (256 MiB, or 1 GiB with 4K sectors).
+    pub lock_lv_size: u64,
+}
+
+/// What `vgcreate` was asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VgSpec {
+    /// VG name.
+    pub name: String,
+    /// Extent size in sectors (`-s`).
+    pub extent_size: u32,
+    /// Tags (`--addtag`).
+    pub tags: Vec<String>,
+    /// `--shared`.
+    pub shared: Option<SharedVg>,
+}
+
+const SECTOR: u64 = 512;
+
+fn pv_of(p: &NewPv, extent_size: u32) -> Result<Pv, EditError> {
+    let usable = p.dev_size.saturating_sub(p.pe_start + p.tail) / SECTOR;
+    let pe_count = usable / u64::from(extent_size);
+    let pe_count = u32::try_from(pe_count).map_err(|_| {
+        refused(
+            p.device.clone(),
+            "more than 2^32 extents: use a larger extent size",
+        )
+    })?;
+    if pe_count == 0 {
+        return Err(refused(
+            p.device.clone(),
+            "too small for one extent of this VG",
+        ));
+    }
+    Ok(Pv {
+        id: p.id,
+        device: Some(p.device.clone()),
+        device_id_type: None,
+        device_id: None,
+        status: vec![Cow::Borrowed("ALLOCATABLE")],
+        flags: Vec::new(),
+        tags: Vec::new(),
+        dev_size: Some(p.dev_size / SECTOR),
+        pe_start: p.pe_start / SECTOR,
+        pe_count,
+        ba: p.bootloader.map(|(o, s)| (o / SECTOR, s / SECTOR)),
+    })
+}
+
+fn check_extent_size(extent_size: u32) -> Result<(), EditError> {
+    // lvm2: a power of 2 of at least 1 KiB (2 sectors).
+    if extent_size < 2 || !extent_size.is_power_of_two() {
+        return Err(EditError::Option {
+            option: "-s",
+            why: format!(
+                "physical extent size {} KiB must be a power of 2 of at least 1 KiB",
+                extent_size / 2
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The VG `vgcreate` writes (seqno 1); a shared VG gets its `lvmlock` LV first.
+pub fn create(spec: &VgSpec, pvs: &[NewPv], stamp: &Stamp) -> Result<Vg, EditError> {
+    crate::names::check_vg_name(&spec.name)?;
+    check_extent_size(spec.extent_size)?;
+    if pvs.is_empty() {
+        return Err(refused(spec.name.clone(), "a VG needs at least one PV"));
+    }
+    for t in &spec.tags {
+        crate::names::check_tag(t)?;
+    }
+    if spec.shared.is_some() && spec.name.len() > 60 {
+        return Err(refused(
+            spec.name.clone(),
+            "a shared VG name is at most 60 characters (lockspace lvm_<name>)",
+        ));
+    }
+    let mut vg = Vg {
+        name: spec.name.clone(),
+        id: Uuid::random(),
+        seqno: 0,
+        format: Some("lvm2".into()),
+        status: ["RESIZEABLE", "READ", "WRITE"]
+            .map(Cow::Borrowed)
+            .to_vec(),
+        flags: Vec::new(),
+        tags: spec.tags.clone(),
+        system_id: None,
+        lock_type: None,
+        lock_args: None,
+        extent_size: spec.extent_size,
+        max_lv: 0,
+        max_pv: 0,
+        allocation_policy: None,
+        profile: None,
+        metadata_copies: Some(0),
+        pvs: Vec::new(),
+        lvs: Vec::new(),
+        historical_lvs: Tree::default(),
+        header: Header {
+            description: Some(String::new()),
+            creation_host: Some(stamp.host.clone()),
+            creation_host_system_id: None,
+            creation_time: i64::try_from(stamp.time).ok(),
+        },
+    };
+    for p in pvs {
+        if vg.pvs.iter().any(|q| q.id == p.id) {
+            return Err(refused(p.device.clone(), "PV listed twice"));
+        }
+        vg.pvs.push(pv_of(p, spec.extent_size)?);
+    }
+    if let Some(sh) = &spec.shared {
+        vg.lock_type = Some("sanlock".into());
+        vg.lock_args = Some("1.0.0:lvmlock".into());
+        let extents = u32::try_from(sh.lock_lv_size / SECTOR / u64::from(spec.extent_size))
+            .unwrap_or(u32::MAX)
+            .max(1);
+        let mut lv = LvSpec::linear("lvmlock", extents, stamp.clone());
+        lv.internal = true;
+        super::lv::create_in(&mut vg, &lv)?;
+        if let Some(l) = vg.lvs.iter_mut().find(|l| l.name == "lvmlock") {
+            l.status.retain(|s| s != "VISIBLE");
+            l.read_ahead = Some(-1);
+        }
+    }
+    finish(&mut vg)?;
+    Ok(vg)
+}
+
+/// `vgextend`: adds PVs.
+pub fn extend(vg: &Vg, pvs: &[NewPv]) -> Result<Vg, EditError> {
+    let mut out = vg.clone();
+    for p in pvs {
+        if out.pvs.iter().any(|q| q.id == p.id) {
+            return Err(refused(
+                p.device.clone(),
+                format!("already in volume group \"{}\"", vg.name),
+            ));
+        }
+        out.pvs.push(pv_of(p, vg.extent_size)?);
+    }
+    finish(&mut out)?;
+    Ok(out)
+}
+
+/// `vgreduce`: removes PVs (by index) that no LV uses.
+pub fn reduce(vg: &Vg, remove: &[usize]) -> Result<Vg, EditError> {
+    let used = vg.allocated_per_pv();
+    for &i in remove {
+        let name = vg.pvs.get(i).map_or_else(
+            || format!("PV #{i}"),
+            |p| p.device.clone().unwrap_or_else(|| p.id.to_string()),
+        );
+        if used.get(i).copied().unwrap_or(0) > 0 {
+            return Err(refused(name, "Physical volume is still in use."));
+        }
+    }
+    if remove.len() >= vg.pvs.len() {
+        return Err(refused(
+            vg.name.clone(),
+            "Can't remove final physical volume; use vgremove",
+        ));
+    }
+    let mut out = vg.clone();
+    // Renumber PV references: the PV list shrinks.
+    let keep: Vec<usize> = (0..vg.pvs.len()).filter(|i| !remove.contains(i)).collect();
+    let new_index = |old: usize| keep.iter().position(|&k| k == old);
+    for lv in &mut out.lvs {
+        for seg in &mut lv.segments {
+            for a in seg.kind.areas_mut() {
+                if let crate::model::Area::Pv { pv, .. } = a {
+                    *pv = new_index(*pv).unwrap_or(*pv);
+                }
+            }
+        }
+    }
+    out.pvs = keep.iter().map(|&i| vg.pvs[i].clone()).collect();
+    finish(&mut out)?;
+    Ok(out)
+}
+
+/// `vgchange --addtag/--deltag`.
+pub fn change_tags(vg: &Vg, add: &[String], del: &[String]) -> Result<Vg, EditError> {
+    let mut out = vg.clone();
+    super::lv::apply_tags(&mut out.tags, add, del)?;
+    finish(&mut out)?;
+    Ok(out)
+}

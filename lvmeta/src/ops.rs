@@ -1,0 +1,481 @@
+//! The verbs, with their I/O: lock (lvm2's file locks), scan, edit (pure, [`crate::edit`]),
+//! commit ([`crate::commit`]). Each call re-reads the metadata under the lock, so lvmeta and
+//! stock lvm commands on the same host never interleave.
+
+use std::path::PathBuf;
+
+use crate::commit::{self, flush, io_err, write, Area, LabelWrite};
+use crate::dev::BlockDevice;
+use crate::edit::{self, EditError, NewPv, VgSpec};
+use crate::label::{PvLabel, PV_EXT_USED};
+use crate::layout::{self, PvOptions};
+use crate::lockfile::{self, FileLock, Resource};
+use crate::mda::MdaHeader;
+use crate::model::Vg;
+use crate::scan::{self, Scan, ScannedPv, ScannedVg};
+use crate::text::Style;
+use crate::uuid::Uuid;
+use crate::Error;
+
+/// What lvmeta writes as the generator line of metadata it commits.
+pub const GENERATOR: &str = concat!("lvmeta ", env!("CARGO_PKG_VERSION"));
+
+/// A set of devices lvmeta may read and write, and where lvm2's lock files live.
+pub struct Session {
+    devices: Vec<Box<dyn BlockDevice>>,
+    lock_dir: Option<PathBuf>,
+}
+
+impl Session {
+    /// A session over `devices`, taking no file locks (tests, images).
+    pub fn new(devices: Vec<Box<dyn BlockDevice>>) -> Self {
+        Self {
+            devices,
+            lock_dir: None,
+        }
+    }
+
+    /// Takes lvm2's file locks in `dir` (lvm2's `global/locking_dir`, normally
+    /// [`lockfile::DEFAULT_LOCK_DIR`]).
+    pub fn with_lock_dir(mut self, dir: PathBuf) -> Self {
+        self.lock_dir = Some(dir);
+        self
+    }
+
+    /// The devices, in order.
+    pub fn devices(&self) -> Vec<&dyn BlockDevice> {
+        self.devices.iter().map(|d| d.as_ref()).collect()
+    }
+
+    /// Scans every device.
+    pub fn scan(&self) -> Scan {
+        scan::scan(&self.devices())
+    }
+
+    fn dev(&self, name: &str) -> Result<&dyn BlockDevice, Error> {
+        self.devices
+            .iter()
+            .map(|d| d.as_ref())
+            .find(|d| d.name() == name)
+            .ok_or_else(|| Error::Device {
+                device: name.to_owned(),
+                why: "not among the devices lvmeta was given".into(),
+            })
+    }
+
+    fn lock(&self, res: Resource) -> Result<Option<FileLock>, Error> {
+        let Some(dir) = &self.lock_dir else {
+            return Ok(None);
+        };
+        lockfile::lock(dir, &res, true)
+            .map(Some)
+            .map_err(|source| Error::Lock {
+                path: dir.display().to_string(),
+                source,
+            })
+    }
+
+    /// `pvcreate`: labels `device` as an orphan PV. Refuses a PV of a VG; an orphan PV is
+    /// re-initialised only with `force`.
+    pub fn pvcreate(&self, device: &str, opts: &PvOptions, force: bool) -> Result<Uuid, Error> {
+        let _g = self.lock(Resource::Global)?;
+        let _o = self.lock(Resource::Orphans)?;
+        let scan = self.scan();
+        self.pvcreate_locked(&scan, device, opts, force)
+    }
+
+    fn pvcreate_locked(
+        &self,
+        scan: &Scan,
+        device: &str,
+        opts: &PvOptions,
+        force: bool,
+    ) -> Result<Uuid, Error> {
+        let dev = self.dev(device)?;
+        if let Some(i) = scan.pvs.iter().position(|p| p.device == device) {
+            if let Some((vg, _)) = scan.vg_of_pv(i) {
+                return Err(Error::Device {
+                    device: device.to_owned(),
+                    why: format!("physical volume belongs to volume group \"{}\"", vg.vg.name),
+                });
+            }
+            if !force {
+                return Err(Error::Device {
+                    device: device.to_owned(),
+                    why: "already a physical volume (use -f to re-initialise)".into(),
+                });
+            }
+        }
+        let size = dev.size();
+        let plan = layout::plan(size, opts).map_err(|source| Error::Layout {
+            device: device.to_owned(),
+            source,
+        })?;
+        let id = Uuid::random();
+        let label = plan.label(id, size);
+        // Areas first, label last: a crash before the label leaves no half-made PV.
+        let zero = vec![0u8; 4096];
+        for m in &plan.mdas {
+            let n = zero.len().min(m.size as usize);
+            write(dev, m.offset, &zero[..n])?;
+            commit::write_header(dev, &commit::empty_header(m.offset, m.size))?;
+        }
+        flush(dev)?;
+        // Other labels in sectors 0-3 would shadow ours: clear them as lvm2 does.
+        let mut head = vec![0u8; crate::label::LABEL_SCAN_SIZE];
+        dev.read_at(0, &mut head).map_err(io_err(dev, 0))?;
+        for (i, s) in head.chunks(crate::label::SECTOR).enumerate() {
+            if i as u64 != label.sector && &s[..8] == crate::label::LABEL_ID {
+                write(dev, (i * crate::label::SECTOR) as u64, &[0u8; crate::label::SECTOR])?;
+            }
+        }
+        commit::write_label(dev, &label)?;
+        flush(dev)?;
+        tracing::info!(device, pv = %id, pe_start = plan.pe_start, "pvcreate");
+        Ok(id)
+    }
+
+    /// `pvremove`: wipes the label of an orphan PV.
+    pub fn pvremove(&self, device: &str) -> Result<(), Error> {
+        let _g = self.lock(Resource::Global)?;
+        let _o = self.lock(Resource::Orphans)?;
+        let scan = self.scan();
+        let dev = self.dev(device)?;
+        let Some(i) = scan.pvs.iter().position(|p| p.device == device) else {
+            return Err(Error::Device {
+                device: device.to_owned(),
+                why: "not a physical volume".into(),
+            });
+        };
+        if let Some((vg, _)) = scan.vg_of_pv(i) {
+            return Err(Error::Device {
+                device: device.to_owned(),
+                why: format!("physical volume belongs to volume group \"{}\"", vg.vg.name),
+            });
+        }
+        let sector = scan.pvs[i].label.sector;
+        write(dev, sector * 512, &[0u8; 512])?;
+        flush(dev)?;
+        tracing::info!(device, "pvremove");
+        Ok(())
+    }
+
+    /// Orphan PVs for `devices`, initialising devices that carry no label (as lvm2's
+    /// vgcreate and vgextend do).
+    fn orphans(&self, devices: &[&str]) -> Result<Vec<ScannedPv>, Error> {
+        let scan = self.scan();
+        for d in devices {
+            if !scan.pvs.iter().any(|p| p.device == *d) {
+                self.pvcreate_locked(&scan, d, &PvOptions::default(), false)?;
+            }
+        }
+        let scan = self.scan();
+        devices
+            .iter()
+            .map(|d| {
+                let i = scan
+                    .pvs
+                    .iter()
+                    .position(|p| p.device == *d)
+                    .ok_or_else(|| Error::Device {
+                        device: (*d).to_owned(),
+                        why: "no PV label after pvcreate".into(),
+                    })?;
+                if let Some((vg, _)) = scan.vg_of_pv(i) {
+                    return Err(Error::Device {
+                        device: (*d).to_owned(),
+                        why: format!(
+                            "physical volume belongs to volume group \"{}\"",
+                            vg.vg.name
+                        ),
+                    });
+                }
+                Ok(scan.pvs[i].clone())
+            })
+            .collect()
+    }
+
+    /// `vgcreate`.
+    pub fn vgcreate(&self, spec: &VgSpec, devices: &[&str]) -> Result<Vg, Error> {
+        let _g = self.lock(Resource::Global)?;
+        let _v = self.lock(Resource::Vg(spec.name.clone()))?;
+        let _o = self.lock(Resource::Orphans)?;
+        if self.scan().vgs.iter().any(|v| v.vg.name == spec.name) {
+            return Err(Error::Device {
+                device: spec.name.clone(),
+                why: format!("A volume group called {} already exists.", spec.name),
+            });
+        }
+        let pvs = self.orphans(devices)?;
+        let new: Vec<NewPv> = pvs.iter().map(new_pv).collect();
+        let mut vg = edit::vg::create(spec, &new, &edit::Stamp::now())?;
+        describe(&mut vg, "vgcreate");
+        let joined: Vec<&ScannedPv> = pvs.iter().collect();
+        self.commit(&vg, &joined, &joined)?;
+        tracing::info!(vg = %vg.name, pvs = devices.len(), "vgcreate");
+        Ok(vg)
+    }
+
+    /// `vgextend`.
+    pub fn vgextend(&self, vg: &str, devices: &[&str]) -> Result<Vg, Error> {
+        let _g = self.lock(Resource::Global)?;
+        let _v = self.lock(Resource::Vg(vg.to_owned()))?;
+        let _o = self.lock(Resource::Orphans)?;
+        let pvs = self.orphans(devices)?;
+        let scan = self.scan();
+        let sv = writable(&scan, vg)?;
+        let new: Vec<NewPv> = pvs.iter().map(new_pv).collect();
+        let mut out = edit::vg::extend(&sv.vg, &new)?;
+        describe(&mut out, "vgextend");
+        let mut all = members(&scan, sv)?;
+        let joined: Vec<&ScannedPv> = pvs.iter().collect();
+        all.extend(joined.iter().copied());
+        self.commit(&out, &all, &joined)?;
+        Ok(out)
+    }
+
+    /// `vgreduce`: removes unused PVs from the VG and makes them orphans again.
+    pub fn vgreduce(&self, vg: &str, devices: &[&str]) -> Result<Vg, Error> {
+        let _g = self.lock(Resource::Global)?;
+        let _v = self.lock(Resource::Vg(vg.to_owned()))?;
+        let _o = self.lock(Resource::Orphans)?;
+        let scan = self.scan();
+        let sv = writable(&scan, vg)?;
+        let all = members(&scan, sv)?;
+        let remove: Vec<usize> = devices
+            .iter()
+            .map(|d| {
+                all.iter().position(|p| p.device == *d).ok_or_else(|| Error::Device {
+                    device: (*d).to_owned(),
+                    why: format!("not a PV of volume group \"{vg}\""),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let mut out = edit::vg::reduce(&sv.vg, &remove)?;
+        describe(&mut out, "vgreduce");
+        let keep: Vec<&ScannedPv> = all
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !remove.contains(i))
+            .map(|(_, p)| *p)
+            .collect();
+        self.commit(&out, &keep, &[])?;
+        for &i in &remove {
+            self.orphan(all[i])?;
+        }
+        Ok(out)
+    }
+
+    /// `vgremove`: clears every metadata area and makes the PVs orphans. LVs must be removed
+    /// first unless `force`.
+    pub fn vgremove(&self, vg: &str, force: bool) -> Result<(), Error> {
+        let _g = self.lock(Resource::Global)?;
+        let _v = self.lock(Resource::Vg(vg.to_owned()))?;
+        let _o = self.lock(Resource::Orphans)?;
+        let scan = self.scan();
+        let sv = writable(&scan, vg)?;
+        let visible = sv.vg.lvs.iter().filter(|l| l.is_visible()).count();
+        if visible > 0 && !force {
+            return Err(EditError::Refused {
+                object: vg.to_owned(),
+                why: format!("volume group contains {visible} logical volume(s); use -f"),
+            }
+            .into());
+        }
+        for p in members(&scan, sv)? {
+            self.orphan(p)?;
+        }
+        tracing::info!(vg, "vgremove");
+        Ok(())
+    }
+
+    /// Empties a PV's areas, then clears `PV_EXT_USED` in its label.
+    fn orphan(&self, p: &ScannedPv) -> Result<(), Error> {
+        let dev = self.dev(&p.device)?;
+        for m in &p.mdas {
+            commit::write_header(dev, &commit::empty_header(m.locn.offset, m.locn.size))?;
+        }
+        flush(dev)?;
+        commit::write_label(dev, &with_used(&p.label, false))?;
+        flush(dev)
+    }
+
+    /// Applies `edit` to the VG under its lock and commits the result. `verb` names the
+    /// change in the metadata's description.
+    pub fn update(
+        &self,
+        vg: &str,
+        verb: &str,
+        edit: impl FnOnce(&Vg) -> Result<Vg, EditError>,
+    ) -> Result<Vg, Error> {
+        let _v = self.lock(Resource::Vg(vg.to_owned()))?;
+        let scan = self.scan();
+        let sv = writable(&scan, vg)?;
+        let mut out = edit(&sv.vg)?;
+        describe(&mut out, verb);
+        let all = members(&scan, sv)?;
+        self.commit(&out, &all, &[])?;
+        tracing::info!(vg, verb, seqno = out.seqno, "committed");
+        Ok(out)
+    }
+
+    /// `vgcfgrestore`: writes `from` (a backup or an older copy) as the VG's next version.
+    /// Its PVs must be the VG's PVs.
+    pub fn restore(&self, vg: &str, from: &Vg) -> Result<Vg, Error> {
+        self.update(vg, "vgcfgrestore", |cur| {
+            let mut out = from.clone();
+            let mut ids: Vec<_> = out.pvs.iter().map(|p| p.id).collect();
+            let mut cur_ids: Vec<_> = cur.pvs.iter().map(|p| p.id).collect();
+            ids.sort_unstable();
+            cur_ids.sort_unstable();
+            if ids != cur_ids || out.name != cur.name {
+                return Err(EditError::Refused {
+                    object: vg.to_owned(),
+                    why: "the backup names other PVs or another VG".into(),
+                });
+            }
+            out.seqno = out.seqno.max(cur.seqno);
+            edit::finish(&mut out)?;
+            Ok(out)
+        })
+    }
+
+    /// Older versions of the VG still readable in its metadata areas, newest first (the
+    /// committed one included).
+    pub fn history(&self, vg: &str) -> Result<Vec<Vg>, Error> {
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        let mut found: Vec<Vg> = Vec::new();
+        for p in members(&scan, sv)? {
+            let dev = self.dev(&p.device)?;
+            for m in &p.mdas {
+                let Some(h) = &m.header else { continue };
+                for v in crate::history::copies(dev, h, &sv.vg.name)? {
+                    if v.id == sv.vg.id && !found.iter().any(|f| f.seqno == v.seqno) {
+                        found.push(v);
+                    }
+                }
+            }
+        }
+        found.sort_by(|a, b| b.seqno.cmp(&a.seqno));
+        Ok(found)
+    }
+
+    /// Writes `vg` to the areas of `pvs`; the PVs in `joining` get `PV_EXT_USED` and fresh
+    /// area headers first.
+    fn commit(&self, vg: &Vg, pvs: &[&ScannedPv], joining: &[&ScannedPv]) -> Result<(), Error> {
+        let text = vg.to_text(Style::Raw, GENERATOR);
+        let mut labels = Vec::new();
+        let mut areas = Vec::new();
+        for p in pvs {
+            let dev = self.dev(&p.device)?;
+            let joins = joining.iter().any(|j| j.device == p.device);
+            if joins {
+                labels.push(LabelWrite {
+                    dev,
+                    label: with_used(&p.label, true),
+                });
+            }
+            for m in &p.mdas {
+                let header = match &m.header {
+                    Some(h) if !joins => h.clone(),
+                    _ => commit::empty_header(m.locn.offset, m.locn.size),
+                };
+                if header.committed.is_ignored() {
+                    continue;
+                }
+                let fresh = joins || m.header.is_none();
+                areas.push(Area { dev, header, fresh });
+            }
+        }
+        if areas.is_empty() {
+            return Err(Error::Device {
+                device: vg.name.clone(),
+                why: "no metadata area to write to (every PV has --pvmetadatacopies 0 or ignored areas)".into(),
+            });
+        }
+        commit::commit(&labels, &areas, &text).map(|_: Vec<MdaHeader>| ())
+    }
+}
+
+/// The VG `name`, refusing to change one whose PVs are not all present.
+fn writable<'s>(scan: &'s Scan, name: &str) -> Result<&'s ScannedVg, Error> {
+    let sv = scan.vg(name)?;
+    let missing: Vec<String> = sv
+        .vg
+        .pvs
+        .iter()
+        .zip(&sv.pv_devices)
+        .filter(|(_, d)| d.is_none())
+        .map(|(p, _)| p.id.to_string())
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::MissingPvs {
+            vg: name.to_owned(),
+            missing: missing.join(", "),
+        });
+    }
+    Ok(sv)
+}
+
+/// The scanned PVs of a VG, in the VG's PV order.
+fn members<'s>(scan: &'s Scan, sv: &ScannedVg) -> Result<Vec<&'s ScannedPv>, Error> {
+    sv.pv_devices
+        .iter()
+        .zip(&sv.vg.pvs)
+        .map(|(d, p)| {
+            d.map(|i| &scan.pvs[i]).ok_or_else(|| Error::MissingPvs {
+                vg: sv.vg.name.clone(),
+                missing: p.id.to_string(),
+            })
+        })
+        .collect()
+}
+
+fn new_pv(p: &ScannedPv) -> NewPv {
+    let pe_start = p.label.data_areas.first().map_or(0, |d| d.offset);
+    let tail = p
+        .label
+        .metadata_areas
+        .iter()
+        .filter(|m| m.offset > pe_start)
+        .map(|m| p.dev_size.saturating_sub(m.offset))
+        .max()
+        .unwrap_or(0);
+    NewPv {
+        id: p.label.pv_uuid,
+        device: p.device.clone(),
+        dev_size: p.dev_size,
+        pe_start,
+        tail,
+        bootloader: p
+            .label
+            .extension
+            .as_ref()
+            .and_then(|e| e.bootloader_areas.first())
+            .map(|b| (b.offset, b.size)),
+    }
+}
+
+fn with_used(l: &PvLabel, used: bool) -> PvLabel {
+    let mut l = l.clone();
+    let ext = l.extension.get_or_insert_with(|| crate::label::PvExtension {
+        version: crate::label::PV_EXT_VERSION,
+        flags: 0,
+        bootloader_areas: Vec::new(),
+    });
+    ext.version = crate::label::PV_EXT_VERSION;
+    if used {
+        ext.flags |= PV_EXT_USED;
+    } else {
+        ext.flags &= !PV_EXT_USED;
+    }
+    l
+}
+
+fn describe(vg: &mut Vg, verb: &str) {
+    let stamp = edit::Stamp::now();
+    vg.header.description = Some(format!("Write from lvmeta {verb}."));
+    vg.header.creation_host = Some(stamp.host);
+    vg.header.creation_time = i64::try_from(stamp.time).ok();
+}
