@@ -24,7 +24,9 @@ pub struct Extents {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllocError {
     /// Fewer free extents in the VG (or the PVs allowed) than asked for.
-    #[error("Volume group \"{vg}\" has insufficient free space ({free} extents): {needed} required.")]
+    #[error(
+        "Volume group \"{vg}\" has insufficient free space ({free} extents): {needed} required."
+    )]
     NoSpace {
         /// VG name.
         vg: String,
@@ -188,7 +190,7 @@ impl FreeMap {
                 });
             }
             // Stable: among equal sizes the earlier PV stays first.
-            cands.sort_by(|a, b| b.len.cmp(&a.len));
+            cands.sort_by_key(|c| std::cmp::Reverse(c.len));
             cands.truncate(n);
             let len = cands.iter().map(|c| c.len).min().unwrap_or(0).min(left);
             let piece: Vec<Extents> = cands.iter().map(|c| Extents { len, ..*c }).collect();
@@ -263,7 +265,9 @@ mod tests {
     }
 
     fn create(vg: &mut Vg, name: &str, n: u32) -> Vec<Vec<Extents>> {
-        let p = FreeMap::of(vg).allocate("vg", name, 1, n, None).expect("fits");
+        let p = FreeMap::of(vg)
+            .allocate("vg", name, 1, n, None)
+            .expect("fits");
         add(vg, name, &p);
         p
     }
@@ -288,10 +292,18 @@ mod tests {
     fn replays_lvm2_hole_choices() {
         // Holes of 2 (PE 0), 4 (PE 5) and 3 (PE 12) on a full 33-PE PV, a 15-PE PV beside.
         let mut v = vg(&[33, 15]);
-        for (name, n) in [("x", 2), ("k1", 3), ("y", 4), ("k2", 3), ("z", 3), ("k3", 18)] {
+        for (name, n) in [
+            ("x", 2),
+            ("k1", 3),
+            ("y", 4),
+            ("k2", 3),
+            ("z", 3),
+            ("k3", 18),
+        ] {
             create(&mut v, name, n);
         }
-        v.lvs.retain(|l| !["x", "y", "z"].contains(&l.name.as_str()));
+        v.lvs
+            .retain(|l| !["x", "y", "z"].contains(&l.name.as_str()));
         assert_eq!(create(&mut v, "t3", 3), vec![at(0, 5, 3)]);
         assert_eq!(create(&mut v, "t2", 2), vec![at(0, 12, 2)]);
         let err = FreeMap::of(&v).allocate("vg", "big", 1, 20, None);
@@ -311,12 +323,22 @@ mod tests {
     #[test]
     fn stripes_need_distinct_pvs() {
         let mut v = vg(&[10, 10]);
-        let p = FreeMap::of(&v).allocate("vg", "s", 2, 4, None).expect("fits");
+        let p = FreeMap::of(&v)
+            .allocate("vg", "s", 2, 4, None)
+            .expect("fits");
         assert_eq!(
             p,
             vec![vec![
-                Extents { pv: 0, pe: 0, len: 4 },
-                Extents { pv: 1, pe: 0, len: 4 }
+                Extents {
+                    pv: 0,
+                    pe: 0,
+                    len: 4
+                },
+                Extents {
+                    pv: 1,
+                    pe: 0,
+                    len: 4
+                }
             ]]
         );
         add(&mut v, "s", &p);
@@ -327,8 +349,12 @@ mod tests {
             Err(AllocError::Unsuitable { .. })
         ));
         // A PV list is honoured.
-        let p = FreeMap::of(&v).allocate("vg", "only1", 1, 2, Some(&[1])).expect("fits");
+        let p = FreeMap::of(&v)
+            .allocate("vg", "only1", 1, 2, Some(&[1]))
+            .expect("fits");
         assert_eq!(p, vec![at(1, 4, 2)]);
-        assert!(FreeMap::of(&v).allocate("vg", "only0", 1, 1, Some(&[0])).is_err());
+        assert!(FreeMap::of(&v)
+            .allocate("vg", "only0", 1, 1, Some(&[0]))
+            .is_err());
     }
 }

@@ -101,7 +101,10 @@ pub fn plan_area(h: &MdaHeader, text: &[u8]) -> Result<AreaPlan, mda::MdaError> 
 }
 
 /// Maps an I/O error on `dev` at `offset` to [`Error::Io`].
-pub(crate) fn io_err(dev: &dyn BlockDevice, offset: u64) -> impl FnOnce(std::io::Error) -> Error + '_ {
+pub(crate) fn io_err(
+    dev: &dyn BlockDevice,
+    offset: u64,
+) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io {
         device: dev.name().to_owned(),
         offset,

@@ -9,7 +9,8 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// A device addressed in bytes. Reads and writes may start and end anywhere; implementations
 /// take care of sector alignment.
@@ -273,6 +274,28 @@ impl BlockDevice for MemDevice {
     }
 }
 
+/// A shared device is still a device (tests keep a handle to inspect it afterwards).
+impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn size(&self) -> u64 {
+        (**self).size()
+    }
+    fn logical_sector_size(&self) -> u32 {
+        (**self).logical_sector_size()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        (**self).read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        (**self).write_at(offset, buf)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+}
+
 /// What a [`FaultyDevice`] does wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -295,20 +318,27 @@ pub enum Fault {
     },
 }
 
-/// Wraps a device and injects one [`Fault`].
+/// Wraps a device and injects one [`Fault`]. Write numbers count on a clock that several
+/// devices may share ([`FaultyDevice::sharing`]), so "the machine stops before its N-th write"
+/// holds across all the PVs of a VG.
 pub struct FaultyDevice<D> {
     inner: D,
     fault: Fault,
-    writes: Mutex<usize>,
+    writes: Arc<AtomicUsize>,
 }
 
 impl<D: BlockDevice> FaultyDevice<D> {
-    /// Wraps `inner`.
+    /// Wraps `inner`, counting its writes alone.
     pub fn new(inner: D, fault: Fault) -> Self {
+        Self::sharing(inner, fault, Arc::new(AtomicUsize::new(0)))
+    }
+
+    /// Wraps `inner`, counting writes on `clock` together with other devices.
+    pub fn sharing(inner: D, fault: Fault, clock: Arc<AtomicUsize>) -> Self {
         Self {
             inner,
             fault,
-            writes: Mutex::new(0),
+            writes: clock,
         }
     }
 
@@ -341,9 +371,7 @@ impl<D: BlockDevice> BlockDevice for FaultyDevice<D> {
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        let mut count = self.writes.lock().unwrap_or_else(|p| p.into_inner());
-        let n = *count;
-        *count += 1;
+        let n = self.writes.fetch_add(1, Ordering::SeqCst);
         match self.fault {
             Fault::StopBeforeWrite(stop) if n >= stop => Err(injected(self.name(), "stopped")),
             Fault::TearWrite { n: t, bytes } if n == t => {

@@ -88,13 +88,13 @@ pub fn plan(dev_size: u64, o: &PvOptions) -> Result<PvLayout, LayoutError> {
         );
     }
     let align = o.data_alignment.unwrap_or(DEFAULT_ALIGNMENT);
-    if align == 0 || align % 512 != 0 {
+    if align == 0 || !align.is_multiple_of(512) {
         return opt(
             "--dataalignment",
             format!("{align} is not a positive multiple of 512"),
         );
     }
-    if o.data_alignment_offset % 512 != 0 || o.bootloader_area_size % 512 != 0 {
+    if !o.data_alignment_offset.is_multiple_of(512) || !o.bootloader_area_size.is_multiple_of(512) {
         return opt(
             "--dataalignmentoffset/--bootloaderareasize",
             "must be multiples of 512".into(),
@@ -245,7 +245,10 @@ mod tests {
             metadata_size: Some(64 << 10),
             ..PvOptions::default()
         };
-        assert_eq!(plan(64 * MIB, &o).expect("fits").mdas[0], locn(4096, 0xFF000));
+        assert_eq!(
+            plan(64 * MIB, &o).expect("fits").mdas[0],
+            locn(4096, 0xFF000)
+        );
     }
 
     #[test]

@@ -105,7 +105,8 @@ mod tests {
         });
         assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
         drop(held);
-        rx.recv_timeout(Duration::from_secs(5)).expect("second holder ran");
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("second holder ran");
         t.join().expect("thread");
         assert!(!dir.join("V_vg0").exists());
         let g = lock(&dir, &Resource::Global, false).expect("lock");

@@ -377,11 +377,20 @@ mod tests {
             flags: 0,
         };
         // Empty area: 512. Default area after vgcreate (1088 bytes at 512): next at 2048.
-        assert_eq!(next_slot(&header(1044480, at(0, 0)), 1100).map(|s| s.offset), Ok(512));
-        assert_eq!(next_slot(&header(1044480, at(512, 1088)), 1100).map(|s| s.offset), Ok(2048));
+        assert_eq!(
+            next_slot(&header(1044480, at(0, 0)), 1100).map(|s| s.offset),
+            Ok(512)
+        );
+        assert_eq!(
+            next_slot(&header(1044480, at(512, 1088)), 1100).map(|s| s.offset),
+            Ok(2048)
+        );
         // The wrap observed with lvm2 (reference 2.3): 61440-byte area.
         let wrapped = at(58880, 6157);
-        assert_eq!(next_slot(&header(61440, wrapped), 6200).map(|s| s.offset), Ok(4608));
+        assert_eq!(
+            next_slot(&header(61440, wrapped), 6200).map(|s| s.offset),
+            Ok(4608)
+        );
         assert_eq!(max_text_size(61440), 29952);
         assert_eq!(max_text_size(1044480), 521472);
         assert!(matches!(
@@ -393,7 +402,10 @@ mod tests {
         assert_eq!(next_slot(&near_end, 29952).map(|s| s.offset), Ok(512));
         // A copy that would run into the committed one is refused.
         let hostile = header(61440, at(512, 60000));
-        assert!(matches!(next_slot(&hostile, 600), Err(MdaError::Field { .. })));
+        assert!(matches!(
+            next_slot(&hostile, 600),
+            Err(MdaError::Field { .. })
+        ));
     }
 
     /// Cases of lvm2's test/unit/metadata_security_t.c.

@@ -24,6 +24,7 @@ pub const GENERATOR: &str = concat!("lvmeta ", env!("CARGO_PKG_VERSION"));
 pub struct Session {
     devices: Vec<Box<dyn BlockDevice>>,
     lock_dir: Option<PathBuf>,
+    run_dir: Option<PathBuf>,
 }
 
 impl Session {
@@ -32,7 +33,30 @@ impl Session {
         Self {
             devices,
             lock_dir: None,
+            run_dir: None,
         }
+    }
+
+    /// Tells stock lvm2 on this host about changed PVs through `<dir>/newhints` (lvm2's
+    /// run directory, normally `/run/lvm`): lvm2 scans only the devices in its hints file
+    /// until that file appears, so without it a PV made by lvmeta would look missing.
+    pub fn with_run_dir(mut self, dir: PathBuf) -> Self {
+        self.run_dir = Some(dir);
+        self
+    }
+
+    /// Marks lvm2's device hints stale.
+    fn invalidate_hints(&self) -> Result<(), Error> {
+        let Some(dir) = &self.run_dir else {
+            return Ok(());
+        };
+        let path = dir.join("newhints");
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&path, b""))
+            .map_err(|source| Error::Lock {
+                path: path.display().to_string(),
+                source,
+            })
     }
 
     /// Takes lvm2's file locks in `dir` (lvm2's `global/locking_dir`, normally
@@ -126,11 +150,16 @@ impl Session {
         dev.read_at(0, &mut head).map_err(io_err(dev, 0))?;
         for (i, s) in head.chunks(crate::label::SECTOR).enumerate() {
             if i as u64 != label.sector && &s[..8] == crate::label::LABEL_ID {
-                write(dev, (i * crate::label::SECTOR) as u64, &[0u8; crate::label::SECTOR])?;
+                write(
+                    dev,
+                    (i * crate::label::SECTOR) as u64,
+                    &[0u8; crate::label::SECTOR],
+                )?;
             }
         }
         commit::write_label(dev, &label)?;
         flush(dev)?;
+        self.invalidate_hints()?;
         tracing::info!(device, pv = %id, pe_start = plan.pe_start, "pvcreate");
         Ok(id)
     }
@@ -156,6 +185,7 @@ impl Session {
         let sector = scan.pvs[i].label.sector;
         write(dev, sector * 512, &[0u8; 512])?;
         flush(dev)?;
+        self.invalidate_hints()?;
         tracing::info!(device, "pvremove");
         Ok(())
     }
@@ -184,10 +214,7 @@ impl Session {
                 if let Some((vg, _)) = scan.vg_of_pv(i) {
                     return Err(Error::Device {
                         device: (*d).to_owned(),
-                        why: format!(
-                            "physical volume belongs to volume group \"{}\"",
-                            vg.vg.name
-                        ),
+                        why: format!("physical volume belongs to volume group \"{}\"", vg.vg.name),
                     });
                 }
                 Ok(scan.pvs[i].clone())
@@ -212,6 +239,7 @@ impl Session {
         describe(&mut vg, "vgcreate");
         let joined: Vec<&ScannedPv> = pvs.iter().collect();
         self.commit(&vg, &joined, &joined)?;
+        self.invalidate_hints()?;
         tracing::info!(vg = %vg.name, pvs = devices.len(), "vgcreate");
         Ok(vg)
     }
@@ -231,6 +259,7 @@ impl Session {
         let joined: Vec<&ScannedPv> = pvs.iter().collect();
         all.extend(joined.iter().copied());
         self.commit(&out, &all, &joined)?;
+        self.invalidate_hints()?;
         Ok(out)
     }
 
@@ -245,10 +274,12 @@ impl Session {
         let remove: Vec<usize> = devices
             .iter()
             .map(|d| {
-                all.iter().position(|p| p.device == *d).ok_or_else(|| Error::Device {
-                    device: (*d).to_owned(),
-                    why: format!("not a PV of volume group \"{vg}\""),
-                })
+                all.iter()
+                    .position(|p| p.device == *d)
+                    .ok_or_else(|| Error::Device {
+                        device: (*d).to_owned(),
+                        why: format!("not a PV of volume group \"{vg}\""),
+                    })
             })
             .collect::<Result<_, _>>()?;
         let mut out = edit::vg::reduce(&sv.vg, &remove)?;
@@ -263,6 +294,7 @@ impl Session {
         for &i in &remove {
             self.orphan(all[i])?;
         }
+        self.invalidate_hints()?;
         Ok(out)
     }
 
@@ -285,6 +317,7 @@ impl Session {
         for p in members(&scan, sv)? {
             self.orphan(p)?;
         }
+        self.invalidate_hints()?;
         tracing::info!(vg, "vgremove");
         Ok(())
     }
@@ -357,7 +390,7 @@ impl Session {
                 }
             }
         }
-        found.sort_by(|a, b| b.seqno.cmp(&a.seqno));
+        found.sort_by_key(|v| std::cmp::Reverse(v.seqno));
         Ok(found)
     }
 
@@ -459,11 +492,13 @@ fn new_pv(p: &ScannedPv) -> NewPv {
 
 fn with_used(l: &PvLabel, used: bool) -> PvLabel {
     let mut l = l.clone();
-    let ext = l.extension.get_or_insert_with(|| crate::label::PvExtension {
-        version: crate::label::PV_EXT_VERSION,
-        flags: 0,
-        bootloader_areas: Vec::new(),
-    });
+    let ext = l
+        .extension
+        .get_or_insert_with(|| crate::label::PvExtension {
+            version: crate::label::PV_EXT_VERSION,
+            flags: 0,
+            bootloader_areas: Vec::new(),
+        });
     ext.version = crate::label::PV_EXT_VERSION;
     if used {
         ext.flags |= PV_EXT_USED;

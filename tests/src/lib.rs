@@ -1,6 +1,8 @@
 //! Support for lvmeta's integration tests and benchmarks: fixtures written by stock lvm2,
 //! comparison of lvmeta's reports with lvm2's, and the gate for privileged tests.
 
+pub mod sandbox;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

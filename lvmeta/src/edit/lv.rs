@@ -190,7 +190,7 @@ fn check_stripes(vg: &Vg, spec: &LvSpec) -> Result<Option<u32>, EditError> {
             why: "the number of stripes must be at least 1".into(),
         });
     }
-    if spec.extents == 0 || spec.extents % spec.stripes != 0 {
+    if spec.extents == 0 || !spec.extents.is_multiple_of(spec.stripes) {
         return Err(EditError::Option {
             option: "-L/-l",
             why: format!(
@@ -332,7 +332,7 @@ pub(crate) fn grow(
             .collect();
         (st.areas.len() as u32, st.stripe_size, ends)
     };
-    if extents % stripes != 0 {
+    if !extents.is_multiple_of(stripes) {
         return Err(EditError::Option {
             option: "-L/-l",
             why: format!("{extents} extents is not a multiple of {stripes} stripes"),
@@ -417,7 +417,9 @@ pub fn resize(
             out.lvs[i].segments[0].extent_count = extents;
         }
         Some(SegKind::ThinPool(_)) => super::thin::resize_pool(&mut out, i, extents, pvs)?,
-        Some(SegKind::Striped(_)) if extents > current => grow(&mut out, i, extents - current, pvs)?,
+        Some(SegKind::Striped(_)) if extents > current => {
+            grow(&mut out, i, extents - current, pvs)?
+        }
         Some(SegKind::Striped(_)) => shrink(&mut out, i, extents),
         _ => {
             return Err(refused(
@@ -485,7 +487,7 @@ pub(crate) fn rename_refs(vg: &mut Vg, from: &str, to: &str) {
             lv.name = to.to_owned();
         }
         for seg in &mut lv.segments {
-            seg.kind.rename_lv(&fix);
+            seg.kind.rename_lv(fix);
         }
     }
 }

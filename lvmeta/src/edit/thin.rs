@@ -8,9 +8,7 @@
 
 use super::lv::{assign_lease, create_in, grow, lv_index, new_lv, users};
 use super::{finish, refused, EditError, LvSpec, Stamp};
-use crate::model::{
-    Lv, SegKind, Segment, Thin, ThinMessage, ThinPool, Vg, MAX_THIN_DEVICE_ID,
-};
+use crate::model::{Lv, SegKind, Segment, Thin, ThinMessage, ThinPool, Vg, MAX_THIN_DEVICE_ID};
 
 /// lvm2's default pool chunk size: 64 KiB, in sectors.
 pub const DEFAULT_CHUNK_SIZE: u32 = 128;
@@ -61,7 +59,8 @@ fn estimate_metadata(data_sectors: u64, chunk: u32) -> u64 {
 }
 
 fn check_chunk(chunk: u32) -> Result<(), EditError> {
-    if !(DEFAULT_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&chunk) || chunk % DEFAULT_CHUNK_SIZE != 0
+    if !(DEFAULT_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&chunk)
+        || !chunk.is_multiple_of(DEFAULT_CHUNK_SIZE)
     {
         return Err(EditError::Option {
             option: "--chunksize",
@@ -357,7 +356,8 @@ pub(crate) fn remove_pool(vg: &mut Vg, name: &str, force: bool) -> Result<(), Ed
             ),
         ));
     }
-    let gone = |n: &str| n == name || n == p.pool || n == p.metadata || thins.iter().any(|t| t == n);
+    let gone =
+        |n: &str| n == name || n == p.pool || n == p.metadata || thins.iter().any(|t| t == n);
     let outside: Vec<&str> = [name, p.pool.as_str(), p.metadata.as_str()]
         .iter()
         .flat_map(|n| users(vg, n))

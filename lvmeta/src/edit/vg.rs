@@ -114,9 +114,7 @@ pub fn create(spec: &VgSpec, pvs: &[NewPv], stamp: &Stamp) -> Result<Vg, EditErr
         id: Uuid::random(),
         seqno: 0,
         format: Some("lvm2".into()),
-        status: ["RESIZEABLE", "READ", "WRITE"]
-            .map(Cow::Borrowed)
-            .to_vec(),
+        status: ["RESIZEABLE", "READ", "WRITE"].map(Cow::Borrowed).to_vec(),
         flags: Vec::new(),
         tags: spec.tags.clone(),
         system_id: None,

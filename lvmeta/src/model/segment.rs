@@ -621,7 +621,7 @@ fn read_areas(
     if count == 0 || items.len() != 2 * count as usize {
         return Err(sec.err(key, format!("{} entries for {count} areas", items.len())));
     }
-    if seg.extent_count % count != 0 && key == "stripes" {
+    if !seg.extent_count.is_multiple_of(count) && key == "stripes" {
         return Err(sec.err(
             "extent_count",
             format!("{} is not a multiple of {count} stripes", seg.extent_count),

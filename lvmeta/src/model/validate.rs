@@ -37,7 +37,11 @@ pub fn check_write(vg: &Vg) -> Result<(), ModelError> {
                 return vg_err("lock_args", "set without a lock_type".into());
             }
             if let Some(lv) = vg.lvs.iter().find(|l| l.lock_args.is_some()) {
-                return Err(err(lv_path(vg, lv), "lock_args", "set in a VG without a lock_type"));
+                return Err(err(
+                    lv_path(vg, lv),
+                    "lock_args",
+                    "set in a VG without a lock_type",
+                ));
             }
         }
         Some(t @ ("sanlock" | "dlm" | "idm")) => {
@@ -62,14 +66,28 @@ pub fn check_write(vg: &Vg) -> Result<(), ModelError> {
                         .filter(|_| valid_lock_args(a));
                     match off {
                         Some(o) => offsets.push((o, lv)),
-                        None => return Err(err(lv_path(vg, lv), "lock_args", format!("{a:?} is not <version>:<offset>"))),
+                        None => {
+                            return Err(err(
+                                lv_path(vg, lv),
+                                "lock_args",
+                                format!("{a:?} is not <version>:<offset>"),
+                            ))
+                        }
                     }
                 } else if a != t {
-                    return Err(err(lv_path(vg, lv), "lock_args", format!("{a:?} must be {t:?}")));
+                    return Err(err(
+                        lv_path(vg, lv),
+                        "lock_args",
+                        format!("{a:?} must be {t:?}"),
+                    ));
                 }
             }
             if let Some((o, lv)) = first_duplicate(&mut offsets, |(o, _)| *o) {
-                return Err(err(lv_path(vg, lv), "lock_args", format!("lease offset {o} is used twice")));
+                return Err(err(
+                    lv_path(vg, lv),
+                    "lock_args",
+                    format!("lease offset {o} is used twice"),
+                ));
             }
         }
         Some(t) => return vg_err("lock_type", format!("unknown lock type {t:?}")),
@@ -83,7 +101,11 @@ pub fn check_write(vg: &Vg) -> Result<(), ModelError> {
         })
         .collect();
     if let Some((pool, id, lv)) = first_duplicate(&mut ids, |(p, i, _)| (*p, *i)) {
-        return Err(err(lv_path(vg, lv), "device_id", format!("device_id {id} is used twice in pool {pool}")));
+        return Err(err(
+            lv_path(vg, lv),
+            "device_id",
+            format!("device_id {id} is used twice in pool {pool}"),
+        ));
     }
     Ok(())
 }
@@ -91,7 +113,8 @@ pub fn check_write(vg: &Vg) -> Result<(), ModelError> {
 /// lvm2's lock_args charset (`A-Z a-z 0-9 . _ - + :`) with at most one colon.
 fn valid_lock_args(a: &str) -> bool {
     !a.is_empty()
-        && a.bytes().all(|b| b.is_ascii_alphanumeric() || b".-_+:".contains(&b))
+        && a.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-_+:".contains(&b))
         && a.bytes().filter(|&b| b == b':').count() <= 1
 }
 

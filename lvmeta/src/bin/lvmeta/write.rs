@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::edit::{self, LvChange, LvSpec, Permission, PoolSpec, SharedVg, Stamp, ThinSpec, VgSpec};
+use lvmeta::edit::{
+    self, LvChange, LvSpec, Permission, PoolSpec, SharedVg, Stamp, ThinSpec, VgSpec,
+};
 use lvmeta::layout::PvOptions;
 use lvmeta::model::Vg;
 use lvmeta::ops::Session;
@@ -20,6 +22,9 @@ pub struct WriteArgs {
     /// Directory of lvm2's lock files (lvm.conf `global/locking_dir`).
     #[arg(long = "lockingdir", env = "LVMETA_LOCKING_DIR", default_value = lvmeta::lockfile::DEFAULT_LOCK_DIR)]
     locking_dir: PathBuf,
+    /// lvm2's run directory, where `newhints` tells lvm2 to rescan for PVs.
+    #[arg(long = "rundir", env = "LVMETA_RUN_DIR", default_value = "/run/lvm")]
+    run_dir: PathBuf,
     /// Answer yes to every question (lvmeta never asks; accepted for lvm2 compatibility).
     #[arg(short = 'y', long = "yes")]
     yes: bool,
@@ -295,7 +300,11 @@ pub fn parse_size(s: &str, default_unit: char) -> Result<u64, String> {
         Some((i, _)) => (&s[..i], &s[i..]),
         None => (s, ""),
     };
-    let unit = unit.chars().next().unwrap_or(default_unit).to_ascii_lowercase();
+    let unit = unit
+        .chars()
+        .next()
+        .unwrap_or(default_unit)
+        .to_ascii_lowercase();
     let mult: u64 = match unit {
         'b' => 1,
         's' => 512,
@@ -365,7 +374,9 @@ fn session(w: &WriteArgs, extra: &[PathBuf]) -> Result<Session, (u8, String)> {
             Err(e) => tracing::debug!(device = %p.display(), error = %e, "skipping device"),
         }
     }
-    let s = Session::new(devs).with_lock_dir(w.locking_dir.clone());
+    let s = Session::new(devs)
+        .with_lock_dir(w.locking_dir.clone())
+        .with_run_dir(w.run_dir.clone());
     for warn in &s.scan().warnings {
         eprintln!("  WARNING: {warn}");
     }
@@ -388,11 +399,7 @@ fn vg_lv(s: &str) -> Result<(&str, &str), (u8, String)> {
 }
 
 /// Extents for `-L`/`-l`: sizes round up to whole extents.
-fn extents_of(
-    vg: &Vg,
-    size: Option<u64>,
-    extents: Option<&str>,
-) -> Result<u32, (u8, String)> {
+fn extents_of(vg: &Vg, size: Option<u64>, extents: Option<&str>) -> Result<u32, (u8, String)> {
     let ext_bytes = u64::from(vg.extent_size) * 512;
     let n = match (size, extents) {
         (Some(b), None) => b.div_ceil(ext_bytes),
@@ -401,7 +408,9 @@ fn extents_of(
                 Some((n, p)) => (n, Some(p)),
                 None => (e, None),
             };
-            let n: u64 = num.parse().map_err(|_| usage(format!("-l: invalid {e:?}")))?;
+            let n: u64 = num
+                .parse()
+                .map_err(|_| usage(format!("-l: invalid {e:?}")))?;
             match pct.map(str::to_ascii_uppercase).as_deref() {
                 None => n,
                 Some("FREE") => vg.free_count() * n.min(100) / 100,
@@ -472,8 +481,14 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                 metadata_copies: copies,
                 metadata_size: size_arg(&metadata_size, "--metadatasize", 'm')?,
                 data_alignment: size_arg(&data_alignment, "--dataalignment", 'k')?,
-                data_alignment_offset: size_arg(&data_alignment_offset, "--dataalignmentoffset", 'k')?.unwrap_or(0),
-                bootloader_area_size: size_arg(&bootloader, "--bootloaderareasize", 'm')?.unwrap_or(0),
+                data_alignment_offset: size_arg(
+                    &data_alignment_offset,
+                    "--dataalignmentoffset",
+                    'k',
+                )?
+                .unwrap_or(0),
+                bootloader_area_size: size_arg(&bootloader, "--bootloaderareasize", 'm')?
+                    .unwrap_or(0),
             };
             let s = session(&w, &pvs)?;
             for d in names(&pvs) {
@@ -499,12 +514,14 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
             vg,
             pvs,
         } => {
-            let ext = size_arg(&extent_size, "-s", 'm')?.map_or(Ok(edit::vg::DEFAULT_EXTENT_SIZE), |b| {
-                u32::try_from(b / 512).map_err(|_| usage("-s: too large"))
-            })?;
+            let ext = size_arg(&extent_size, "-s", 'm')?
+                .map_or(Ok(edit::vg::DEFAULT_EXTENT_SIZE), |b| {
+                    u32::try_from(b / 512).map_err(|_| usage("-s: too large"))
+                })?;
             let s = session(&w, &pvs)?;
             let big = s.devices().iter().any(|d| {
-                pvs.iter().any(|p| p.display().to_string() == d.name()) && d.logical_sector_size() > 512
+                pvs.iter().any(|p| p.display().to_string() == d.name())
+                    && d.logical_sector_size() > 512
             });
             let spec = VgSpec {
                 name: vg.clone(),
@@ -633,7 +650,11 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                     .map_err(failed)?
                     .into_iter()
                     .find(|v| v.seqno == n)
-                    .ok_or_else(|| failed(format!("no copy with seqno {n} left in the metadata areas of {vg}")))?,
+                    .ok_or_else(|| {
+                        failed(format!(
+                            "no copy with seqno {n} left in the metadata areas of {vg}"
+                        ))
+                    })?,
                 _ => return Err(usage("vgcfgrestore needs -f FILE, --seqno N or --list")),
             };
             let out = s.restore(&vg, &from).map_err(failed)?;
@@ -660,9 +681,17 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
     if a.snapshot || segtype == Some("snapshot") {
         let (vg, origin) = vg_lv(target)?;
         let cur = current(&s, vg)?;
-        let pool = match cur.lv(origin).and_then(|l| l.segments.first()).map(|s| &s.kind) {
+        let pool = match cur
+            .lv(origin)
+            .and_then(|l| l.segments.first())
+            .map(|s| &s.kind)
+        {
             Some(lvmeta::model::SegKind::Thin(t)) => t.thin_pool.clone(),
-            _ => return Err(failed(format!("{vg}/{origin}: lvmeta makes snapshots of thin LVs only"))),
+            _ => {
+                return Err(failed(format!(
+                    "{vg}/{origin}: lvmeta makes snapshots of thin LVs only"
+                )))
+            }
         };
         let spec = ThinSpec {
             name: a.name.clone(),
@@ -703,7 +732,8 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
             (None, Some(p)) if a.thin => p.to_owned(),
             _ => return Err(usage("a thin LV needs --thinpool POOL (or -T VG/POOL)")),
         };
-        let bytes = size_arg(&a.virtual_size, "-V", 'm')?.ok_or_else(|| usage("-V SIZE is needed"))?;
+        let bytes =
+            size_arg(&a.virtual_size, "-V", 'm')?.ok_or_else(|| usage("-V SIZE is needed"))?;
         let spec = ThinSpec {
             name: a.name.clone(),
             pool,
@@ -713,8 +743,10 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
             activation_skip: skip,
             stamp,
         };
-        s.update(vg, "lvcreate", |v| done(edit::thin::create_thin(v, &spec), &mut made))
-            .map_err(failed)?;
+        s.update(vg, "lvcreate", |v| {
+            done(edit::thin::create_thin(v, &spec), &mut made)
+        })
+        .map_err(failed)?;
         println!("  Logical volume \"{made}\" created.");
         return Ok(());
     }
@@ -757,17 +789,25 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
                 discards: a.discards.clone().unwrap_or_else(|| "passdown".into()),
                 zero: yes_no(&a.zero, "-Z")?.unwrap_or(true),
             };
-            s.update(vg, "lvcreate", |v| done(edit::thin::create_pool(v, &pool), &mut made))
-                .map_err(failed)?;
+            s.update(vg, "lvcreate", |v| {
+                done(edit::thin::create_pool(v, &pool), &mut made)
+            })
+            .map_err(failed)?;
         }
         None | Some("linear" | "striped") => {
             if segtype == Some("linear") && stripes > 1 {
                 return Err(usage("--type linear with -i > 1"));
             }
-            s.update(vg, "lvcreate", |v| done(edit::lv::create(v, &spec), &mut made))
-                .map_err(failed)?;
+            s.update(vg, "lvcreate", |v| {
+                done(edit::lv::create(v, &spec), &mut made)
+            })
+            .map_err(failed)?;
         }
-        Some(t) => return Err(usage(format!("--type {t}: lvmeta creates linear, striped, thin-pool and thin LVs"))),
+        Some(t) => {
+            return Err(usage(format!(
+                "--type {t}: lvmeta creates linear, striped, thin-pool and thin LVs"
+            )))
+        }
     }
     if stripes > 1 && a.stripe_size.is_none() {
         println!("  Using default stripesize 64.00 KiB.");
@@ -784,11 +824,20 @@ fn resize(a: &ResizeArgs, grow: Option<bool>) -> CmdResult {
     let now = cur
         .lv(lv)
         .map(|l| u32::try_from(l.extents()).unwrap_or(u32::MAX))
-        .ok_or_else(|| failed(lvmeta::Error::LvNotFound { vg: vg.into(), lv: lv.into() }))?;
+        .ok_or_else(|| {
+            failed(lvmeta::Error::LvNotFound {
+                vg: vg.into(),
+                lv: lv.into(),
+            })
+        })?;
     let (sign, size, ext) = match (&a.size, &a.extents) {
         (Some(sz), None) => {
             let (sign, rest) = split_sign(sz);
-            (sign, Some(parse_size(rest, 'm').map_err(|e| usage(format!("-L: {e}")))?), None)
+            (
+                sign,
+                Some(parse_size(rest, 'm').map_err(|e| usage(format!("-L: {e}")))?),
+                None,
+            )
         }
         (None, Some(e)) => {
             let (sign, rest) = split_sign(e);
@@ -798,13 +847,21 @@ fn resize(a: &ResizeArgs, grow: Option<bool>) -> CmdResult {
     };
     let n = extents_of(&cur, size, ext)?;
     let target_extents = match sign {
-        Some('+') => now.checked_add(n).ok_or_else(|| usage("size is too large"))?,
-        Some(_) => now.checked_sub(n).ok_or_else(|| usage("cannot shrink below 0"))?,
+        Some('+') => now
+            .checked_add(n)
+            .ok_or_else(|| usage("size is too large"))?,
+        Some(_) => now
+            .checked_sub(n)
+            .ok_or_else(|| usage("cannot shrink below 0"))?,
         None => n,
     };
     match grow {
-        Some(true) if target_extents < now => return Err(usage("lvextend cannot shrink; use lvreduce")),
-        Some(false) if target_extents > now => return Err(usage("lvreduce cannot grow; use lvextend")),
+        Some(true) if target_extents < now => {
+            return Err(usage("lvextend cannot shrink; use lvreduce"))
+        }
+        Some(false) if target_extents > now => {
+            return Err(usage("lvreduce cannot grow; use lvextend"))
+        }
         _ => {}
     }
     let pvs = pv_list(&cur, &s, pv_names)?;

@@ -1,0 +1,174 @@
+//! A private stock-lvm2 sandbox over loop devices: its own `LVM_SYSTEM_DIR` (activation off,
+//! backups off, a filter that accepts only its loop devices), its own lock directory shared
+//! with lvmeta, and the loop devices detached on drop, also when a test fails.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::{lvmeta_bin, rows, LVS_FIELDS, PVS_FIELDS, SEG_FIELDS, VGS_FIELDS};
+
+/// Loop devices over image files, with an lvm2 configuration that sees only them.
+pub struct Sandbox {
+    dir: tempfile::TempDir,
+    /// The loop devices, in order.
+    pub loops: Vec<String>,
+}
+
+fn check(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what}: exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Sandbox {
+    /// Sparse images of `sizes` bytes on loop devices with `sector`-byte logical sectors.
+    pub fn new(sizes: &[u64], sector: u32) -> Self {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("temp dir");
+        let mut sb = Self {
+            dir,
+            loops: Vec::new(),
+        };
+        for (i, size) in sizes.iter().enumerate() {
+            let img = sb.dir.path().join(format!("pv{i}.img"));
+            let f = std::fs::File::create(&img).expect("image");
+            f.set_len(*size).expect("size image");
+            let out = Command::new("losetup")
+                .args(["-f", "--show", "--sector-size", &sector.to_string()])
+                .arg(&img)
+                .output()
+                .expect("losetup");
+            check("losetup", &out);
+            sb.loops
+                .push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        }
+        sb.write_config();
+        sb
+    }
+
+    fn write_config(&self) {
+        let sys = self.dir.path().join("sys");
+        std::fs::create_dir_all(&sys).expect("sys dir");
+        let accept: Vec<String> = self.loops.iter().map(|l| format!("\"a|^{l}$|\"")).collect();
+        let conf = format!(
+            "global {{ activation = 0 locking_dir = \"{}\" }}\n\
+             devices {{ obtain_device_list_from_udev = 0 use_devicesfile = 0 scan_lvs = 0 hints = \"none\" \
+             global_filter = [ {}, \"r|.*|\" ] }}\n\
+             backup {{ backup = 0 archive = 0 }}\n",
+            self.lock_dir().display(),
+            accept.join(", ")
+        );
+        std::fs::write(sys.join("lvm.conf"), conf).expect("lvm.conf");
+    }
+
+    /// The lock directory lvm2 and lvmeta share.
+    pub fn lock_dir(&self) -> PathBuf {
+        self.dir.path().join("lock")
+    }
+
+    /// A scratch path inside the sandbox.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Runs an lvm2 command (with `extra` config, e.g. `global/use_lvmlockd=1`).
+    pub fn lvm(&self, args: &[&str], extra: Option<&str>) -> Output {
+        let mut c = Command::new(args[0]);
+        if let Some(cfg) = extra {
+            c.args(["--config", cfg]);
+        }
+        c.args(&args[1..])
+            .env("LVM_SYSTEM_DIR", self.dir.path().join("sys"))
+            .env("LVM_SUPPRESS_FD_WARNINGS", "1")
+            .output()
+            .expect("run lvm2")
+    }
+
+    /// Runs an lvm2 command that must succeed.
+    pub fn lvm_ok(&self, args: &[&str], extra: Option<&str>) -> Output {
+        let out = self.lvm(args, extra);
+        check(&format!("lvm2 {args:?}"), &out);
+        out
+    }
+
+    /// Runs `lvmeta VERB --devices <loops> ARGS...`.
+    pub fn lvmeta(&self, verb: &str, args: &[&str]) -> Output {
+        Command::new(lvmeta_bin())
+            .arg(verb)
+            .args(["--devices", &self.loops.join(",")])
+            .args(args)
+            .env("LVMETA_LOCKING_DIR", self.lock_dir())
+            .env("LVMETA_RUN_DIR", self.path("run"))
+            .output()
+            .expect("run lvmeta")
+    }
+
+    /// Runs an lvmeta verb that must succeed.
+    pub fn lvmeta_ok(&self, verb: &str, args: &[&str]) -> Output {
+        let out = self.lvmeta(verb, args);
+        check(&format!("lvmeta {verb} {args:?}"), &out);
+        out
+    }
+
+    /// Stock `vgck VG` must pass without a warning about the metadata.
+    pub fn vgck_clean(&self, vg: &str, extra: Option<&str>) {
+        let out = self.lvm_ok(&["vgck", vg], extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let bad: Vec<&str> = err
+            .lines()
+            .filter(|l| {
+                !l.contains("Activation disabled")
+                    && !l.contains("lvmlockd")
+                    && !l.contains("without a lock")
+            })
+            .collect();
+        assert!(bad.is_empty(), "vgck {vg} complained: {bad:?}");
+    }
+
+    /// lvm2's and lvmeta's `pvs`, `vgs`, `lvs -a` and `lvs -a --segments` JSON for the
+    /// standard field lists must hold the same rows.
+    pub fn reports_match(&self, what: &str, extra: Option<&str>) {
+        for (verb, fields, seg) in [
+            ("pvs", PVS_FIELDS, false),
+            ("vgs", VGS_FIELDS, false),
+            ("lvs", LVS_FIELDS, false),
+            ("lvs", SEG_FIELDS, true),
+        ] {
+            let mut args = vec![
+                verb,
+                "--reportformat",
+                "json",
+                "--units",
+                "b",
+                "--nosuffix",
+                "-o",
+                fields,
+            ];
+            if seg {
+                args.push("--segments");
+            }
+            // `pvs -a` would add devices that are not PVs; lvmeta lists PVs only.
+            if verb != "pvs" {
+                args.push("-a");
+            }
+            let lvm = self.lvm_ok(&args, extra);
+            let ours = self.lvmeta_ok(args[0], &args[1..]);
+            let want: Value = serde_json::from_slice(&lvm.stdout).expect("lvm2 JSON");
+            let got: Value = serde_json::from_slice(&ours.stdout).expect("lvmeta JSON");
+            assert_eq!(rows(&got), rows(&want), "{what}: {verb} {fields}");
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        for l in &self.loops {
+            let _ = Command::new("losetup").args(["-d", l]).status();
+        }
+    }
+}
