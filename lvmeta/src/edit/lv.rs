@@ -332,14 +332,9 @@ pub(crate) fn grow(
             .collect();
         (st.areas.len() as u32, st.stripe_size, ends)
     };
-    if !extents.is_multiple_of(stripes) {
-        return Err(EditError::Option {
-            option: "-L/-l",
-            why: format!("{extents} extents is not a multiple of {stripes} stripes"),
-        });
-    }
+    // Rounded up to the stripe boundary, as lvm2 does.
     let mut free = FreeMap::of(vg);
-    let mut per_stripe = extents / stripes;
+    let mut per_stripe = extents.div_ceil(stripes);
     if let Some(ends) = ends.filter(|e| pvs.is_none_or(|p| e.iter().all(|x| p.contains(&x.pv)))) {
         let room = ends
             .iter()

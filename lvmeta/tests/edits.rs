@@ -1,0 +1,179 @@
+//! The write path's refusals and bookkeeping, on in-memory PVs: nothing is written when a
+//! change cannot be made, lvmlockd's lease slots, thin ids and transaction ids.
+
+use std::sync::Arc;
+
+use lvmeta::dev::{BlockDevice, MemDevice};
+use lvmeta::edit::{self, EditError, LvSpec, NewPv, PoolSpec, SharedVg, Stamp, ThinSpec, VgSpec};
+use lvmeta::layout::PvOptions;
+use lvmeta::model::{SegKind, ThinMessage, Vg};
+use lvmeta::ops::Session;
+use lvmeta::Error;
+
+fn stamp() -> Stamp {
+    Stamp {
+        time: 1_800_000_000,
+        host: "t".into(),
+    }
+}
+
+fn spec(name: &str, shared: bool) -> VgSpec {
+    VgSpec {
+        name: name.into(),
+        extent_size: 8192,
+        tags: vec![],
+        shared: shared.then_some(SharedVg {
+            lock_lv_size: 256 << 20,
+        }),
+    }
+}
+
+/// A VG over one PV of `gib` GiB, built purely (no device).
+fn vg(gib: u64, shared: bool) -> Vg {
+    let pv = NewPv {
+        id: lvmeta::uuid::Uuid::random(),
+        device: "/dev/x".into(),
+        dev_size: gib << 30,
+        pe_start: 1 << 20,
+        tail: 0,
+        bootloader: None,
+    };
+    edit::vg::create(&spec("vg", shared), &[pv], &stamp()).expect("vgcreate")
+}
+
+fn lease(vg: &Vg, lv: &str) -> u64 {
+    vg.lv(lv)
+        .and_then(|l| l.lock_args.as_deref())
+        .and_then(|a| a.strip_prefix("1.0.0:"))
+        .and_then(|o| o.parse().ok())
+        .expect("lease")
+}
+
+#[test]
+fn leases_take_the_first_free_slot_and_lvmlock_grows_when_full() {
+    let mut v = vg(2, true);
+    assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(64));
+    assert!(v.lv("lvmlock").is_some_and(|l| !l.is_visible()));
+    for i in 0..189 {
+        v = edit::lv::create(&v, &LvSpec::linear(&format!("l{i}"), 1, stamp()))
+            .expect("create")
+            .0;
+    }
+    assert_eq!(lease(&v, "l0"), 67 << 20);
+    assert_eq!(lease(&v, "l188"), 255 << 20);
+    // Slot 189 does not fit in 256 MiB: lvmlock grows by 256 MiB, as lvm2 extends it.
+    v = edit::lv::create(&v, &LvSpec::linear("more", 1, stamp())).expect("create").0;
+    assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(128));
+    assert_eq!(lease(&v, "more"), 256 << 20);
+    // A freed slot is reused first.
+    v = edit::lv::remove(&v, "l5", false).expect("remove");
+    v = edit::lv::create(&v, &LvSpec::linear("again", 1, stamp())).expect("create").0;
+    assert_eq!(lease(&v, "again"), (67 + 5) << 20);
+}
+
+#[test]
+fn thin_ids_and_transactions_follow_lvm2() {
+    let v = vg(1, false);
+    let pool = PoolSpec {
+        data: LvSpec::linear("pool", 10, stamp()),
+        chunk_size: None,
+        metadata_extents: None,
+        discards: "passdown".into(),
+        zero: true,
+    };
+    let (v, _) = edit::thin::create_pool(&v, &pool).expect("pool");
+    for sub in ["pool_tdata", "pool_tmeta", "lvol0_pmspare"] {
+        assert!(v.lv(sub).is_some_and(|l| !l.is_visible()), "{sub}");
+    }
+    let thin = |name: &str, origin: Option<&str>| ThinSpec {
+        name: Some(name.into()),
+        pool: "pool".into(),
+        extents: 100,
+        origin: origin.map(str::to_owned),
+        tags: vec![],
+        activation_skip: None,
+        stamp: stamp(),
+    };
+    let (v, _) = edit::thin::create_thin(&v, &thin("a", None)).expect("a");
+    let (v, _) = edit::thin::create_thin(&v, &thin("b", None)).expect("b");
+    let (v, _) = edit::thin::create_thin(&v, &thin("snap", Some("a"))).expect("snap");
+    let seg = |v: &Vg, n: &str| v.lv(n).expect(n).segments[0].kind.clone();
+    let SegKind::ThinPool(p) = seg(&v, "pool") else { panic!("pool") };
+    // One transaction for the whole queued batch.
+    assert_eq!(p.transaction_id, 1);
+    assert_eq!(p.messages.len(), 3);
+    let SegKind::Thin(s) = seg(&v, "snap") else { panic!("thin") };
+    assert_eq!((s.device_id, s.origin.as_deref()), (3, Some("a")));
+    assert!(v.lv("snap").is_some_and(|l| l.has_flag("ACTIVATION_SKIP")));
+    // Removing a thin LV whose create is still queued drops the message.
+    let v = edit::lv::remove(&v, "b", false).expect("remove b");
+    let SegKind::ThinPool(p) = seg(&v, "pool") else { panic!("pool") };
+    assert!(!p.messages.contains(&ThinMessage::Create("b".into())));
+    // The pool goes with its thin LVs only when forced; the spare goes with the last pool.
+    assert!(matches!(edit::lv::remove(&v, "pool", false), Err(EditError::Refused { .. })));
+    let v = edit::lv::remove(&v, "pool", true).expect("remove pool");
+    assert!(v.lvs.is_empty(), "{:?}", v.lvs.iter().map(|l| &l.name).collect::<Vec<_>>());
+}
+
+#[test]
+fn refusals_name_the_problem() {
+    let v = vg(1, false);
+    let e = edit::lv::create(&v, &LvSpec::linear("big", 1000, stamp())).expect_err("too big");
+    assert_eq!(
+        e.to_string(),
+        "Volume group \"vg\" has insufficient free space (255 extents): 1000 required."
+    );
+    for bad in ["snapshot0", "x_tmeta", "a b", "lvmlock"] {
+        assert!(
+            matches!(edit::lv::create(&v, &LvSpec::linear(bad, 1, stamp())), Err(EditError::Name(_))),
+            "{bad}"
+        );
+    }
+    let (v, _) = edit::lv::create(&v, &LvSpec::linear("one", 1, stamp())).expect("one");
+    assert!(matches!(
+        edit::lv::create(&v, &LvSpec::linear("one", 1, stamp())),
+        Err(EditError::Exists { .. })
+    ));
+    assert!(matches!(edit::lv::resize(&v, "one", 0, None, true), Err(EditError::Option { .. })));
+    let grown = edit::lv::resize(&v, "one", 3, None, false).expect("grow");
+    assert!(matches!(edit::lv::resize(&grown, "one", 2, None, false), Err(EditError::Refused { .. })));
+    assert_eq!(grown.lv("one").map(|l| (l.extents(), l.segments.len())), Some((3, 1)));
+}
+
+#[test]
+fn metadata_that_does_not_fit_writes_nothing() {
+    let mem = Arc::new(MemDevice::new("pv0", 64 << 20, 512));
+    let s = Session::new(vec![Box::new(mem.clone()) as Box<dyn BlockDevice>]);
+    let small = PvOptions {
+        metadata_size: Some(32 << 10),
+        data_alignment: Some(64 << 10),
+        ..PvOptions::default()
+    };
+    s.pvcreate("pv0", &small, false).expect("pvcreate");
+    let mut vs = spec("vg", false);
+    vs.extent_size = 8;
+    s.vgcreate(&vs, &["pv0"]).expect("vgcreate");
+    let mut made = 0;
+    let err = loop {
+        let before = mem.to_bytes();
+        let name = format!("a-rather-long-logical-volume-name-{made:05}");
+        match s.update("vg", "lvcreate", |v| {
+            edit::lv::create(v, &LvSpec::linear(&name, 1, stamp())).map(|x| x.0)
+        }) {
+            Ok(_) => made += 1,
+            Err(e) => {
+                assert!(mem.to_bytes() == before, "a refused commit changed the device");
+                break e;
+            }
+        }
+        assert!(made < 1000, "the area never filled");
+    };
+    assert!(
+        matches!(&err, Error::Mda { source: lvmeta::mda::MdaError::TooLarge { max: 29952, .. }, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("exceeds the maximum metadata size"), "{err}");
+    // The VG is still the last good version.
+    let scan = s.scan();
+    assert_eq!(scan.vg("vg").expect("vg").vg.lvs.len(), made);
+}
