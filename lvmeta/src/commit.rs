@@ -56,42 +56,44 @@ pub struct AreaPlan {
 /// Plans the writes that put `text` (without NUL) into an area whose header is `h`: lvm2's
 /// placement, the NUL, zeroes up to the next 512-byte boundary. Pure; nothing is written.
 pub fn plan_area(h: &MdaHeader, text: &[u8]) -> Result<AreaPlan, mda::MdaError> {
-    let mut bytes = Vec::with_capacity(text.len() + 1);
+    let mut bytes = Vec::with_capacity(text.len() + SECTOR);
     bytes.extend_from_slice(text);
     bytes.push(0);
     let mut slot = mda::next_slot(h, bytes.len() as u64)?;
     slot.checksum = crc::calc(&bytes);
     let [(o1, l1), (o2, l2)] = mda::text_pieces(&slot, h.size);
-    let mut writes = Vec::with_capacity(2);
-    let (first, rest) = bytes.split_at(l1 as usize);
-    let padded = |data: &[u8]| {
-        let mut d = data.to_vec();
-        d.resize(d.len().div_ceil(SECTOR) * SECTOR, 0);
-        d
+    let pad = |d: &mut Vec<u8>| d.resize(d.len().div_ceil(SECTOR) * SECTOR, 0);
+    // A copy that wraps fills its first piece exactly to the end of the area; the piece that
+    // ends the copy is padded with zeroes to the next sector (still inside the area, whose
+    // size is a whole number of sectors).
+    let text: Vec<Write> = if l2 > 0 {
+        let mut rest = bytes.split_off(l1 as usize);
+        pad(&mut rest);
+        vec![
+            Write {
+                offset: h.start + o1,
+                data: bytes,
+            },
+            Write {
+                offset: h.start + o2,
+                data: rest,
+            },
+        ]
+    } else {
+        pad(&mut bytes);
+        vec![Write {
+            offset: h.start + o1,
+            data: bytes,
+        }]
     };
-    // A copy that wraps fills its first piece exactly to the end of the area.
-    writes.push(Write {
-        offset: h.start + o1,
-        data: if l2 > 0 {
-            first.to_vec()
-        } else {
-            padded(first)
-        },
-    });
-    if l2 > 0 {
-        writes.push(Write {
-            offset: h.start + o2,
-            data: padded(rest),
-        });
-    }
-    // Never past the end of the area (the padding stops at a sector boundary the area has).
-    for w in &mut writes {
-        let end = h.start + h.size;
-        let limit = end.saturating_sub(w.offset) as usize;
-        w.data.truncate(limit);
+    // Padding never runs past the area, even one whose size is not a whole number of sectors.
+    let mut text = text;
+    for w in &mut text {
+        let room = (h.start + h.size).saturating_sub(w.offset);
+        w.data.truncate(usize::try_from(room).unwrap_or(usize::MAX));
     }
     Ok(AreaPlan {
-        text: writes,
+        text,
         header: MdaHeader {
             committed: slot,
             precommitted: RawLocn::default(),

@@ -3,6 +3,7 @@
 //! stock lvm commands on the same host never interleave.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use crate::commit::{self, flush, io_err, write, Area, LabelWrite};
 use crate::dev::BlockDevice;
@@ -25,6 +26,9 @@ pub struct Session {
     devices: Vec<Box<dyn BlockDevice>>,
     lock_dir: Option<PathBuf>,
     run_dir: Option<PathBuf>,
+    /// The last scan, kept up to date by [`Session::update`]; used again while the devices'
+    /// labels and area headers still match it (see [`scan::Fingerprint`]).
+    cache: Mutex<Option<Scan>>,
 }
 
 impl Session {
@@ -34,6 +38,7 @@ impl Session {
             devices,
             lock_dir: None,
             run_dir: None,
+            cache: Mutex::new(None),
         }
     }
 
@@ -73,7 +78,25 @@ impl Session {
 
     /// Scans every device.
     pub fn scan(&self) -> Scan {
+        self.forget();
         scan::scan(&self.devices())
+    }
+
+    /// Drops the cached scan (every change other than [`Session::update`] does).
+    fn forget(&self) {
+        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The cached scan if the devices still match it, else a new scan.
+    fn current(&self) -> Scan {
+        let cached = self.cache.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match cached {
+            Some(c) if c.fingerprint() == scan::fingerprint(&self.devices()) => {
+                tracing::debug!("metadata unchanged since the last scan; using it");
+                c
+            }
+            _ => scan::scan(&self.devices()),
+        }
     }
 
     fn dev(&self, name: &str) -> Result<&dyn BlockDevice, Error> {
@@ -342,13 +365,26 @@ impl Session {
         edit: impl FnOnce(&Vg) -> Result<Vg, EditError>,
     ) -> Result<Vg, Error> {
         let _v = self.lock(Resource::Vg(vg.to_owned()))?;
-        let scan = self.scan();
+        let mut scan = self.current();
         let sv = writable(&scan, vg)?;
         let mut out = edit(&sv.vg)?;
         describe(&mut out, verb);
         let all = members(&scan, sv)?;
-        self.commit(&out, &all, &[])?;
+        let (text, written) = self.commit(&out, &all, &[])?;
         tracing::info!(vg, verb, seqno = out.seqno, "committed");
+        // The scan now describes the devices as they are: keep it for the next change.
+        for (device, mda, header) in written {
+            if let Some(p) = scan.pvs.iter_mut().find(|p| p.device == device) {
+                if let Some(m) = p.mdas.get_mut(mda) {
+                    m.header = Some(header);
+                }
+            }
+        }
+        if let Some(sv) = scan.vgs.iter_mut().find(|v| v.vg.name == vg) {
+            sv.vg = out.clone();
+            sv.text = Arc::from(text);
+        }
+        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan);
         Ok(out)
     }
 
@@ -395,11 +431,19 @@ impl Session {
     }
 
     /// Writes `vg` to the areas of `pvs`; the PVs in `joining` get `PV_EXT_USED` and fresh
-    /// area headers first.
-    fn commit(&self, vg: &Vg, pvs: &[&ScannedPv], joining: &[&ScannedPv]) -> Result<(), Error> {
+    /// area headers first. Returns the text and each written area's new header (device,
+    /// index of the area on it, header).
+    fn commit(
+        &self,
+        vg: &Vg,
+        pvs: &[&ScannedPv],
+        joining: &[&ScannedPv],
+    ) -> Result<(String, Vec<Written>), Error> {
+        self.forget();
         let text = vg.to_text(Style::Raw, GENERATOR);
         let mut labels = Vec::new();
         let mut areas = Vec::new();
+        let mut at = Vec::new();
         for p in pvs {
             let dev = self.dev(&p.device)?;
             let joins = joining.iter().any(|j| j.device == p.device);
@@ -409,7 +453,7 @@ impl Session {
                     label: with_used(&p.label, true),
                 });
             }
-            for m in &p.mdas {
+            for (i, m) in p.mdas.iter().enumerate() {
                 let header = match &m.header {
                     Some(h) if !joins => h.clone(),
                     _ => commit::empty_header(m.locn.offset, m.locn.size),
@@ -419,6 +463,7 @@ impl Session {
                 }
                 let fresh = joins || m.header.is_none();
                 areas.push(Area { dev, header, fresh });
+                at.push((p.device.clone(), i));
             }
         }
         if areas.is_empty() {
@@ -427,9 +472,18 @@ impl Session {
                 why: "no metadata area to write to (every PV has --pvmetadatacopies 0 or ignored areas)".into(),
             });
         }
-        commit::commit(&labels, &areas, &text).map(|_: Vec<MdaHeader>| ())
+        let headers = commit::commit(&labels, &areas, &text)?;
+        let written = at
+            .into_iter()
+            .zip(headers)
+            .map(|((d, i), h)| (d, i, h))
+            .collect();
+        Ok((text, written))
     }
 }
+
+/// An area a commit wrote: its device, its index on the device, its new header.
+type Written = (String, usize, MdaHeader);
 
 /// The VG `name`, refusing to change one whose PVs are not all present.
 fn writable<'s>(scan: &'s Scan, name: &str) -> Result<&'s ScannedVg, Error> {

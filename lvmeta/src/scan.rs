@@ -173,6 +173,57 @@ pub fn scan(devices: &[&dyn BlockDevice]) -> Scan {
     out
 }
 
+/// What identifies the on-disk state of a set of devices without reading any metadata text:
+/// each labelled device with its label and the headers of its areas (whose committed slots
+/// carry the location, size and checksum of the text). Equal fingerprints mean equal texts.
+pub type Fingerprint = Vec<(String, PvLabel, Vec<Option<MdaHeader>>)>;
+
+/// Reads the labels and area headers of `devices` (a sector or two each).
+pub fn fingerprint(devices: &[&dyn BlockDevice]) -> Fingerprint {
+    let mut out = Vec::new();
+    for dev in devices {
+        let mut head = vec![0u8; LABEL_SCAN_SIZE.min(dev.size() as usize)];
+        if read(*dev, 0, &mut head).is_err() {
+            continue;
+        }
+        let Some(label) = label::scan(&head).label else {
+            continue;
+        };
+        let headers = label
+            .metadata_areas
+            .iter()
+            .map(|locn| {
+                let mut h = [0u8; MDA_HEADER_SIZE as usize];
+                let fits = locn
+                    .offset
+                    .checked_add(locn.size)
+                    .is_some_and(|e| e <= dev.size());
+                (fits && read(*dev, locn.offset, &mut h).is_ok())
+                    .then(|| mda::decode(&h, locn.offset, locn.size).ok())
+                    .flatten()
+            })
+            .collect();
+        out.push((dev.name().to_owned(), label, headers));
+    }
+    out
+}
+
+impl Scan {
+    /// The fingerprint of the devices as this scan found them.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.pvs
+            .iter()
+            .map(|p| {
+                (
+                    p.device.clone(),
+                    p.label.clone(),
+                    p.mdas.iter().map(|m| m.header.clone()).collect(),
+                )
+            })
+            .collect()
+    }
+}
+
 fn read(dev: &dyn BlockDevice, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
     dev.read_at(offset, buf).map_err(|source| Error::Io {
         device: dev.name().to_owned(),

@@ -100,18 +100,24 @@ impl Uuid {
     }
 }
 
+impl Uuid {
+    /// The printed form, `xxxxxx-xxxx-xxxx-xxxx-xxxx-xxxx-xxxxxx`, as 38 ASCII bytes.
+    pub fn dashed(&self) -> [u8; 38] {
+        let mut out = [b'-'; 38];
+        let (mut from, mut to) = (0, 0);
+        for len in [6, 4, 4, 4, 4, 4, 6] {
+            out[to..to + len].copy_from_slice(&self.0[from..from + len]);
+            from += len;
+            to += len + 1;
+        }
+        out
+    }
+}
+
 impl fmt::Display for Uuid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut start = 0;
-        for (i, len) in [6, 4, 4, 4, 4, 4, 6].into_iter().enumerate() {
-            if i > 0 {
-                f.write_str("-")?;
-            }
-            // The alphabet is ASCII, so every slice is valid UTF-8.
-            f.write_str(std::str::from_utf8(&self.0[start..start + len]).map_err(|_| fmt::Error)?)?;
-            start += len;
-        }
-        Ok(())
+        // The alphabet is ASCII, so the bytes are valid UTF-8.
+        f.write_str(std::str::from_utf8(&self.dashed()).map_err(|_| fmt::Error)?)
     }
 }
 

@@ -62,12 +62,16 @@ fn leases_take_the_first_free_slot_and_lvmlock_grows_when_full() {
     assert_eq!(lease(&v, "l0"), 67 << 20);
     assert_eq!(lease(&v, "l188"), 255 << 20);
     // Slot 189 does not fit in 256 MiB: lvmlock grows by 256 MiB, as lvm2 extends it.
-    v = edit::lv::create(&v, &LvSpec::linear("more", 1, stamp())).expect("create").0;
+    v = edit::lv::create(&v, &LvSpec::linear("more", 1, stamp()))
+        .expect("create")
+        .0;
     assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(128));
     assert_eq!(lease(&v, "more"), 256 << 20);
     // A freed slot is reused first.
     v = edit::lv::remove(&v, "l5", false).expect("remove");
-    v = edit::lv::create(&v, &LvSpec::linear("again", 1, stamp())).expect("create").0;
+    v = edit::lv::create(&v, &LvSpec::linear("again", 1, stamp()))
+        .expect("create")
+        .0;
     assert_eq!(lease(&v, "again"), (67 + 5) << 20);
 }
 
@@ -98,21 +102,34 @@ fn thin_ids_and_transactions_follow_lvm2() {
     let (v, _) = edit::thin::create_thin(&v, &thin("b", None)).expect("b");
     let (v, _) = edit::thin::create_thin(&v, &thin("snap", Some("a"))).expect("snap");
     let seg = |v: &Vg, n: &str| v.lv(n).expect(n).segments[0].kind.clone();
-    let SegKind::ThinPool(p) = seg(&v, "pool") else { panic!("pool") };
+    let SegKind::ThinPool(p) = seg(&v, "pool") else {
+        panic!("pool")
+    };
     // One transaction for the whole queued batch.
     assert_eq!(p.transaction_id, 1);
     assert_eq!(p.messages.len(), 3);
-    let SegKind::Thin(s) = seg(&v, "snap") else { panic!("thin") };
+    let SegKind::Thin(s) = seg(&v, "snap") else {
+        panic!("thin")
+    };
     assert_eq!((s.device_id, s.origin.as_deref()), (3, Some("a")));
     assert!(v.lv("snap").is_some_and(|l| l.has_flag("ACTIVATION_SKIP")));
     // Removing a thin LV whose create is still queued drops the message.
     let v = edit::lv::remove(&v, "b", false).expect("remove b");
-    let SegKind::ThinPool(p) = seg(&v, "pool") else { panic!("pool") };
+    let SegKind::ThinPool(p) = seg(&v, "pool") else {
+        panic!("pool")
+    };
     assert!(!p.messages.contains(&ThinMessage::Create("b".into())));
     // The pool goes with its thin LVs only when forced; the spare goes with the last pool.
-    assert!(matches!(edit::lv::remove(&v, "pool", false), Err(EditError::Refused { .. })));
+    assert!(matches!(
+        edit::lv::remove(&v, "pool", false),
+        Err(EditError::Refused { .. })
+    ));
     let v = edit::lv::remove(&v, "pool", true).expect("remove pool");
-    assert!(v.lvs.is_empty(), "{:?}", v.lvs.iter().map(|l| &l.name).collect::<Vec<_>>());
+    assert!(
+        v.lvs.is_empty(),
+        "{:?}",
+        v.lvs.iter().map(|l| &l.name).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -125,7 +142,10 @@ fn refusals_name_the_problem() {
     );
     for bad in ["snapshot0", "x_tmeta", "a b", "lvmlock"] {
         assert!(
-            matches!(edit::lv::create(&v, &LvSpec::linear(bad, 1, stamp())), Err(EditError::Name(_))),
+            matches!(
+                edit::lv::create(&v, &LvSpec::linear(bad, 1, stamp())),
+                Err(EditError::Name(_))
+            ),
             "{bad}"
         );
     }
@@ -134,10 +154,19 @@ fn refusals_name_the_problem() {
         edit::lv::create(&v, &LvSpec::linear("one", 1, stamp())),
         Err(EditError::Exists { .. })
     ));
-    assert!(matches!(edit::lv::resize(&v, "one", 0, None, true), Err(EditError::Option { .. })));
+    assert!(matches!(
+        edit::lv::resize(&v, "one", 0, None, true),
+        Err(EditError::Option { .. })
+    ));
     let grown = edit::lv::resize(&v, "one", 3, None, false).expect("grow");
-    assert!(matches!(edit::lv::resize(&grown, "one", 2, None, false), Err(EditError::Refused { .. })));
-    assert_eq!(grown.lv("one").map(|l| (l.extents(), l.segments.len())), Some((3, 1)));
+    assert!(matches!(
+        edit::lv::resize(&grown, "one", 2, None, false),
+        Err(EditError::Refused { .. })
+    ));
+    assert_eq!(
+        grown.lv("one").map(|l| (l.extents(), l.segments.len())),
+        Some((3, 1))
+    );
 }
 
 #[test]
@@ -162,17 +191,30 @@ fn metadata_that_does_not_fit_writes_nothing() {
         }) {
             Ok(_) => made += 1,
             Err(e) => {
-                assert!(mem.to_bytes() == before, "a refused commit changed the device");
+                assert!(
+                    mem.to_bytes() == before,
+                    "a refused commit changed the device"
+                );
                 break e;
             }
         }
         assert!(made < 1000, "the area never filled");
     };
     assert!(
-        matches!(&err, Error::Mda { source: lvmeta::mda::MdaError::TooLarge { max: 29952, .. }, .. }),
+        matches!(
+            &err,
+            Error::Mda {
+                source: lvmeta::mda::MdaError::TooLarge { max: 29952, .. },
+                ..
+            }
+        ),
         "{err}"
     );
-    assert!(err.to_string().contains("exceeds the maximum metadata size"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("exceeds the maximum metadata size"),
+        "{err}"
+    );
     // The VG is still the last good version.
     let scan = s.scan();
     assert_eq!(scan.vg("vg").expect("vg").vg.lvs.len(), made);

@@ -19,7 +19,10 @@ type Step = (u8, bool, u8);
 
 /// Visible LVs of `vg` and their segment types, from lvmeta's report.
 fn lvs(sb: &Sandbox) -> Vec<(String, String)> {
-    let out = sb.lvmeta_ok("lvs", &["--reportformat", "json", "-o", "lv_name,segtype", "vg"]);
+    let out = sb.lvmeta_ok(
+        "lvs",
+        &["--reportformat", "json", "-o", "lv_name,segtype", "vg"],
+    );
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     v["report"][0]["lv"]
         .as_array()
@@ -42,15 +45,46 @@ fn apply(sb: &Sandbox, n: usize, (op, by_lvm, pick): Step) {
         .filter(|(_, t)| t == "linear" || t == "striped")
         .map(|(n, _)| n)
         .collect();
-    let thin: Vec<&String> = all.iter().filter(|(_, t)| t == "thin").map(|(n, _)| n).collect();
+    let thin: Vec<&String> = all
+        .iter()
+        .filter(|(_, t)| t == "thin")
+        .map(|(n, _)| n)
+        .collect();
     let has_pool = all.iter().any(|(_, t)| t == "thin-pool");
-    let pick_of = |v: &[&String]| v.get(usize::from(pick) % v.len().max(1)).map(|s| s.to_string());
+    let pick_of = |v: &[&String]| {
+        v.get(usize::from(pick) % v.len().max(1))
+            .map(|s| s.to_string())
+    };
     let name = format!("lv{n}");
     let target = |lv: &str| format!("vg/{lv}");
     // lvm2 cannot make thin LVs here (no device-mapper): those steps are always lvmeta's.
     let (verb, args): (&str, Vec<String>) = match op % 8 {
-        0 | 1 => ("lvcreate", vec!["-an".into(), "-Zn".into(), "-n".into(), name, "-l".into(), (1 + pick % 3).to_string(), "vg".into()]),
-        2 => ("lvcreate", vec!["-an".into(), "-Zn".into(), "-n".into(), name, "-l".into(), "2".into(), "-i".into(), "2".into(), "vg".into()]),
+        0 | 1 => (
+            "lvcreate",
+            vec![
+                "-an".into(),
+                "-Zn".into(),
+                "-n".into(),
+                name,
+                "-l".into(),
+                (1 + pick % 3).to_string(),
+                "vg".into(),
+            ],
+        ),
+        2 => (
+            "lvcreate",
+            vec![
+                "-an".into(),
+                "-Zn".into(),
+                "-n".into(),
+                name,
+                "-l".into(),
+                "2".into(),
+                "-i".into(),
+                "2".into(),
+                "vg".into(),
+            ],
+        ),
         3 => match pick_of(&plain) {
             Some(lv) => ("lvremove", vec!["-f".into(), target(&lv)]),
             None => return,
@@ -60,15 +94,24 @@ fn apply(sb: &Sandbox, n: usize, (op, by_lvm, pick): Step) {
             None => return,
         },
         5 => match pick_of(&plain) {
-            Some(lv) => ("lvchange", vec!["--addtag".into(), format!("t{n}"), target(&lv)]),
+            Some(lv) => (
+                "lvchange",
+                vec!["--addtag".into(), format!("t{n}"), target(&lv)],
+            ),
             None => return,
         },
         6 if !has_pool => {
-            sb.lvmeta_ok("lvcreate", &["--type", "thin-pool", "-n", "pool", "-l", "2", "vg"]);
+            sb.lvmeta_ok(
+                "lvcreate",
+                &["--type", "thin-pool", "-n", "pool", "-l", "2", "vg"],
+            );
             return;
         }
         6 => {
-            sb.lvmeta_ok("lvcreate", &["-V", "64m", "--thinpool", "pool", "-n", &name, "vg"]);
+            sb.lvmeta_ok(
+                "lvcreate",
+                &["-V", "64m", "--thinpool", "pool", "-n", &name, "vg"],
+            );
             return;
         }
         _ => match pick_of(&thin) {
@@ -127,23 +170,39 @@ proptest! {
 
 #[test]
 fn lvm2_and_lvmeta_share_the_vg_lock_file() {
-    if !privileged("lvm2_and_lvmeta_share_the_vg_lock_file", &["losetup", "lvcreate", "flock"]) {
+    if !privileged(
+        "lvm2_and_lvmeta_share_the_vg_lock_file",
+        &["losetup", "lvcreate", "flock"],
+    ) {
         return;
     }
     let sb = Sandbox::new(&[64 * MIB], 512);
     sb.lvmeta_ok("vgcreate", &["vg", &sb.loops[0]]);
     // lvmeta holds V_vg: stock lvcreate must wait for it.
-    let held = lvmeta::lockfile::lock(&sb.lock_dir(), &lvmeta::lockfile::Resource::Vg("vg".into()), true)
-        .expect("lock");
+    let held = lvmeta::lockfile::lock(
+        &sb.lock_dir(),
+        &lvmeta::lockfile::Resource::Vg("vg".into()),
+        true,
+    )
+    .expect("lock");
     let start = Instant::now();
     let lvm = std::thread::scope(|s| {
-        let t = s.spawn(|| sb.lvm(&["lvcreate", "-an", "-Zn", "-n", "bylvm", "-l", "1", "vg"], None));
+        let t = s.spawn(|| {
+            sb.lvm(
+                &["lvcreate", "-an", "-Zn", "-n", "bylvm", "-l", "1", "vg"],
+                None,
+            )
+        });
         std::thread::sleep(Duration::from_millis(1500));
         assert!(!t.is_finished(), "lvm2 ran while lvmeta held the VG lock");
         drop(held);
         t.join().expect("lvm2 thread")
     });
-    assert!(lvm.status.success(), "{}", String::from_utf8_lossy(&lvm.stderr));
+    assert!(
+        lvm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&lvm.stderr)
+    );
     assert!(start.elapsed() >= Duration::from_millis(1500));
     // lvm2's flock on the same file holds lvmeta back the same way.
     let lock = sb.lock_dir().join("V_vg");
@@ -155,7 +214,10 @@ fn lvm2_and_lvmeta_share_the_vg_lock_file() {
     std::thread::sleep(Duration::from_millis(300));
     let t0 = Instant::now();
     sb.lvmeta_ok("lvcreate", &["-an", "-n", "bylvmeta", "-l", "1", "vg"]);
-    assert!(t0.elapsed() >= Duration::from_millis(1000), "lvmeta did not wait for the lock");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1000),
+        "lvmeta did not wait for the lock"
+    );
     holder.wait().expect("flock exit");
     sb.vgck_clean("vg", None);
 }

@@ -215,23 +215,39 @@ fn queue(pool: &mut ThinPool, msg: ThinMessage) {
 /// `lvcreate -V --thinpool` and thin snapshots (`lvcreate -s` of a thin LV). Returns the VG
 /// and the new LV's name.
 pub fn create_thin(vg: &Vg, spec: &ThinSpec) -> Result<(Vg, String), EditError> {
+    let (out, mut names) = create_thins(vg, std::slice::from_ref(spec))?;
+    Ok((out, names.pop().unwrap_or_default()))
+}
+
+/// Several thin LVs (or snapshots) in one change: one seqno, one commit.
+pub fn create_thins(vg: &Vg, specs: &[ThinSpec]) -> Result<(Vg, Vec<String>), EditError> {
     let mut out = vg.clone();
-    let pi = lv_index(&out, &spec.pool)?;
+    let names = specs
+        .iter()
+        .map(|s| add_thin(&mut out, s))
+        .collect::<Result<Vec<_>, _>>()?;
+    finish(&mut out)?;
+    Ok((out, names))
+}
+
+fn add_thin(out: &mut Vg, spec: &ThinSpec) -> Result<String, EditError> {
+    let vg_name = out.name.clone();
+    let pi = lv_index(out, &spec.pool)?;
     let Some(pool) = pool_of(&out.lvs[pi]) else {
         return Err(refused(
-            format!("{}/{}", vg.name, spec.pool),
+            format!("{vg_name}/{}", spec.pool),
             "is not a thin pool",
         ));
     };
     let transaction_id = pool.transaction_id;
     let extents = match &spec.origin {
         Some(o) => {
-            let origin = &out.lvs[lv_index(&out, o)?];
+            let origin = &out.lvs[lv_index(out, o)?];
             match thin_of(origin) {
                 Some(t) if t.thin_pool == spec.pool => {}
                 _ => {
                     return Err(refused(
-                        format!("{}/{o}", vg.name),
+                        format!("{vg_name}/{o}"),
                         format!("is not a thin LV of pool {}", spec.pool),
                     ))
                 }
@@ -248,7 +264,7 @@ pub fn create_thin(vg: &Vg, spec: &ThinSpec) -> Result<(Vg, String), EditError> 
     }
     let name = match &spec.name {
         Some(n) => n.clone(),
-        None => super::lv::next_lvol_name(&out),
+        None => super::lv::next_lvol_name(out),
     };
     crate::names::check_new_lv_name(&out.name, &name)?;
     if out.lv(&name).is_some() {
@@ -269,7 +285,7 @@ pub fn create_thin(vg: &Vg, spec: &ThinSpec) -> Result<(Vg, String), EditError> 
     let device_id = max_id + 1;
     if device_id > MAX_THIN_DEVICE_ID {
         return Err(refused(
-            format!("{}/{}", vg.name, spec.pool),
+            format!("{vg_name}/{}", spec.pool),
             "Cannot find free device_id",
         ));
     }
@@ -297,8 +313,7 @@ pub fn create_thin(vg: &Vg, spec: &ThinSpec) -> Result<(Vg, String), EditError> 
     if let Some(p) = pool_mut(&mut out.lvs[pi]) {
         queue(p, ThinMessage::Create(name.clone()));
     }
-    finish(&mut out)?;
-    Ok((out, name))
+    Ok(name)
 }
 
 /// Removes a thin LV: drops its queued `create`, or queues a `delete` of its device id.

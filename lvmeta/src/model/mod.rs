@@ -468,7 +468,7 @@ fn export(vg: &Vg, style: Style, generator: &str) -> String {
     }
     let locked = vg.write_locked();
     e.open(&vg.name);
-    e.str("id", &vg.id.to_string());
+    write_id(&mut e, &vg.id);
     e.int("seqno", i64::from(vg.seqno));
     if let Some(f) = &vg.format {
         e.str("format", f);
@@ -537,6 +537,13 @@ fn export(vg: &Vg, style: Style, generator: &str) -> String {
     e.finish()
 }
 
+/// `id = "<dashed uuid>"`, without formatting machinery.
+fn write_id(e: &mut Emitter, id: &Uuid) {
+    let d = id.dashed();
+    // Ids hold only the ASCII alphabet and dashes.
+    e.str("id", std::str::from_utf8(&d).unwrap_or_default());
+}
+
 fn write_header(e: &mut Emitter, vg: &Vg) {
     e.str("contents", "Text Format Volume Group");
     e.int("version", 1);
@@ -559,7 +566,7 @@ fn write_header(e: &mut Emitter, vg: &Vg) {
 
 fn write_pv(e: &mut Emitter, key: &str, pv: &Pv) {
     e.open(key);
-    e.str("id", &pv.id.to_string());
+    write_id(e, &pv.id);
     e.str("device", pv.device.as_deref().unwrap_or(""));
     e.blank();
     if let (Some(t), Some(i)) = (&pv.device_id_type, &pv.device_id) {
@@ -585,7 +592,7 @@ fn write_pv(e: &mut Emitter, key: &str, pv: &Pv) {
 
 fn write_lv(e: &mut Emitter, lv: &Lv, locked: bool, pv_keys: &[String]) {
     e.open(&lv.name);
-    e.str("id", &lv.id.to_string());
+    write_id(e, &lv.id);
     let (st, fl) = flags::lock_write(&lv.status, &lv.flags, locked);
     e.str_list("status", &st);
     e.str_list("flags", &fl);

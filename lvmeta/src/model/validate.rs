@@ -136,8 +136,8 @@ fn check_ids(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
             format!("duplicate PV id {id}"),
         ));
     }
-    if let Some(w) = by_name.0.windows(2).find(|w| w[0].name == w[1].name) {
-        return Err(err(lv_path(vg, w[1]), "name", "duplicate LV name"));
+    if let Some(w) = by_name.0.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(err(lv_path(vg, w[1].1), "name", "duplicate LV name"));
     }
     let mut lv_ids: Vec<(crate::uuid::Uuid, &Lv)> = vg.lvs.iter().map(|l| (l.id, l)).collect();
     if let Some((id, lv)) = first_duplicate(&mut lv_ids, |(id, _)| *id) {
@@ -167,20 +167,21 @@ fn check_ids(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// LVs sorted by name, for lookups by binary search.
-struct ByName<'v>(Vec<&'v Lv>);
+/// LVs sorted by name, for lookups by binary search (the name beside each LV, so that
+/// comparisons do not chase the LV).
+struct ByName<'v>(Vec<(&'v str, &'v Lv)>);
 
 impl<'v> ByName<'v> {
     fn new(vg: &'v Vg) -> Self {
-        let mut v: Vec<&Lv> = vg.lvs.iter().collect();
-        v.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        let mut v: Vec<(&str, &Lv)> = vg.lvs.iter().map(|l| (l.name.as_str(), l)).collect();
+        v.sort_unstable_by(|a, b| a.0.cmp(b.0));
         Self(v)
     }
     fn get(&self, name: &str) -> Option<&'v Lv> {
         self.0
-            .binary_search_by(|l| l.name.as_str().cmp(name))
+            .binary_search_by(|(n, _)| (*n).cmp(name))
             .ok()
-            .map(|i| self.0[i])
+            .map(|i| self.0[i].1)
     }
 }
 

@@ -22,28 +22,62 @@ pub fn quote(s: &str) -> String {
 
 fn push_quoted(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
+    let mut rest = s;
+    // Copy runs without a quote or backslash whole; both are ASCII, so every cut is on a
+    // character boundary.
+    while let Some(i) = memchr::memchr2(b'"', b'\\', rest.as_bytes()) {
+        out.push_str(&rest[..i]);
+        out.push('\\');
+        out.push_str(&rest[i..=i]);
+        rest = &rest[i + 1..];
     }
+    out.push_str(rest);
     out.push('"');
 }
+
+/// Bytes that may appear in a bare key: all but white space, `#`, `=`, `{`, `}` and NUL.
+static KEY_SAFE: [bool; 256] = {
+    let mut t = [true; 256];
+    let bad = b" \t\n\r\x0b\x0c#={}\0";
+    let mut i = 0;
+    while i < bad.len() {
+        t[bad[i] as usize] = false;
+        i += 1;
+    }
+    t
+};
 
 /// A key as written: bare when the parser reads it back as one word, quoted otherwise (empty,
 /// starting with a quote, or holding white space, `#`, `=`, `{`, `}`).
 fn push_key(out: &mut String, key: &str) {
     let plain = !key.is_empty()
         && !key.starts_with(['"', '\''])
-        && !key
-            .bytes()
-            .any(|b| b.is_ascii_whitespace() || matches!(b, b'#' | b'=' | b'{' | b'}' | 0));
+        && key.bytes().all(|b| KEY_SAFE[usize::from(b)]);
     if plain {
         out.push_str(key);
     } else {
         push_quoted(out, key);
     }
+}
+
+/// Appends the decimal form of `v` (without going through `fmt`).
+fn push_int(out: &mut String, v: i64) {
+    let mut buf = [0u8; 20];
+    let mut n = v.unsigned_abs();
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if v < 0 {
+        out.push('-');
+    }
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
 }
 
 /// Builds config text line by line, keeping track of the indentation.
@@ -113,7 +147,9 @@ impl Emitter {
     pub fn int(&mut self, key: &str, v: i64) {
         self.indent();
         push_key(&mut self.out, key);
-        let _ = writeln!(self.out, " = {v}");
+        self.out.push_str(" = ");
+        push_int(&mut self.out, v);
+        self.out.push('\n');
     }
 
     /// `key = "<escaped>"`.

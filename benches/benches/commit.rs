@@ -1,0 +1,146 @@
+//! Metadata commits on a real loop device, side by side in one run (needs root, losetup and
+//! lvm2; prints SKIPPED otherwise):
+//! - `lv-create-remove`: lvmeta's LV create + remove through the library, stock
+//!   `lvcreate -an -Zn` + `lvremove -f` (activation off) on the same device, and the floor:
+//!   two 4 KiB O_DIRECT|O_DSYNC writes.
+//! - `thin-10k`: one more thin LV in a VG that already has 10,000 thin LVs, in a 64 MiB
+//!   metadata area (criterion's median is the p50).
+//!
+//! Run: `cargo bench -p lvmeta-benches --bench commit`.
+#![allow(missing_docs)] // criterion's macros generate undocumented items
+
+use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use lvmeta::dev::{BlockDevice, FileDevice};
+use lvmeta::edit::{self, LvSpec, PoolSpec, Stamp, ThinSpec};
+use lvmeta::ops::Session;
+use lvmeta_tests::sandbox::Sandbox;
+
+const MIB: u64 = 1 << 20;
+
+fn ready() -> bool {
+    let ok = lvmeta_tests::privileged("commit benchmark", &["losetup", "lvcreate"]);
+    if !ok {
+        eprintln!("SKIPPED commit benchmark: needs root, loop devices and lvm2");
+    }
+    ok
+}
+
+fn session(sb: &Sandbox, i: usize) -> Session {
+    let dev = FileDevice::open_rw(std::path::Path::new(&sb.loops[i])).expect("open loop");
+    Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]).with_lock_dir(sb.lock_dir())
+}
+
+fn stamp() -> Stamp {
+    Stamp {
+        time: 1_800_000_000,
+        host: "bench".into(),
+    }
+}
+
+/// Two synchronous 4 KiB writes at the end of the device: what any commit needs at least.
+fn floor(path: &str, size: u64) -> impl FnMut() {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+        .open(path)
+        .expect("open O_DIRECT|O_DSYNC");
+    let mut buf = vec![0u8; 8192];
+    let start = buf.as_ptr().align_offset(4096);
+    buf[start..start + 4096].fill(0x5a);
+    move || {
+        let block = &buf[start..start + 4096];
+        f.write_all_at(block, size - 8192).expect("write");
+        f.write_all_at(block, size - 4096).expect("write");
+    }
+}
+
+fn create_remove(c: &mut Criterion) {
+    if !ready() {
+        return;
+    }
+    let sb = Sandbox::new(&[512 * MIB], 512);
+    sb.lvmeta_ok("vgcreate", &["vg", &sb.loops[0]]);
+    let s = session(&sb, 0);
+    let mut g = c.benchmark_group("lv-create-remove");
+    g.sample_size(20);
+    g.bench_function("lvmeta", |b| {
+        b.iter(|| {
+            s.update("vg", "lvcreate", |v| {
+                edit::lv::create(v, &LvSpec::linear("bench", 2, stamp())).map(|x| x.0)
+            })
+            .expect("create");
+            s.update("vg", "lvremove", |v| edit::lv::remove(v, "bench", false))
+                .expect("remove");
+        })
+    });
+    g.bench_function("lvm2", |b| {
+        b.iter(|| {
+            sb.lvm_ok(
+                &[
+                    "lvcreate", "-q", "-an", "-Zn", "-L", "8m", "-n", "bench", "vg",
+                ],
+                None,
+            );
+            sb.lvm_ok(&["lvremove", "-q", "-f", "vg/bench"], None);
+        })
+    });
+    let mut w = floor(&sb.loops[0], 512 * MIB);
+    g.bench_function("floor-2x4k-dsync", |b| b.iter(&mut w));
+    g.finish();
+}
+
+fn thin_10k(c: &mut Criterion) {
+    if !ready() {
+        return;
+    }
+    let sb = Sandbox::new(&[1024 * MIB], 512);
+    sb.lvmeta_ok("pvcreate", &["--metadatasize", "64m", &sb.loops[0]]);
+    sb.lvmeta_ok("vgcreate", &["vg", &sb.loops[0]]);
+    let s = session(&sb, 0);
+    let pool = PoolSpec {
+        data: LvSpec::linear("pool", 100, stamp()),
+        chunk_size: None,
+        metadata_extents: None,
+        discards: "passdown".into(),
+        zero: true,
+    };
+    s.update("vg", "lvcreate", |v| {
+        edit::thin::create_pool(v, &pool).map(|x| x.0)
+    })
+    .expect("pool");
+    let thin = |name: String| ThinSpec {
+        name: Some(name),
+        pool: "pool".into(),
+        extents: 256,
+        origin: None,
+        tags: vec!["kubesan.gitlab.io/managed=yes".into()],
+        activation_skip: None,
+        stamp: stamp(),
+    };
+    let specs: Vec<ThinSpec> = (0..10_000).map(|i| thin(format!("pvc-{i:06}"))).collect();
+    s.update("vg", "lvcreate", |v| {
+        edit::thin::create_thins(v, &specs).map(|x| x.0)
+    })
+    .expect("10,000 thin LVs");
+    let n = AtomicUsize::new(0);
+    let mut g = c.benchmark_group("thin-10k");
+    g.sample_size(20);
+    g.bench_function("lvmeta-create", |b| {
+        b.iter(|| {
+            let name = format!("new-{}", n.fetch_add(1, Ordering::Relaxed));
+            s.update("vg", "lvcreate", |v| {
+                edit::thin::create_thin(v, &thin(name)).map(|x| x.0)
+            })
+            .expect("create");
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, create_remove, thin_10k);
+criterion_main!(benches);
