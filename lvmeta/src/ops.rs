@@ -13,7 +13,7 @@ use crate::layout::{self, PvOptions};
 use crate::lockfile::{self, FileLock, Resource};
 use crate::mda::MdaHeader;
 use crate::model::Vg;
-use crate::scan::{self, Scan, ScannedPv, ScannedVg};
+use crate::scan::{self, Scan, ScanWarning, ScannedPv, ScannedVg};
 use crate::text::Style;
 use crate::uuid::Uuid;
 use crate::Error;
@@ -386,6 +386,44 @@ impl Session {
         }
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan);
         Ok(out)
+    }
+
+    /// `vgck --updatemetadata`: writes the VG's newest version again, as a new seqno, to
+    /// every area, repairing areas left behind by a crash or holding a damaged header.
+    pub fn repair(&self, vg: &str) -> Result<Vg, Error> {
+        self.forget();
+        self.update(vg, "vgck --updatemetadata", |cur| {
+            let mut out = cur.clone();
+            edit::finish(&mut out)?;
+            Ok(out)
+        })
+    }
+
+    /// What `vgck` reports for VG `vg`: the scan's warnings about its areas and copies.
+    pub fn check(&self, vg: &str) -> Result<Vec<String>, Error> {
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        let devices: Vec<&str> = sv
+            .pv_devices
+            .iter()
+            .flatten()
+            .map(|&i| scan.pvs[i].device.as_str())
+            .collect();
+        Ok(scan
+            .warnings
+            .iter()
+            .filter(|w| match w {
+                ScanWarning::Mda { device, .. } | ScanWarning::Label { device, .. } => {
+                    devices.contains(&device.as_str())
+                }
+                ScanWarning::Stale { vg: v, .. }
+                | ScanWarning::Mismatch { vg: v, .. }
+                | ScanWarning::MissingPv { vg: v, .. }
+                | ScanWarning::Model { vg: v, .. } => v == vg,
+                ScanWarning::Device(_) => false,
+            })
+            .map(ToString::to_string)
+            .collect())
     }
 
     /// `vgcfgrestore`: writes `from` (a backup or an older copy) as the VG's next version.

@@ -29,15 +29,30 @@ fn check(what: &str, out: &Output) {
 impl Sandbox {
     /// Sparse images of `sizes` bytes on loop devices with `sector`-byte logical sectors.
     pub fn new(sizes: &[u64], sector: u32) -> Self {
+        Self::build(sizes.len(), sector, |i, f| f.set_len(sizes[i]))
+    }
+
+    /// Loop devices over copies of `images`.
+    pub fn with_images(images: &[Vec<u8>], sector: u32) -> Self {
+        Self::build(images.len(), sector, |i, f| {
+            std::io::Write::write_all(&mut &*f, &images[i])
+        })
+    }
+
+    fn build(
+        n: usize,
+        sector: u32,
+        fill: impl Fn(usize, &std::fs::File) -> std::io::Result<()>,
+    ) -> Self {
         let dir = tempfile::tempdir_in("/var/tmp").expect("temp dir");
         let mut sb = Self {
             dir,
             loops: Vec::new(),
         };
-        for (i, size) in sizes.iter().enumerate() {
+        for i in 0..n {
             let img = sb.dir.path().join(format!("pv{i}.img"));
             let f = std::fs::File::create(&img).expect("image");
-            f.set_len(*size).expect("size image");
+            fill(i, &f).expect("fill image");
             let out = Command::new("losetup")
                 .args(["-f", "--show", "--sector-size", &sector.to_string()])
                 .arg(&img)

@@ -184,6 +184,16 @@ pub enum WriteCmd {
         #[arg(required = true)]
         lvs: Vec<String>,
     },
+    /// Check a VG's metadata areas and copies; repair them with --updatemetadata.
+    Vgck {
+        #[command(flatten)]
+        w: WriteArgs,
+        /// Write the newest version again, as a new seqno, to every area.
+        #[arg(long = "updatemetadata")]
+        update: bool,
+        /// VG name.
+        vg: String,
+    },
     /// Write a backup file, or an older copy still on disk, as the VG's next version.
     Vgcfgrestore {
         #[command(flatten)]
@@ -618,6 +628,25 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                 println!("  Logical volume {vg}/{lv} changed.");
             }
             Ok(())
+        }
+        WriteCmd::Vgck { w, update, vg } => {
+            let s = session(&w, &[])?;
+            if update {
+                let out = s.repair(&vg).map_err(failed)?;
+                println!(
+                    "  Volume group \"{vg}\" metadata updated (seqno {}).",
+                    out.seqno
+                );
+                return Ok(());
+            }
+            let problems = s.check(&vg).map_err(failed)?;
+            if problems.is_empty() {
+                return Ok(());
+            }
+            Err(failed(format!(
+                "{}\n  See lvmeta vgck --updatemetadata to correct them.",
+                problems.join("\n  ")
+            )))
         }
         WriteCmd::Vgcfgrestore {
             w,
