@@ -57,9 +57,12 @@ pub struct FileDevice {
     size: u64,
     sector: u32,
     direct: bool,
+    /// Alignment of transfer offsets and lengths: the logical sector size of a block device
+    /// (what O_DIRECT requires of it), 4096 for image files (what any file system accepts).
+    align: u64,
 }
 
-/// Alignment of every transfer and bounce buffer of a [`FileDevice`].
+/// Alignment of bounce buffers in memory, and of transfers to image files.
 const DIRECT_ALIGN: usize = 4096;
 
 impl FileDevice {
@@ -90,7 +93,8 @@ impl FileDevice {
             Err(e) => return Err(ctx(e)),
         };
         let meta = file.metadata().map_err(ctx)?;
-        let (size, sector) = if meta.file_type().is_block_device() {
+        let block = meta.file_type().is_block_device();
+        let (size, sector) = if block {
             block_device_geometry(&file, meta.rdev()).map_err(ctx)?
         } else if meta.is_file() {
             (meta.len(), 512)
@@ -100,17 +104,23 @@ impl FileDevice {
                 format!("{name}: not a block device or regular file"),
             ));
         };
+        let align = if block && sector.is_power_of_two() && sector >= 512 {
+            u64::from(sector)
+        } else {
+            DIRECT_ALIGN as u64
+        };
         Ok(Self {
             file,
             name,
             size,
             sector,
             direct,
+            align,
         })
     }
 
-    fn aligned_span(offset: u64, len: usize) -> (u64, usize) {
-        let a = DIRECT_ALIGN as u64;
+    fn aligned_span(&self, offset: u64, len: usize) -> (u64, usize) {
+        let a = self.align;
         let start = offset / a * a;
         let end = (offset + len as u64).div_ceil(a) * a;
         (start, (end - start) as usize)
@@ -166,7 +176,7 @@ impl BlockDevice for FileDevice {
         if !self.direct {
             return self.file.read_exact_at(buf, offset);
         }
-        let (start, len) = Self::aligned_span(offset, buf.len());
+        let (start, len) = self.aligned_span(offset, buf.len());
         let mut bounce = AlignedBuf::new(len);
         // The aligned span may run past the end of a file whose size is not a multiple of 4096:
         // the read then comes back short.
@@ -186,7 +196,7 @@ impl BlockDevice for FileDevice {
         if !self.direct {
             return self.file.write_all_at(buf, offset);
         }
-        let (start, len) = Self::aligned_span(offset, buf.len());
+        let (start, len) = self.aligned_span(offset, buf.len());
         let mut bounce = AlignedBuf::new(len);
         let skip = (offset - start) as usize;
         // Never extend a file whose size is not a multiple of the alignment.

@@ -56,6 +56,20 @@ pub fn text(data: &[u8]) {
     assert_eq!(b.as_ref().ok(), Some(&a), "model round trip");
 }
 
+/// Search of a whole metadata area for older copies (the VG name is taken from the text at
+/// offset 512); every copy found must print and read back to itself.
+pub fn history(data: &[u8]) {
+    let name = data
+        .get(512..)
+        .and_then(|t| t.split(|b| *b == b' ').next())
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .unwrap_or("");
+    for vg in crate::history::find(data, name) {
+        let again = model::Vg::from_text(&vg.to_text(text::Style::Raw, "fuzz")).map(|i| i.vg);
+        assert_eq!(again.as_ref().ok(), Some(&vg), "history copy round trip");
+    }
+}
+
 /// A whole-device scan of an in-memory image.
 pub fn device(data: &[u8]) {
     let dev = MemDevice::from_bytes("fuzz", data.to_vec(), 512);

@@ -25,6 +25,7 @@ fn corpora_replay() {
     assert!(replay("mda", fuzzing::mda) >= 6);
     assert!(replay("text", fuzzing::text) >= 6);
     assert!(replay("device", fuzzing::device) >= 1);
+    assert!(replay("history", fuzzing::history) >= 1);
 }
 
 #[test]
@@ -35,6 +36,7 @@ fn seeds_truncated_and_flipped_never_panic() {
         ("mda", fuzzing::mda),
         ("text", fuzzing::text),
         ("device", fuzzing::device),
+        ("history", fuzzing::history),
     ] {
         for e in std::fs::read_dir(dir.join(target)).expect("corpus dir") {
             let seed = std::fs::read(e.expect("entry").path()).expect("seed");

@@ -38,6 +38,10 @@ fn lvs(sb: &Sandbox) -> Vec<(String, String)> {
         .collect()
 }
 
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
 fn apply(sb: &Sandbox, n: usize, (op, by_lvm, pick): Step) {
     let all = lvs(sb);
     let plain: Vec<&String> = all
@@ -61,29 +65,11 @@ fn apply(sb: &Sandbox, n: usize, (op, by_lvm, pick): Step) {
     let (verb, args): (&str, Vec<String>) = match op % 8 {
         0 | 1 => (
             "lvcreate",
-            vec![
-                "-an".into(),
-                "-Zn".into(),
-                "-n".into(),
-                name,
-                "-l".into(),
-                (1 + pick % 3).to_string(),
-                "vg".into(),
-            ],
+            words(&format!("-an -Zn -n {name} -l {} vg", 1 + pick % 3)),
         ),
         2 => (
             "lvcreate",
-            vec![
-                "-an".into(),
-                "-Zn".into(),
-                "-n".into(),
-                name,
-                "-l".into(),
-                "2".into(),
-                "-i".into(),
-                "2".into(),
-                "vg".into(),
-            ],
+            words(&format!("-an -Zn -n {name} -l 2 -i 2 vg")),
         ),
         3 => match pick_of(&plain) {
             Some(lv) => ("lvremove", vec!["-f".into(), target(&lv)]),

@@ -111,6 +111,25 @@ pub(crate) fn next_lvol_name(vg: &Vg) -> String {
     }
 }
 
+/// The name of a new LV: the one asked for (checked against lvm2's rules, reserved names
+/// allowed only for `internal` LVs) or the first free `lvol<N>`; refused if taken.
+pub(crate) fn new_name(vg: &Vg, asked: Option<&str>, internal: bool) -> Result<String, EditError> {
+    let name = asked.map_or_else(|| next_lvol_name(vg), str::to_owned);
+    if internal {
+        crate::names::check_lv_name_in_vg(&vg.name, &name)?;
+    } else {
+        crate::names::check_new_lv_name(&vg.name, &name)?;
+    }
+    if vg.lv(&name).is_some() {
+        return Err(EditError::Exists {
+            what: "Logical Volume",
+            name,
+            vg: vg.name.clone(),
+        });
+    }
+    Ok(name)
+}
+
 pub(crate) fn lv_index(vg: &Vg, name: &str) -> Result<usize, EditError> {
     vg.lvs
         .iter()
@@ -251,22 +270,7 @@ pub(crate) fn assign_lease(vg: &mut Vg, index: usize, align: u64) -> Result<(), 
 
 /// Adds an LV to `vg` (no seqno change, no validation: the callers finish).
 pub(crate) fn create_in(vg: &mut Vg, spec: &LvSpec) -> Result<usize, EditError> {
-    let name = match &spec.name {
-        Some(n) => n.clone(),
-        None => next_lvol_name(vg),
-    };
-    if spec.internal {
-        crate::names::check_lv_name_in_vg(&vg.name, &name)?;
-    } else {
-        crate::names::check_new_lv_name(&vg.name, &name)?;
-    }
-    if vg.lv(&name).is_some() {
-        return Err(EditError::Exists {
-            what: "Logical Volume",
-            name,
-            vg: vg.name.clone(),
-        });
-    }
+    let name = new_name(vg, spec.name.as_deref(), spec.internal)?;
     for t in &spec.tags {
         crate::names::check_tag(t)?;
     }

@@ -6,7 +6,7 @@
 //! delivers the queue (`create_thin`, `create_snap`, `delete`, `set_transaction_id`) and
 //! clears it. lvmeta leaves the queue exactly as lvm2 leaves it when no pool is active.
 
-use super::lv::{assign_lease, create_in, grow, lv_index, new_lv, users};
+use super::lv::{assign_lease, create_in, grow, lv_index, new_lv, new_name, users};
 use super::{finish, refused, EditError, LvSpec, Stamp};
 use crate::model::{Lv, SegKind, Segment, Thin, ThinMessage, ThinPool, Vg, MAX_THIN_DEVICE_ID};
 
@@ -87,18 +87,7 @@ fn hidden(vg: &mut Vg, index: usize) {
 /// `lvcreate --type thin-pool`. Returns the VG and the pool's name.
 pub fn create_pool(vg: &Vg, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
     let mut out = vg.clone();
-    let name = match &spec.data.name {
-        Some(n) => n.clone(),
-        None => super::lv::next_lvol_name(&out),
-    };
-    crate::names::check_new_lv_name(&out.name, &name)?;
-    if out.lv(&name).is_some() {
-        return Err(EditError::Exists {
-            what: "Logical Volume",
-            name,
-            vg: out.name.clone(),
-        });
-    }
+    let name = new_name(&out, spec.data.name.as_deref(), false)?;
     if !["passdown", "nopassdown", "ignore"].contains(&spec.discards.as_str()) {
         return Err(EditError::Option {
             option: "--discards",
@@ -262,18 +251,7 @@ fn add_thin(out: &mut Vg, spec: &ThinSpec) -> Result<String, EditError> {
             why: "virtual size must be positive".into(),
         });
     }
-    let name = match &spec.name {
-        Some(n) => n.clone(),
-        None => super::lv::next_lvol_name(out),
-    };
-    crate::names::check_new_lv_name(&out.name, &name)?;
-    if out.lv(&name).is_some() {
-        return Err(EditError::Exists {
-            what: "Logical Volume",
-            name,
-            vg: out.name.clone(),
-        });
-    }
+    let name = new_name(out, spec.name.as_deref(), false)?;
     let max_id = out
         .lvs
         .iter()
