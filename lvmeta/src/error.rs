@@ -66,6 +66,12 @@ pub enum Error {
     /// A change was refused before anything was written.
     #[error("{0}")]
     Edit(#[from] EditError),
+    /// A lease could not be taken, given back or written.
+    #[error("{0}")]
+    Lease(#[from] crate::lease::LeaseError),
+    /// A change to a shared VG without a lock manager.
+    #[error("VG {0} is shared: start its lockspace with a host id (--host-id N, vgchange --lockstart) or pass --nolocking")]
+    SharedWithoutLeases(String),
     /// A PV layout cannot be made on this device.
     #[error("{device}: {source}")]
     Layout {

@@ -17,6 +17,7 @@ pub mod fuzzing;
 pub mod history;
 pub mod label;
 pub mod layout;
+pub mod lease;
 pub mod lockfile;
 pub mod mda;
 pub mod model;

@@ -10,6 +10,7 @@ use crate::dev::BlockDevice;
 use crate::edit::{self, EditError, NewPv, VgSpec};
 use crate::label::{PvLabel, PV_EXT_USED};
 use crate::layout::{self, PvOptions};
+use crate::lease;
 use crate::lockfile::{self, FileLock, Resource};
 use crate::mda::MdaHeader;
 use crate::model::Vg;
@@ -29,6 +30,10 @@ pub struct Session {
     /// The last scan, kept up to date by [`Session::update`]; used again while the devices'
     /// labels and area headers still match it (see [`scan::Fingerprint`]).
     cache: Mutex<Option<Scan>>,
+    /// This host's lock manager for shared VGs.
+    host: Option<lease::Host>,
+    /// Change shared VGs without leases (lvm2's `--nolocking`).
+    nolocking: bool,
 }
 
 impl Session {
@@ -39,7 +44,53 @@ impl Session {
             lock_dir: None,
             run_dir: None,
             cache: Mutex::new(None),
+            host: None,
+            nolocking: false,
         }
+    }
+
+    /// Takes leases in shared VGs as `host`.
+    pub fn with_host(mut self, host: lease::Host) -> Self {
+        self.host = Some(host);
+        self
+    }
+
+    /// Changes shared VGs without leases (lvm2's `--nolocking`: only safe when no other host
+    /// uses the VG).
+    pub fn without_locking(mut self) -> Self {
+        self.nolocking = true;
+        self
+    }
+
+    /// The lease manager, or why a shared VG cannot be changed.
+    fn host_for(&self, vg: &Vg) -> Result<Option<&lease::Host>, Error> {
+        match (&self.host, vg.is_shared(), self.nolocking) {
+            (_, false, _) | (None, true, true) => Ok(None),
+            (Some(h), true, _) => Ok(Some(h)),
+            (None, true, false) => Err(Error::SharedWithoutLeases(vg.name.clone())),
+        }
+    }
+
+    /// `vgchange --lockstart`: joins the VG's lockspace as this host.
+    pub fn lockstart(&self, vg: &str) -> Result<(), Error> {
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        let h = self
+            .host
+            .as_ref()
+            .ok_or_else(|| Error::SharedWithoutLeases(vg.to_owned()))?;
+        Ok(h.start(&sv.vg, &places(&scan, sv))?)
+    }
+
+    /// `vgchange --lockstop`: leaves the VG's lockspace.
+    pub fn lockstop(&self, vg: &str) -> Result<(), Error> {
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        let h = self
+            .host
+            .as_ref()
+            .ok_or_else(|| Error::SharedWithoutLeases(vg.to_owned()))?;
+        Ok(h.stop(&sv.vg, &places(&scan, sv))?)
     }
 
     /// Tells stock lvm2 on this host about changed PVs through `<dir>/newhints` (lvm2's
@@ -256,13 +307,22 @@ impl Session {
                 why: format!("A volume group called {} already exists.", spec.name),
             });
         }
+        if spec.shared.is_some() && self.host.is_none() && !self.nolocking {
+            return Err(Error::SharedWithoutLeases(spec.name.clone()));
+        }
         let pvs = self.orphans(devices)?;
         let new: Vec<NewPv> = pvs.iter().map(new_pv).collect();
         let mut vg = edit::vg::create(spec, &new, &edit::Stamp::now())?;
         describe(&mut vg, "vgcreate");
+        let host = self.host_for(&vg)?;
         let joined: Vec<&ScannedPv> = pvs.iter().collect();
         self.commit(&vg, &joined, &joined)?;
         self.invalidate_hints()?;
+        if let Some(h) = host {
+            let scan = self.scan();
+            let sv = scan.vg(&vg.name)?;
+            h.init_vg(&vg, &places(&scan, sv))?;
+        }
         tracing::info!(vg = %vg.name, pvs = devices.len(), "vgcreate");
         Ok(vg)
     }
@@ -365,13 +425,53 @@ impl Session {
         edit: impl FnOnce(&Vg) -> Result<Vg, EditError>,
     ) -> Result<Vg, Error> {
         let _v = self.lock(Resource::Vg(vg.to_owned()))?;
-        let mut scan = self.current();
+        let first = self.current();
+        let lease = match self.host_for(&writable(&first, vg)?.vg)? {
+            Some(h) => {
+                let at = places(&first, writable(&first, vg)?);
+                let (r, _) = h.lock_vg(&writable(&first, vg)?.vg, &at)?;
+                Some((h, r, at))
+            }
+            None => None,
+        };
+        let result = self.update_locked(first, vg, verb, edit, lease.as_ref());
+        if let Some((h, r, _)) = &lease {
+            // lvmlockd hosts learn the new seqno from the value block.
+            let lvb = result.as_ref().ok().map(|v| lease::Lvb::for_seqno(v.seqno));
+            h.manager.release(r, lvb)?;
+        }
+        result
+    }
+
+    /// [`Session::update`] once the file lock and (for a shared VG) the VG lease are held.
+    fn update_locked(
+        &self,
+        first: Scan,
+        vg: &str,
+        verb: &str,
+        edit: impl FnOnce(&Vg) -> Result<Vg, EditError>,
+        lease: Option<&(&lease::Host, lease::ResourceSpec, lease::VgPlaces)>,
+    ) -> Result<Vg, Error> {
+        let mut scan = match lease {
+            // Another host may have changed the VG before we got the lease: check again.
+            Some(_) => {
+                *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(first);
+                self.current()
+            }
+            None => first,
+        };
         let sv = writable(&scan, vg)?;
         let mut out = edit(&sv.vg)?;
         describe(&mut out, verb);
+        if let Some((h, _, at)) = lease {
+            h.init_new_lvs(&sv.vg, &out, at)?;
+        }
         let all = members(&scan, sv)?;
         let (text, written) = self.commit(&out, &all, &[])?;
         tracing::info!(vg, verb, seqno = out.seqno, "committed");
+        if let Some((h, _, at)) = lease {
+            h.free_old_lvs(&sv.vg, &out, at)?;
+        }
         // The scan now describes the devices as they are: keep it for the next change.
         for (device, mda, header) in written {
             if let Some(p) = scan.pvs.iter_mut().find(|p| p.device == device) {
@@ -517,6 +617,27 @@ impl Session {
             .map(|((d, i), h)| (d, i, h))
             .collect();
         Ok((text, written))
+    }
+}
+
+/// Where a shared VG's leases are: each PV's device, and lvmlockd's geometry for the sector
+/// size of the PV holding `lvmlock`.
+fn places(scan: &Scan, sv: &ScannedVg) -> lease::VgPlaces {
+    let paths: Vec<Option<String>> = sv
+        .pv_devices
+        .iter()
+        .map(|d| d.map(|i| scan.pvs[i].device.clone()))
+        .collect();
+    let lock_pv = lease::layout::lv_byte(&sv.vg, "lvmlock", 0).map_or(0, |(pv, _)| pv);
+    let sector = sv
+        .pv_devices
+        .get(lock_pv)
+        .copied()
+        .flatten()
+        .map_or(512, |i| scan.pvs[i].sector_size);
+    lease::VgPlaces {
+        paths,
+        geometry: lease::Geometry::for_sector(sector),
     }
 }
 

@@ -1,7 +1,8 @@
 //! Raw FFI bindings to libsanlock_client (every function of `sanlock.h`, `sanlock_admin.h` and
 //! `sanlock_resource.h`) and, with the `direct` feature, the `sanlock_direct_*` functions of
-//! libsanlock. Nothing here is safe to call without reading sanlock's headers; the safe layer
-//! is `lvmeta::lease`.
+//! libsanlock. Nothing in the crate root is safe to call without reading sanlock's headers;
+//! [`safe`] wraps the daemon calls lvmeta needs, and `lvmeta::lease` gives them lvmlockd's
+//! meaning.
 //!
 //! The bindings are written by hand (bindgen needs libclang, which the build machines do not
 //! have); `gen-consts.py` generates the constants from the installed headers, and the tests
@@ -11,6 +12,7 @@
 #![allow(non_camel_case_types)] // C names, kept so that sanlock's documentation applies
 
 mod consts;
+pub mod safe;
 
 pub use consts::*;
 

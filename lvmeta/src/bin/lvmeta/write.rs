@@ -25,6 +25,18 @@ pub struct WriteArgs {
     /// lvm2's run directory, where `newhints` tells lvm2 to rescan for PVs.
     #[arg(long = "rundir", env = "LVMETA_RUN_DIR", default_value = "/run/lvm")]
     run_dir: PathBuf,
+    /// This host's id in shared VGs' lockspaces (default: lvmlocal.conf `local/host_id`).
+    #[arg(long = "host-id", env = "LVMETA_HOST_ID")]
+    host_id: Option<u64>,
+    /// Change shared VGs without taking leases (only safe when no other host uses them).
+    #[arg(long = "nolocking")]
+    nolocking: bool,
+    /// Seconds a change waits for a VG lease held by another host.
+    #[arg(long = "lock-wait", default_value_t = 60)]
+    lock_wait: u64,
+    /// io_timeout of lockspaces this host creates or joins (sanlock's default: 10).
+    #[arg(long = "io-timeout", default_value_t = 10)]
+    io_timeout: u32,
     /// Answer yes to every question (lvmeta never asks; accepted for lvm2 compatibility).
     #[arg(short = 'y', long = "yes")]
     yes: bool,
@@ -123,10 +135,16 @@ pub enum WriteCmd {
         #[arg(required = true)]
         vgs: Vec<String>,
     },
-    /// Change VG tags.
+    /// Change VG tags; start or stop a shared VG's lockspace on this host.
     Vgchange {
         #[command(flatten)]
         w: WriteArgs,
+        /// Join the VG's sanlock lockspace (needs --host-id or lvmlocal.conf host_id).
+        #[arg(long = "lockstart")]
+        lockstart: bool,
+        /// Leave the VG's sanlock lockspace.
+        #[arg(long = "lockstop")]
+        lockstop: bool,
         /// Tags to add.
         #[arg(long = "addtag")]
         add: Vec<String>,
@@ -384,13 +402,50 @@ fn session(w: &WriteArgs, extra: &[PathBuf]) -> Result<Session, (u8, String)> {
             Err(e) => tracing::debug!(device = %p.display(), error = %e, "skipping device"),
         }
     }
-    let s = Session::new(devs)
+    let mut s = Session::new(devs)
         .with_lock_dir(w.locking_dir.clone())
         .with_run_dir(w.run_dir.clone());
+    if w.nolocking {
+        s = s.without_locking();
+    }
+    if let Some(host_id) = w.host_id.or_else(lvmlocal_host_id) {
+        s = s.with_host(lease_host(host_id, w)?);
+    }
     for warn in &s.scan().warnings {
         eprintln!("  WARNING: {warn}");
     }
     Ok(s)
+}
+
+/// `local/host_id` of lvm2's lvmlocal.conf (in `LVM_SYSTEM_DIR` or /etc/lvm).
+fn lvmlocal_host_id() -> Option<u64> {
+    let dir = std::env::var("LVM_SYSTEM_DIR").unwrap_or_else(|_| "/etc/lvm".into());
+    let text = std::fs::read_to_string(std::path::Path::new(&dir).join("lvmlocal.conf")).ok()?;
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter_map(|l| l.strip_prefix("host_id"))
+        .filter_map(|rest| rest.trim_start().strip_prefix('='))
+        .find_map(|v| v.trim().parse().ok())
+}
+
+#[cfg(feature = "sanlock")]
+fn lease_host(host_id: u64, w: &WriteArgs) -> Result<lvmeta::lease::Host, (u8, String)> {
+    if !(1..=2000).contains(&host_id) {
+        return Err(usage(format!("--host-id {host_id}: must be 1..2000")));
+    }
+    Ok(lvmeta::lease::Host {
+        manager: std::sync::Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()),
+        host_id,
+        io_timeout: w.io_timeout,
+        wait: std::time::Duration::from_secs(w.lock_wait),
+    })
+}
+
+#[cfg(not(feature = "sanlock"))]
+fn lease_host(_host_id: u64, _w: &WriteArgs) -> Result<lvmeta::lease::Host, (u8, String)> {
+    Err(usage(
+        "this lvmeta was built without the sanlock feature: shared VGs need --nolocking",
+    ))
 }
 
 fn names(paths: &[PathBuf]) -> Vec<String> {
@@ -567,12 +622,29 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
             }
             Ok(())
         }
-        WriteCmd::Vgchange { w, add, del, vgs } => {
+        WriteCmd::Vgchange {
+            w,
+            lockstart,
+            lockstop,
+            add,
+            del,
+            vgs,
+        } => {
             let s = session(&w, &[])?;
             for vg in vgs {
-                s.update(&vg, "vgchange", |v| edit::vg::change_tags(v, &add, &del))
-                    .map_err(failed)?;
-                println!("  Volume group \"{vg}\" successfully changed");
+                if lockstart {
+                    s.lockstart(&vg).map_err(failed)?;
+                    println!("  VG {vg} lockspace started");
+                }
+                if !add.is_empty() || !del.is_empty() {
+                    s.update(&vg, "vgchange", |v| edit::vg::change_tags(v, &add, &del))
+                        .map_err(failed)?;
+                    println!("  Volume group \"{vg}\" successfully changed");
+                }
+                if lockstop {
+                    s.lockstop(&vg).map_err(failed)?;
+                    println!("  VG {vg} lockspace stopped");
+                }
             }
             Ok(())
         }

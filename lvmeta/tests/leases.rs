@@ -1,0 +1,124 @@
+//! Leases around changes of a shared VG, with the in-memory lock manager: what `vgcreate
+//! --shared` writes, that a host must join the lockspace first, that each change holds the VG
+//! lease and leaves the new seqno in its value block, LV leases written and freed, and a lease
+//! held elsewhere making a change wait and then fail clearly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lvmeta::dev::{BlockDevice, MemDevice};
+use lvmeta::edit::{self, LvSpec, SharedVg, Stamp, VgSpec};
+use lvmeta::lease::{layout, FakeLeases, Host, LeaseError, LeaseManager, Mode, VgPlaces};
+use lvmeta::ops::Session;
+use lvmeta::Error;
+
+fn stamp() -> Stamp {
+    Stamp {
+        time: 1_800_000_000,
+        host: "t".into(),
+    }
+}
+
+fn setup() -> (Session, Arc<FakeLeases>, Host) {
+    let fake = Arc::new(FakeLeases::default());
+    let host = Host {
+        manager: fake.clone(),
+        host_id: 7,
+        io_timeout: 10,
+        wait: Duration::from_millis(300),
+    };
+    let dev = MemDevice::new("pv0", 512 << 20, 512);
+    let s = Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]).with_host(host.clone());
+    let spec = VgSpec {
+        name: "vg".into(),
+        extent_size: 8192,
+        tags: vec![],
+        shared: Some(SharedVg {
+            lock_lv_size: 256 << 20,
+        }),
+    };
+    s.vgcreate(&spec, &["pv0"]).expect("vgcreate --shared");
+    (s, fake, host)
+}
+
+fn places() -> VgPlaces {
+    VgPlaces {
+        paths: vec![Some("pv0".into())],
+        geometry: layout::Geometry::for_sector(512),
+    }
+}
+
+fn create(s: &Session, name: &str) -> Result<lvmeta::model::Vg, Error> {
+    s.update("vg", "lvcreate", |v| {
+        edit::lv::create(v, &LvSpec::linear(name, 1, stamp())).map(|x| x.0)
+    })
+}
+
+#[test]
+fn shared_vg_changes_hold_the_vg_lease() {
+    let (s, fake, host) = setup();
+    let vg = s.scan().vg("vg").expect("vg").vg.clone();
+    let at = places();
+    let vgl = layout::vg_lease(&vg, &at.paths, at.geometry).expect("VG lease");
+    assert_eq!(fake.resource_name(&vgl), Ok(Some("VGLK".into())));
+    let slots = layout::lv_slots(&vg, &at.paths, at.geometry);
+    assert_eq!(slots.len(), 189);
+    assert_eq!(fake.resource_name(&slots[0]), Ok(Some("#unused".into())));
+    // Not joined yet: refused, nothing written.
+    assert!(matches!(
+        create(&s, "a"),
+        Err(Error::Lease(LeaseError::NotJoined { .. }))
+    ));
+    s.lockstart("vg").expect("lockstart");
+    let after = create(&s, "a").expect("create");
+    // The LV's lease carries its uuid; the value block the new seqno.
+    let lv = layout::lv_lease(&after, &at.paths, "a", at.geometry).expect("LV lease");
+    assert_eq!(
+        fake.resource_name(&lv),
+        Ok(Some(after.lv("a").expect("a").id.to_string()))
+    );
+    let lvb = fake
+        .acquire(&vgl, Mode::Exclusive, true)
+        .expect("free again");
+    assert_eq!(lvb, Some(layout::Lvb::for_seqno(after.seqno)));
+    // Held by someone else: the change waits, then says so.
+    let err = create(&s, "b").expect_err("lease held");
+    assert!(
+        err.to_string().contains("still held by another host"),
+        "{err}"
+    );
+    fake.release(&vgl, None).expect("release");
+    let after = s
+        .update("vg", "lvremove", |v| edit::lv::remove(v, "a", false))
+        .expect("remove");
+    assert!(after.lv("a").is_none());
+    assert_eq!(fake.resource_name(&lv), Ok(Some("#unused".into())));
+    host.stop(&after, &at).expect("lockstop");
+    assert!(matches!(
+        create(&s, "c"),
+        Err(Error::Lease(LeaseError::NotJoined { .. }))
+    ));
+}
+
+#[test]
+fn shared_vgs_need_a_lock_manager_or_nolocking() {
+    let (s, _, _) = setup();
+    drop(s);
+    let dev = MemDevice::new("pv0", 512 << 20, 512);
+    let s = Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]);
+    let spec = VgSpec {
+        name: "vg".into(),
+        extent_size: 8192,
+        tags: vec![],
+        shared: Some(SharedVg {
+            lock_lv_size: 256 << 20,
+        }),
+    };
+    assert!(matches!(
+        s.vgcreate(&spec, &["pv0"]),
+        Err(Error::SharedWithoutLeases(_))
+    ));
+    let s = s.without_locking();
+    s.vgcreate(&spec, &["pv0"]).expect("--nolocking");
+    create(&s, "a").expect("--nolocking change");
+}
