@@ -1,0 +1,36 @@
+//! Privileged: a mixed cluster on one machine (tests/lockd/mixed.sh). Simulated host 1 runs
+//! stock lvm2 + lvmlockd + sanlock, simulated host 2 runs lvmeta with its own sanlock daemon.
+//! A shared VG made by lvm2 is joined and changed by lvmeta (VG lease, LV leases on disk where
+//! lvmlockd looks for them), and a shared VG made by lvmeta (lockspace, GL/VG leases, free LV
+//! slots) is started and changed by lvmlockd; each side sees the other's changes, reports
+//! agree and `vgck` stays clean.
+
+use std::path::Path;
+use std::process::Command;
+
+use lvmeta_tests::{lvmeta_bin, privileged};
+
+#[test]
+fn lvm2_lockd_and_lvmeta_share_vgs() {
+    let tools = [
+        "losetup", "sanlock", "lvmlockd", "unshare", "python3", "lvm",
+    ];
+    if !privileged("lvm2_lockd_and_lvmeta_share_vgs", &tools) {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lockd/mixed.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(lvmeta_bin())
+        .output()
+        .expect("run mixed.sh");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "mixed cluster failed:\n{}\n{err}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for line in err.lines().filter(|l| l.starts_with("mixed:")) {
+        eprintln!("{line}");
+    }
+}
