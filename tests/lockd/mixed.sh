@@ -4,7 +4,10 @@
 # one loop device: a VG made by lvm2 and one made by lvmeta; each side changes them and must
 # see the other's changes; lvm2's vgck must stay clean and both sides' reports must agree.
 #
-# usage: mixed.sh LVMETA_BINARY     (root; run by tests/tests/lvm2_lockd.rs)
+# Then four hosts (lvm2 + three lvmeta hosts) change one VG concurrently, and a process killed
+# while holding the VG lease does not block the others.
+#
+# usage: mixed.sh LVMETA_BINARY HOLD_VG_LEASE_BINARY   (root; run by tests/tests/lvm2_lockd.rs)
 set -euo pipefail
 if [ -z "${LVMETA_MIXED_NS:-}" ]; then
     mkdir -p /dev/mapper
@@ -13,6 +16,7 @@ fi
 mount -t tmpfs tmpfs /dev/mapper
 mount -t tmpfs tmpfs /run
 LVMETA=$(realpath "$1")
+HOLD=$(realpath "$2")
 WORK=$(mktemp -d /var/tmp/lvmeta-mixed.XXXXXX)
 LOOPS=()
 DAEMONS=()
@@ -26,7 +30,7 @@ cleanup() {
 trap cleanup EXIT
 say() { echo "mixed: $*" >&2; }
 
-truncate -s 700M "$WORK/lun.img"
+truncate -s 1200M "$WORK/lun.img"
 LUN=$(losetup -f --show "$WORK/lun.img")
 LOOPS+=("$LUN")
 
@@ -68,6 +72,22 @@ lvmeta2() {
 }
 lvmeta_report() {
     SANLOCK_RUN_DIR="$H2" "$LVMETA" "$@" --devices "$LUN" 2>/dev/null
+}
+
+# Hosts 3 and 4: more lvmeta hosts, each with its own sanlock daemon.
+for h in 3 4; do
+    mkdir -p "$WORK/h$h"
+    SANLOCK_RUN_DIR="$WORK/h$h" SANLOCK_PRIVILEGED=0 sanlock daemon -D -w 0 -U root -G root -L -1 \
+        -S -1 -e "mixed-host-$h" >"$WORK/h$h/sanlock.log" 2>&1 &
+    DAEMONS+=("$!")
+done
+for h in 3 4; do for _ in $(seq 50); do [ -S "$WORK/h$h/sanlock.sock" ] && break; sleep 0.1; done; done
+# lvmeta_on HOST VERB ARGS...: lvmeta as simulated host HOST (2, 3 or 4).
+lvmeta_on() {
+    local h=$1 verb=$2
+    shift 2
+    SANLOCK_RUN_DIR="$WORK/h$h" "$LVMETA" "$verb" --devices "$LUN" --host-id "$h" --io-timeout 2 \
+        --lockingdir "$WORK/h$h/lock" --rundir "$WORK/h$h/run" "$@"
 }
 
 FIELDS=lv_name,lv_uuid,lv_size,lv_attr,segtype,devices,lv_lock_args
@@ -123,7 +143,59 @@ lvmeta2 lvremove vga/bylvm
 same vga
 lvm1 lvcreate -q -an -Zn -n again -L 4m vga
 same vga
-lvmeta2 vgchange --lockstop vga
+
+say "C: four hosts change vga at the same time"
+t0=$(date +%s)
+lvmeta_on 3 vgchange --lockstart vga &
+j3=$!
+lvmeta_on 4 vgchange --lockstart vga &
+j4=$!
+wait "$j3" "$j4"
+t0=$(date +%s)
+# Each host creates ROUNDS LVs and removes every other one: 4 * 1.5 * ROUNDS changes.
+ROUNDS=${MIXED_ROUNDS:-84}
+work_lvm() {
+    for i in $(seq "$ROUNDS"); do
+        lvm1 lvcreate -q -an -Zn -n "h1-$i" -l 1 vga >/dev/null 2>&1
+        [ $((i % 2)) -eq 0 ] && lvm1 lvremove -q -f "vga/h1-$((i - 1))" >/dev/null 2>&1
+    done
+}
+work_lvmeta() {
+    local h=$1
+    for i in $(seq "$ROUNDS"); do
+        lvmeta_on "$h" lvcreate -an -n "h$h-$i" -l 1 vga >/dev/null
+        [ $((i % 2)) -eq 0 ] && lvmeta_on "$h" lvremove "vga/h$h-$((i - 1))" >/dev/null
+    done
+}
+work_lvm & p1=$!
+work_lvmeta 2 & p2=$!
+work_lvmeta 3 & p3=$!
+work_lvmeta 4 & p4=$!
+fail=0
+for p in $p1 $p2 $p3 $p4; do wait "$p" || fail=1; done
+[ $fail -eq 0 ] || { say "a concurrent worker failed"; exit 1; }
+say "C: the concurrent changes took $(( $(date +%s) - t0 )) s"
+same vga
+lvmeta_report lvs --noheadings -o lv_name vga | tr -d ' ' | sort >"$WORK/have"
+for h in 1 2 3 4; do for i in $(seq 2 2 "$ROUNDS"); do echo "h$h-$i"; done; done | sort >"$WORK/want"
+grep '^h[1-4]-' "$WORK/have" | diff - "$WORK/want" >&2 || { say "lost or extra changes"; exit 1; }
+seq_end=$(lvmeta_report vgs --noheadings -o vg_seqno vga | tr -d ' ')
+say "C: $((4 * ROUNDS * 3 / 2)) concurrent changes by lvm2 and 3 lvmeta hosts, none lost, vgck clean (seqno $seq_end)"
+
+say "D: a writer killed while holding the VG lease"
+SANLOCK_RUN_DIR="$WORK/h3" "$HOLD" "$LUN" vga 3 >"$WORK/hold.out" 2>"$WORK/hold.err" &
+holder=$!
+for _ in $(seq 100); do grep -q held "$WORK/hold.out" && break; sleep 0.1; done
+grep -q held "$WORK/hold.out" || { cat "$WORK/hold.err" >&2; exit 1; }
+lvmeta_on 2 lvcreate -an -n afterkill -L 4m vga >/dev/null &
+waiter=$!
+sleep 2
+kill -0 "$waiter" 2>/dev/null || { say "the writer did not wait for the held VG lease"; exit 1; }
+kill -9 "$holder"
+wait "$waiter" || { say "the writer failed after the holder died"; exit 1; }
+has_lv vga afterkill
+same vga
+for h in 2 3 4; do lvmeta_on "$h" vgchange --lockstop vga >/dev/null; done
 lvm1 vgchange -q --lockstop vga
 
 say "B: lvmeta makes a shared VG, lvm2 joins it"

@@ -3,7 +3,9 @@
 //! A shared VG made by lvm2 is joined and changed by lvmeta (VG lease, LV leases on disk where
 //! lvmlockd looks for them), and a shared VG made by lvmeta (lockspace, GL/VG leases, free LV
 //! slots) is started and changed by lvmlockd; each side sees the other's changes, reports
-//! agree and `vgck` stays clean.
+//! agree and `vgck` stays clean. Then lvm2 and three lvmeta hosts change one VG concurrently
+//! without losing an update, and a writer killed while holding the VG lease does not block
+//! the next one.
 
 use std::path::Path;
 use std::process::Command;
@@ -19,9 +21,18 @@ fn lvm2_lockd_and_lvmeta_share_vgs() {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lockd/mixed.sh");
+    let hold = lvmeta_bin().with_file_name("hold-vg-lease");
+    if !hold.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "lvmeta-tests", "--bin", "hold-vg-lease"])
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "cannot build hold-vg-lease");
+    }
     let out = Command::new("bash")
         .arg(&script)
         .arg(lvmeta_bin())
+        .arg(&hold)
         .output()
         .expect("run mixed.sh");
     let err = String::from_utf8_lossy(&out.stderr);

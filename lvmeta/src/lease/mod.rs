@@ -295,7 +295,9 @@ impl Host {
                 Ok(lvb) => return Ok((r, lvb)),
                 Err(LeaseError::Busy { .. }) if std::time::Instant::now() < deadline => {
                     tracing::debug!(vg = %vg.name, "VG lease busy; retrying");
-                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    // 20-80 ms, different per process, so contending hosts do not stay in step.
+                    let jitter = u64::from(std::process::id() % 61);
+                    std::thread::sleep(std::time::Duration::from_millis(20 + jitter));
                 }
                 Err(LeaseError::Busy { name }) => {
                     return Err(LeaseError::Manager {
