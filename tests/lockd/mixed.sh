@@ -4,8 +4,9 @@
 # one loop device: a VG made by lvm2 and one made by lvmeta; each side changes them and must
 # see the other's changes; lvm2's vgck must stay clean and both sides' reports must agree.
 #
-# Then four hosts (lvm2 + three lvmeta hosts) change one VG concurrently, and a process killed
-# while holding the VG lease does not block the others.
+# Then four hosts (lvm2 + three lvmeta hosts) change one VG concurrently, a process killed
+# while holding the VG lease does not block the others, and the lease of a host whose sanlock
+# daemon died is taken over after sanlock's host-dead time, never earlier.
 #
 # usage: mixed.sh LVMETA_BINARY HOLD_VG_LEASE_BINARY   (root; run by tests/tests/lvm2_lockd.rs)
 set -euo pipefail
@@ -195,7 +196,24 @@ kill -9 "$holder"
 wait "$waiter" || { say "the writer failed after the holder died"; exit 1; }
 has_lv vga afterkill
 same vga
-for h in 2 3 4; do lvmeta_on "$h" vgchange --lockstop vga >/dev/null; done
+
+say "E: a host whose sanlock daemon dies while it holds the VG lease"
+SANLOCK_RUN_DIR="$WORK/h4" "$HOLD" "$LUN" vga 4 >"$WORK/hold4.out" 2>"$WORK/hold4.err" &
+holder=$!
+for _ in $(seq 100); do grep -q held "$WORK/hold4.out" && break; sleep 0.1; done
+grep -q held "$WORK/hold4.out" || { cat "$WORK/hold4.err" >&2; exit 1; }
+kill -9 "$(cat "$WORK/h4/sanlock.pid")"
+killed=$(date +%s)
+kill -9 "$holder" 2>/dev/null || true
+lvmeta_on 2 lvcreate -an -n afterdeath -l 1 --lock-wait 300 vga >/dev/null
+took=$(( $(date +%s) - killed ))
+# io_timeout 2: host_dead_seconds = 8 * 2 + 60 = 76, counted from host 4's last renewal,
+# which was at most one renewal interval (2 * 2 s) before the kill.
+[ "$took" -ge 70 ] || { say "host 4's lease was taken after $took s, before it could be dead"; exit 1; }
+has_lv vga afterdeath
+same vga
+say "E: host 4's VG lease was taken over $took s after its daemon died (host_dead_seconds 76)"
+for h in 2 3; do lvmeta_on "$h" vgchange --lockstop vga >/dev/null; done
 lvm1 vgchange -q --lockstop vga
 
 say "B: lvmeta makes a shared VG, lvm2 joins it"

@@ -5,10 +5,10 @@ use std::sync::Mutex;
 
 use sanlock_sys::safe::{self, Client, Lockspace, Resource, Rv};
 use sanlock_sys::{
-    SANLK_ACQUIRE_IDLIVE, SANLK_ACQUIRE_OTHER, SANLK_ACQUIRE_OWNED, SANLK_LEADER_MAGIC,
-    SANLK_LSF_ALIGN1M, SANLK_LSF_ALIGN8M, SANLK_LSF_SECTOR4K, SANLK_LSF_SECTOR512,
-    SANLK_RES_ALIGN1M, SANLK_RES_ALIGN8M, SANLK_RES_SECTOR4K, SANLK_RES_SECTOR512,
-    SANLK_RES_SHARED,
+    SANLK_ACQUIRE_IDLIVE, SANLK_ACQUIRE_OTHER, SANLK_ACQUIRE_OWNED, SANLK_ACQUIRE_OWNED_RETRY,
+    SANLK_ACQUIRE_SHRETRY, SANLK_LEADER_MAGIC, SANLK_LSF_ALIGN1M, SANLK_LSF_ALIGN8M,
+    SANLK_LSF_SECTOR4K, SANLK_LSF_SECTOR512, SANLK_RES_ALIGN1M, SANLK_RES_ALIGN8M,
+    SANLK_RES_SECTOR4K, SANLK_RES_SECTOR512, SANLK_RES_SHARED,
 };
 
 use super::{Geometry, LeaseError, LeaseManager, LockspaceSpec, Lvb, Mode, ResourceSpec};
@@ -154,6 +154,8 @@ impl LeaseManager for SanlockLeases {
             Err(Rv(rv))
                 if rv == SANLK_ACQUIRE_IDLIVE
                     || rv == SANLK_ACQUIRE_OWNED
+                    || rv == SANLK_ACQUIRE_OWNED_RETRY
+                    || rv == SANLK_ACQUIRE_SHRETRY
                     || rv == SANLK_ACQUIRE_OTHER
                     || rv == -libc::EAGAIN =>
             {
