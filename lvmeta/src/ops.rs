@@ -397,9 +397,29 @@ impl Session {
             }
             .into());
         }
-        for p in members(&scan, sv)? {
-            self.orphan(p)?;
+        // A shared VG goes under its VG lease; the lease is released marked "removed", so
+        // lvmlockd hosts refuse to use the VG from then on, and this host leaves the lockspace.
+        let lease = match self.host_for(&sv.vg)? {
+            Some(h) => {
+                let at = places(&scan, sv);
+                let (r, _) = h.lock_vg(&sv.vg, &at)?;
+                Some((h, r, at))
+            }
+            None => None,
+        };
+        let removed =
+            members(&scan, sv).and_then(|pvs| pvs.iter().try_for_each(|p| self.orphan(p)));
+        if let Some((h, r, at)) = &lease {
+            let lvb = removed.as_ref().ok().map(|()| lease::Lvb {
+                flags: lease::layout::LVB_REMOVED,
+                ..lease::Lvb::for_seqno(sv.vg.seqno)
+            });
+            h.manager.release(r, lvb)?;
+            if removed.is_ok() {
+                h.stop(&sv.vg, at)?;
+            }
         }
+        removed?;
         self.invalidate_hints()?;
         tracing::info!(vg, "vgremove");
         Ok(())

@@ -101,6 +101,22 @@ fn shared_vg_changes_hold_the_vg_lease() {
 }
 
 #[test]
+fn vgremove_of_a_shared_vg_marks_the_vg_lease_removed() {
+    let (s, fake, host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    let vg = s.scan().vg("vg").expect("vg").vg.clone();
+    let at = places();
+    let vgl = layout::vg_lease(&vg, &at.paths, at.geometry).expect("VG lease");
+    s.vgremove("vg", false).expect("vgremove");
+    assert!(s.scan().vgs.is_empty());
+    let lockspace = host.lockspace(&vg, &at).expect("lockspace");
+    assert_eq!(fake.joined(&lockspace), Ok(false));
+    fake.join(&lockspace, 10).expect("join");
+    let lvb = fake.acquire(&vgl, Mode::Exclusive, true).expect("free");
+    assert_eq!(lvb.map(|l| l.flags), Some(layout::LVB_REMOVED));
+}
+
+#[test]
 fn shared_vgs_need_a_lock_manager_or_nolocking() {
     let (s, _, _) = setup();
     drop(s);

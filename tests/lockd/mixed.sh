@@ -245,5 +245,8 @@ if rows(sys.argv[1]) != rows(sys.argv[2]):
 PY
 lvm1 vgck vgb 2>/dev/null
 lvm1 vgchange -q --lockstop vgb
-lvmeta2b vgchange --lockstop vgb
+# lvmeta removes the shared VG under its VG lease (leaving it marked removed) and leaves the
+# lockspace; lvm2 no longer finds the VG.
+lvmeta2b vgremove -f vgb
+if lvm1 vgs vgb >/dev/null 2>&1; then say "vgb still exists for lvm2"; exit 1; fi
 say "ok"
