@@ -73,24 +73,26 @@ impl Session {
 
     /// `vgchange --lockstart`: joins the VG's lockspace as this host.
     pub fn lockstart(&self, vg: &str) -> Result<(), Error> {
-        let scan = self.scan();
-        let sv = scan.vg(vg)?;
-        let h = self
-            .host
-            .as_ref()
-            .ok_or_else(|| Error::SharedWithoutLeases(vg.to_owned()))?;
-        Ok(h.start(&sv.vg, &places(&scan, sv))?)
+        self.with_lockspace(vg, lease::Host::start)
     }
 
     /// `vgchange --lockstop`: leaves the VG's lockspace.
     pub fn lockstop(&self, vg: &str) -> Result<(), Error> {
+        self.with_lockspace(vg, lease::Host::stop)
+    }
+
+    fn with_lockspace(
+        &self,
+        vg: &str,
+        f: fn(&lease::Host, &Vg, &lease::VgPlaces) -> Result<(), lease::LeaseError>,
+    ) -> Result<(), Error> {
         let scan = self.scan();
         let sv = scan.vg(vg)?;
         let h = self
             .host
             .as_ref()
             .ok_or_else(|| Error::SharedWithoutLeases(vg.to_owned()))?;
-        Ok(h.stop(&sv.vg, &places(&scan, sv))?)
+        Ok(f(h, &sv.vg, &places(&scan, sv))?)
     }
 
     /// Tells stock lvm2 on this host about changed PVs through `<dir>/newhints` (lvm2's

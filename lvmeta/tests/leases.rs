@@ -27,18 +27,24 @@ fn setup() -> (Session, Arc<FakeLeases>, Host) {
         io_timeout: 10,
         wait: Duration::from_millis(300),
     };
-    let dev = MemDevice::new("pv0", 512 << 20, 512);
-    let s = Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]).with_host(host.clone());
-    let spec = VgSpec {
+    let s = Session::new(vec![
+        Box::new(MemDevice::new("pv0", 512 << 20, 512)) as Box<dyn BlockDevice>
+    ])
+    .with_host(host.clone());
+    s.vgcreate(&shared_spec(), &["pv0"])
+        .expect("vgcreate --shared");
+    (s, fake, host)
+}
+
+fn shared_spec() -> VgSpec {
+    VgSpec {
         name: "vg".into(),
         extent_size: 8192,
         tags: vec![],
         shared: Some(SharedVg {
             lock_lv_size: 256 << 20,
         }),
-    };
-    s.vgcreate(&spec, &["pv0"]).expect("vgcreate --shared");
-    (s, fake, host)
+    }
 }
 
 fn places() -> VgPlaces {
@@ -122,14 +128,7 @@ fn shared_vgs_need_a_lock_manager_or_nolocking() {
     drop(s);
     let dev = MemDevice::new("pv0", 512 << 20, 512);
     let s = Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]);
-    let spec = VgSpec {
-        name: "vg".into(),
-        extent_size: 8192,
-        tags: vec![],
-        shared: Some(SharedVg {
-            lock_lv_size: 256 << 20,
-        }),
-    };
+    let spec = shared_spec();
     assert!(matches!(
         s.vgcreate(&spec, &["pv0"]),
         Err(Error::SharedWithoutLeases(_))

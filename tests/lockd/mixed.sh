@@ -10,24 +10,11 @@
 #
 # usage: mixed.sh LVMETA_BINARY HOLD_VG_LEASE_BINARY   (root; run by tests/tests/lvm2_lockd.rs)
 set -euo pipefail
-if [ -z "${LVMETA_MIXED_NS:-}" ]; then
-    mkdir -p /dev/mapper
-    exec unshare -m --propagation private env LVMETA_MIXED_NS=1 "$0" "$@"
-fi
-mount -t tmpfs tmpfs /dev/mapper
-mount -t tmpfs tmpfs /run
+. "$(dirname "$0")/lib.sh"
+enter_namespace "$0" "$@"
 LVMETA=$(realpath "$1")
 HOLD=$(realpath "$2")
 WORK=$(mktemp -d /var/tmp/lvmeta-mixed.XXXXXX)
-LOOPS=()
-DAEMONS=()
-cleanup() {
-    # sanlock keeps running while it holds lockspaces: stop the daemons the hard way.
-    for pid in "${DAEMONS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-    for pid in "${DAEMONS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    for l in "${LOOPS[@]}"; do losetup -d "$l" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
 trap cleanup EXIT
 say() { echo "mixed: $*" >&2; }
 
@@ -37,22 +24,8 @@ LOOPS+=("$LUN")
 
 # Host 1: sanlock + lvmlockd (io_timeout 2) + stock lvm2 with host_id 1.
 H1="$WORK/h1"
-mkdir -p "$H1/etc"
-SANLOCK_RUN_DIR="$H1" SANLOCK_PRIVILEGED=0 sanlock daemon -D -w 0 -U root -G root -L -1 -S -1 \
-    -e mixed-host-1 >"$H1/sanlock.log" 2>&1 &
-DAEMONS+=("$!")
-for _ in $(seq 50); do [ -S "$H1/sanlock.sock" ] && break; sleep 0.1; done
-SANLOCK_RUN_DIR="$H1" lvmlockd -f -g sanlock -o 2 -s "$H1/lvmlockd.socket" -p "$H1/lvmlockd.pid" \
-    --adopt-file "$H1/adopt" >"$H1/lvmlockd.log" 2>&1 &
-DAEMONS+=("$!")
-for _ in $(seq 50); do [ -S "$H1/lvmlockd.socket" ] && break; sleep 0.1; done
-touch /run/lvmlockd.pid
-cat >"$H1/etc/lvm.conf" <<CONF
-global { activation = 0 use_lvmlockd = 1 system_id_source = "none" locking_dir = "$H1/lock" }
-devices { obtain_device_list_from_udev = 0 use_devicesfile = 0 scan_lvs = 0 hints = "none" global_filter = [ "a|^$LUN\$|", "r|.*|" ] }
-backup { backup = 0 archive = 0 }
-local { host_id = 1 }
-CONF
+start_sanlock "$H1" mixed-host-1
+start_lvmlockd "$H1" "$LUN"
 lvm1() {
     SANLOCK_RUN_DIR="$H1" LVM_SYSTEM_DIR="$H1/etc" LVM_SUPPRESS_FD_WARNINGS=1 \
         LVM_LVMLOCKD_SOCKET="$H1/lvmlockd.socket" lvm "$@"
@@ -60,11 +33,7 @@ lvm1() {
 
 # Host 2: its own sanlock daemon; lvmeta with host id 2.
 H2="$WORK/h2"
-mkdir -p "$H2"
-SANLOCK_RUN_DIR="$H2" SANLOCK_PRIVILEGED=0 sanlock daemon -D -w 0 -U root -G root -L -1 -S -1 \
-    -e mixed-host-2 >"$H2/sanlock.log" 2>&1 &
-DAEMONS+=("$!")
-for _ in $(seq 50); do [ -S "$H2/sanlock.sock" ] && break; sleep 0.1; done
+start_sanlock "$H2" mixed-host-2
 lvmeta2() {
     local verb=$1
     shift
@@ -76,13 +45,7 @@ lvmeta_report() {
 }
 
 # Hosts 3 and 4: more lvmeta hosts, each with its own sanlock daemon.
-for h in 3 4; do
-    mkdir -p "$WORK/h$h"
-    SANLOCK_RUN_DIR="$WORK/h$h" SANLOCK_PRIVILEGED=0 sanlock daemon -D -w 0 -U root -G root -L -1 \
-        -S -1 -e "mixed-host-$h" >"$WORK/h$h/sanlock.log" 2>&1 &
-    DAEMONS+=("$!")
-done
-for h in 3 4; do for _ in $(seq 50); do [ -S "$WORK/h$h/sanlock.sock" ] && break; sleep 0.1; done; done
+for h in 3 4; do start_sanlock "$WORK/h$h" "mixed-host-$h"; done
 # lvmeta_on HOST VERB ARGS...: lvmeta as simulated host HOST (2, 3 or 4).
 lvmeta_on() {
     local h=$1 verb=$2
