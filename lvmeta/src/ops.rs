@@ -338,7 +338,7 @@ impl Session {
         let scan = self.scan();
         let sv = writable(&scan, vg)?;
         let new: Vec<NewPv> = pvs.iter().map(new_pv).collect();
-        let mut out = edit::vg::extend(&sv.vg, &new)?;
+        let mut out = edit::vg::extend(sv.vg.clone(), &new)?;
         describe(&mut out, "vgextend");
         let mut all = members(&scan, sv)?;
         let joined: Vec<&ScannedPv> = pvs.iter().collect();
@@ -367,7 +367,7 @@ impl Session {
                     })
             })
             .collect::<Result<_, _>>()?;
-        let mut out = edit::vg::reduce(&sv.vg, &remove)?;
+        let mut out = edit::vg::reduce(sv.vg.clone(), &remove)?;
         describe(&mut out, "vgreduce");
         let keep: Vec<&ScannedPv> = all
             .iter()
@@ -438,20 +438,23 @@ impl Session {
         flush(dev)
     }
 
-    /// Applies `edit` to the VG under its lock and commits the result. `verb` names the
-    /// change in the metadata's description.
-    pub fn update(
+    /// Applies `edit` to the VG under its lock (and, in a shared VG, its VG lease) and commits
+    /// the VG it returns; `verb` names the change in the metadata's description. The edit gets
+    /// the VG by value (no copy is made: the session's cached scan hands it over) and returns
+    /// the changed VG with whatever the caller wants back (a new LV's name, say).
+    pub fn update<R: Edited>(
         &self,
         vg: &str,
         verb: &str,
-        edit: impl FnOnce(&Vg) -> Result<Vg, EditError>,
-    ) -> Result<Vg, Error> {
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, Error> {
         let _v = self.lock(Resource::Vg(vg.to_owned()))?;
         let first = self.current();
         let lease = match self.host_for(&writable(&first, vg)?.vg)? {
             Some(h) => {
-                let at = places(&first, writable(&first, vg)?);
-                let (r, _) = h.lock_vg(&writable(&first, vg)?.vg, &at)?;
+                let sv = writable(&first, vg)?;
+                let at = places(&first, sv);
+                let (r, _) = h.lock_vg(&sv.vg, &at)?;
                 Some((h, r, at))
             }
             None => None,
@@ -459,21 +462,25 @@ impl Session {
         let result = self.update_locked(first, vg, verb, edit, lease.as_ref());
         if let Some((h, r, _)) = &lease {
             // lvmlockd hosts learn the new seqno from the value block.
-            let lvb = result.as_ref().ok().map(|v| lease::Lvb::for_seqno(v.seqno));
+            let lvb = result
+                .as_ref()
+                .ok()
+                .map(|(seqno, _)| lease::Lvb::for_seqno(*seqno));
             h.manager.release(r, lvb)?;
         }
-        result
+        result.map(|(_, t)| t)
     }
 
     /// [`Session::update`] once the file lock and (for a shared VG) the VG lease are held.
-    fn update_locked(
+    /// Returns the new seqno and the edit's value.
+    fn update_locked<R: Edited>(
         &self,
         first: Scan,
         vg: &str,
         verb: &str,
-        edit: impl FnOnce(&Vg) -> Result<Vg, EditError>,
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
         lease: Option<&(&lease::Host, lease::ResourceSpec, lease::VgPlaces)>,
-    ) -> Result<Vg, Error> {
+    ) -> Result<(u32, R::Value), Error> {
         let mut scan = match lease {
             // Another host may have changed the VG before we got the lease: check again.
             Some(_) => {
@@ -483,16 +490,21 @@ impl Session {
             None => first,
         };
         let sv = writable(&scan, vg)?;
-        let mut out = edit(&sv.vg)?;
+        let pvs: Vec<ScannedPv> = members(&scan, sv)?.into_iter().cloned().collect();
+        let before = lease::LeaseRef::of(&sv.vg);
+        let index = scan.vgs.iter().position(|v| v.vg.name == vg).unwrap_or(0);
+        // The VG leaves the scan for the edit; the scan is cached again only after a commit.
+        let taken = scan.vgs.swap_remove(index);
+        let (mut out, value) = edit(taken.vg)?.split();
         describe(&mut out, verb);
         if let Some((h, _, at)) = lease {
-            h.init_new_lvs(&sv.vg, &out, at)?;
+            h.init_new_lvs(&before, &out, at)?;
         }
-        let all = members(&scan, sv)?;
+        let all: Vec<&ScannedPv> = pvs.iter().collect();
         let (text, written) = self.commit(&out, &all, &[])?;
         tracing::info!(vg, verb, seqno = out.seqno, "committed");
         if let Some((h, _, at)) = lease {
-            h.free_old_lvs(&sv.vg, &out, at)?;
+            h.free_old_lvs(&before, &out, at)?;
         }
         // The scan now describes the devices as they are: keep it for the next change.
         for (device, mda, header) in written {
@@ -502,23 +514,33 @@ impl Session {
                 }
             }
         }
-        if let Some(sv) = scan.vgs.iter_mut().find(|v| v.vg.name == vg) {
-            sv.vg = out.clone();
-            sv.text = Arc::from(text);
-        }
+        let seqno = out.seqno;
+        scan.vgs.push(ScannedVg {
+            vg: out,
+            text: Arc::from(text),
+            pv_devices: taken.pv_devices,
+        });
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan);
-        Ok(out)
+        Ok((seqno, value))
+    }
+
+    /// The VG as this session last read or wrote it.
+    pub fn vg(&self, name: &str) -> Result<Vg, Error> {
+        let scan = self.current();
+        let vg = scan.vg(name).map(|v| v.vg.clone());
+        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan);
+        vg
     }
 
     /// `vgck --updatemetadata`: writes the VG's newest version again, as a new seqno, to
     /// every area, repairing areas left behind by a crash or holding a damaged header.
     pub fn repair(&self, vg: &str) -> Result<Vg, Error> {
         self.forget();
-        self.update(vg, "vgck --updatemetadata", |cur| {
-            let mut out = cur.clone();
+        self.update(vg, "vgck --updatemetadata", |mut out| {
             edit::finish(&mut out)?;
             Ok(out)
-        })
+        })?;
+        self.vg(vg)
     }
 
     /// What `vgck` reports for VG `vg`: the scan's warnings about its areas and copies.
@@ -566,7 +588,8 @@ impl Session {
             out.seqno = out.seqno.max(cur.seqno);
             edit::finish(&mut out)?;
             Ok(out)
-        })
+        })?;
+        self.vg(vg)
     }
 
     /// Older versions of the VG still readable in its metadata areas, newest first (the
@@ -660,6 +683,29 @@ fn places(scan: &Scan, sv: &ScannedVg) -> lease::VgPlaces {
     lease::VgPlaces {
         paths,
         geometry: lease::Geometry::for_sector(sector),
+    }
+}
+
+/// What an edit passed to [`Session::update`] returns: the changed VG, alone or with a
+/// value for the caller (the edit functions of [`crate::edit`] return one or the other).
+pub trait Edited {
+    /// What the caller gets back.
+    type Value;
+    /// The VG and the value.
+    fn split(self) -> (Vg, Self::Value);
+}
+
+impl Edited for Vg {
+    type Value = ();
+    fn split(self) -> (Vg, ()) {
+        (self, ())
+    }
+}
+
+impl<T> Edited for (Vg, T) {
+    type Value = T;
+    fn split(self) -> (Vg, T) {
+        self
     }
 }
 

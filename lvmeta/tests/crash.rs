@@ -151,7 +151,7 @@ fn thin_spec(name: &str, origin: Option<&str>) -> ThinSpec {
 
 type Verb = fn(&Session) -> Result<(), Error>;
 
-fn upd(s: &Session, f: impl FnOnce(&Vg) -> Result<Vg, edit::EditError>) -> Result<(), Error> {
+fn upd(s: &Session, f: impl FnOnce(Vg) -> Result<Vg, edit::EditError>) -> Result<(), Error> {
     s.update("vg", "test", f).map(|_| ())
 }
 

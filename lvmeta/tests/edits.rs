@@ -55,21 +55,21 @@ fn leases_take_the_first_free_slot_and_lvmlock_grows_when_full() {
     assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(64));
     assert!(v.lv("lvmlock").is_some_and(|l| !l.is_visible()));
     for i in 0..189 {
-        v = edit::lv::create(&v, &LvSpec::linear(&format!("l{i}"), 1, stamp()))
+        v = edit::lv::create(v.clone(), &LvSpec::linear(&format!("l{i}"), 1, stamp()))
             .expect("create")
             .0;
     }
     assert_eq!(lease(&v, "l0"), 67 << 20);
     assert_eq!(lease(&v, "l188"), 255 << 20);
     // Slot 189 does not fit in 256 MiB: lvmlock grows by 256 MiB, as lvm2 extends it.
-    v = edit::lv::create(&v, &LvSpec::linear("more", 1, stamp()))
+    v = edit::lv::create(v.clone(), &LvSpec::linear("more", 1, stamp()))
         .expect("create")
         .0;
     assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(128));
     assert_eq!(lease(&v, "more"), 256 << 20);
     // A freed slot is reused first.
-    v = edit::lv::remove(&v, "l5", false).expect("remove");
-    v = edit::lv::create(&v, &LvSpec::linear("again", 1, stamp()))
+    v = edit::lv::remove(v.clone(), "l5", false).expect("remove");
+    v = edit::lv::create(v.clone(), &LvSpec::linear("again", 1, stamp()))
         .expect("create")
         .0;
     assert_eq!(lease(&v, "again"), (67 + 5) << 20);
@@ -85,7 +85,7 @@ fn thin_ids_and_transactions_follow_lvm2() {
         discards: "passdown".into(),
         zero: true,
     };
-    let (v, _) = edit::thin::create_pool(&v, &pool).expect("pool");
+    let (v, _) = edit::thin::create_pool(v.clone(), &pool).expect("pool");
     for sub in ["pool_tdata", "pool_tmeta", "lvol0_pmspare"] {
         assert!(v.lv(sub).is_some_and(|l| !l.is_visible()), "{sub}");
     }
@@ -98,9 +98,9 @@ fn thin_ids_and_transactions_follow_lvm2() {
         activation_skip: None,
         stamp: stamp(),
     };
-    let (v, _) = edit::thin::create_thin(&v, &thin("a", None)).expect("a");
-    let (v, _) = edit::thin::create_thin(&v, &thin("b", None)).expect("b");
-    let (v, _) = edit::thin::create_thin(&v, &thin("snap", Some("a"))).expect("snap");
+    let (v, _) = edit::thin::create_thin(v.clone(), &thin("a", None)).expect("a");
+    let (v, _) = edit::thin::create_thin(v.clone(), &thin("b", None)).expect("b");
+    let (v, _) = edit::thin::create_thin(v.clone(), &thin("snap", Some("a"))).expect("snap");
     let seg = |v: &Vg, n: &str| v.lv(n).expect(n).segments[0].kind.clone();
     let SegKind::ThinPool(p) = seg(&v, "pool") else {
         panic!("pool")
@@ -114,17 +114,17 @@ fn thin_ids_and_transactions_follow_lvm2() {
     assert_eq!((s.device_id, s.origin.as_deref()), (3, Some("a")));
     assert!(v.lv("snap").is_some_and(|l| l.has_flag("ACTIVATION_SKIP")));
     // Removing a thin LV whose create is still queued drops the message.
-    let v = edit::lv::remove(&v, "b", false).expect("remove b");
+    let v = edit::lv::remove(v.clone(), "b", false).expect("remove b");
     let SegKind::ThinPool(p) = seg(&v, "pool") else {
         panic!("pool")
     };
     assert!(!p.messages.contains(&ThinMessage::Create("b".into())));
     // The pool goes with its thin LVs only when forced; the spare goes with the last pool.
     assert!(matches!(
-        edit::lv::remove(&v, "pool", false),
+        edit::lv::remove(v.clone(), "pool", false),
         Err(EditError::Refused { .. })
     ));
-    let v = edit::lv::remove(&v, "pool", true).expect("remove pool");
+    let v = edit::lv::remove(v.clone(), "pool", true).expect("remove pool");
     assert!(
         v.lvs.is_empty(),
         "{:?}",
@@ -135,7 +135,8 @@ fn thin_ids_and_transactions_follow_lvm2() {
 #[test]
 fn refusals_name_the_problem() {
     let v = vg(1, false);
-    let e = edit::lv::create(&v, &LvSpec::linear("big", 1000, stamp())).expect_err("too big");
+    let e =
+        edit::lv::create(v.clone(), &LvSpec::linear("big", 1000, stamp())).expect_err("too big");
     assert_eq!(
         e.to_string(),
         "Volume group \"vg\" has insufficient free space (255 extents): 1000 required."
@@ -143,24 +144,24 @@ fn refusals_name_the_problem() {
     for bad in ["snapshot0", "x_tmeta", "a b", "lvmlock"] {
         assert!(
             matches!(
-                edit::lv::create(&v, &LvSpec::linear(bad, 1, stamp())),
+                edit::lv::create(v.clone(), &LvSpec::linear(bad, 1, stamp())),
                 Err(EditError::Name(_))
             ),
             "{bad}"
         );
     }
-    let (v, _) = edit::lv::create(&v, &LvSpec::linear("one", 1, stamp())).expect("one");
+    let (v, _) = edit::lv::create(v.clone(), &LvSpec::linear("one", 1, stamp())).expect("one");
     assert!(matches!(
-        edit::lv::create(&v, &LvSpec::linear("one", 1, stamp())),
+        edit::lv::create(v.clone(), &LvSpec::linear("one", 1, stamp())),
         Err(EditError::Exists { .. })
     ));
     assert!(matches!(
-        edit::lv::resize(&v, "one", 0, None, true),
+        edit::lv::resize(v.clone(), "one", 0, None, true),
         Err(EditError::Option { .. })
     ));
-    let grown = edit::lv::resize(&v, "one", 3, None, false).expect("grow");
+    let grown = edit::lv::resize(v.clone(), "one", 3, None, false).expect("grow");
     assert!(matches!(
-        edit::lv::resize(&grown, "one", 2, None, false),
+        edit::lv::resize(grown.clone(), "one", 2, None, false),
         Err(EditError::Refused { .. })
     ));
     assert_eq!(

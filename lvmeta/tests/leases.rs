@@ -54,10 +54,12 @@ fn places() -> VgPlaces {
     }
 }
 
+/// Creates LV `name` and returns the VG as committed.
 fn create(s: &Session, name: &str) -> Result<lvmeta::model::Vg, Error> {
     s.update("vg", "lvcreate", |v| {
-        edit::lv::create(v, &LvSpec::linear(name, 1, stamp())).map(|x| x.0)
-    })
+        edit::lv::create(v, &LvSpec::linear(name, 1, stamp()))
+    })?;
+    s.vg("vg")
 }
 
 #[test]
@@ -94,9 +96,9 @@ fn shared_vg_changes_hold_the_vg_lease() {
         "{err}"
     );
     fake.release(&vgl, None).expect("release");
-    let after = s
-        .update("vg", "lvremove", |v| edit::lv::remove(v, "a", false))
+    s.update("vg", "lvremove", |v| edit::lv::remove(v, "a", false))
         .expect("remove");
+    let after = s.vg("vg").expect("vg");
     assert!(after.lv("a").is_none());
     assert_eq!(fake.resource_name(&lv), Ok(Some("#unused".into())));
     host.stop(&after, &at).expect("lockstop");

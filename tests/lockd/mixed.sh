@@ -117,10 +117,16 @@ j4=$!
 wait "$j3" "$j4"
 t0=$(date +%s)
 # Each host creates ROUNDS LVs and removes every other one: 4 * 1.5 * ROUNDS changes.
-ROUNDS=${MIXED_ROUNDS:-84}
+ROUNDS=${MIXED_ROUNDS:-60}
+# Round i of a host: create h<host>-i; every third round also extend it by one extent and tag
+# it; every second round remove the LV of the round before.
 work_lvm() {
     for i in $(seq "$ROUNDS"); do
         lvm1 lvcreate -q -an -Zn -n "h1-$i" -l 1 vga >/dev/null 2>&1
+        if [ $((i % 3)) -eq 0 ]; then
+            lvm1 lvextend -q -l +1 "vga/h1-$i" >/dev/null 2>&1
+            lvm1 lvchange -q --addtag "t$i" "vga/h1-$i" >/dev/null 2>&1
+        fi
         [ $((i % 2)) -eq 0 ] && lvm1 lvremove -q -f "vga/h1-$((i - 1))" >/dev/null 2>&1
     done
 }
@@ -128,6 +134,10 @@ work_lvmeta() {
     local h=$1
     for i in $(seq "$ROUNDS"); do
         lvmeta_on "$h" lvcreate -an -n "h$h-$i" -l 1 vga >/dev/null
+        if [ $((i % 3)) -eq 0 ]; then
+            lvmeta_on "$h" lvextend -l +1 "vga/h$h-$i" >/dev/null
+            lvmeta_on "$h" lvchange --addtag "t$i" "vga/h$h-$i" >/dev/null
+        fi
         [ $((i % 2)) -eq 0 ] && lvmeta_on "$h" lvremove "vga/h$h-$((i - 1))" >/dev/null
     done
 }
@@ -140,11 +150,19 @@ for p in $p1 $p2 $p3 $p4; do wait "$p" || fail=1; done
 [ $fail -eq 0 ] || { say "a concurrent worker failed"; exit 1; }
 say "C: the concurrent changes took $(( $(date +%s) - t0 )) s"
 same vga
-lvmeta_report lvs --noheadings -o lv_name vga | tr -d ' ' | sort >"$WORK/have"
-for h in 1 2 3 4; do for i in $(seq 2 2 "$ROUNDS"); do echo "h$h-$i"; done; done | sort >"$WORK/want"
-grep '^h[1-4]-' "$WORK/have" | diff - "$WORK/want" >&2 || { say "lost or extra changes"; exit 1; }
+# Expected: every even round's LV, two extents and a tag where the round is a multiple of 3.
+lvmeta_report lvs --noheadings --units b --nosuffix -o lv_name,lv_size,lv_tags vga \
+    | awk '{print $1, $2, $3}' | sort >"$WORK/have"
+ext=$(lvmeta_report vgs --noheadings --units b --nosuffix -o vg_extent_size vga | tr -d ' ')
+for h in 1 2 3 4; do
+    for i in $(seq 2 2 "$ROUNDS"); do
+        if [ $((i % 3)) -eq 0 ]; then echo "h$h-$i $((2 * ext)) t$i"; else echo "h$h-$i $ext "; fi
+    done
+done | sort >"$WORK/want"
+grep '^h[1-4]-' "$WORK/have" | sed 's/ $//' | diff - <(sed 's/ $//' "$WORK/want") >&2 \
+    || { say "lost or extra changes"; exit 1; }
 seq_end=$(lvmeta_report vgs --noheadings -o vg_seqno vga | tr -d ' ')
-say "C: $((4 * ROUNDS * 3 / 2)) concurrent changes by lvm2 and 3 lvmeta hosts, none lost, vgck clean (seqno $seq_end)"
+say "C: $((4 * (ROUNDS + ROUNDS / 2 + 2 * (ROUNDS / 3)))) concurrent changes (create, extend, tag, remove) by lvm2 and 3 lvmeta hosts, none lost, vgck clean (seqno $seq_end)"
 
 say "D: a writer killed while holding the VG lease"
 SANLOCK_RUN_DIR="$WORK/h3" "$HOLD" "$LUN" vga 3 >"$WORK/hold.out" 2>"$WORK/hold.err" &

@@ -293,8 +293,8 @@ pub(crate) fn create_in(vg: &mut Vg, spec: &LvSpec) -> Result<usize, EditError> 
 }
 
 /// `lvcreate` of a linear or striped LV. Returns the changed VG and the new LV's name.
-pub fn create(vg: &Vg, spec: &LvSpec) -> Result<(Vg, String), EditError> {
-    let mut out = vg.clone();
+pub fn create(vg: Vg, spec: &LvSpec) -> Result<(Vg, String), EditError> {
+    let mut out = vg;
     let i = create_in(&mut out, spec)?;
     let name = out.lvs[i].name.clone();
     finish(&mut out)?;
@@ -384,18 +384,18 @@ pub(crate) fn shrink(vg: &mut Vg, index: usize, keep: u32) {
 /// `lvextend`/`lvreduce`/`lvresize` to `extents` extents. Shrinking needs `force` (data
 /// beyond the new end is lost); thin LVs only change their virtual size.
 pub fn resize(
-    vg: &Vg,
+    vg: Vg,
     name: &str,
     extents: u32,
     pvs: Option<&[usize]>,
     force: bool,
 ) -> Result<Vg, EditError> {
-    let mut out = vg.clone();
+    let mut out = vg;
     let i = lv_index(&out, name)?;
     let current = u32::try_from(out.lvs[i].extents()).unwrap_or(u32::MAX);
     if extents == current {
         return Err(refused(
-            format!("{}/{name}", vg.name),
+            format!("{}/{name}", out.name),
             format!("New size ({extents} extents) matches existing size ({current} extents)."),
         ));
     }
@@ -407,7 +407,7 @@ pub fn resize(
     }
     if extents < current && !force {
         return Err(refused(
-            format!("{}/{name}", vg.name),
+            format!("{}/{name}", out.name),
             format!("shrinking from {current} to {extents} extents loses data; use -f to force"),
         ));
     }
@@ -422,7 +422,7 @@ pub fn resize(
         Some(SegKind::Striped(_)) => shrink(&mut out, i, extents),
         _ => {
             return Err(refused(
-                format!("{}/{name}", vg.name),
+                format!("{}/{name}", out.name),
                 "lvmeta resizes linear, striped, thin and thin-pool LVs",
             ))
         }
@@ -446,13 +446,13 @@ pub(crate) fn users<'v>(vg: &'v Vg, name: &str) -> Vec<&'v str> {
 }
 
 /// `lvremove` of one LV (with `force`, a thin pool takes its thin LVs along).
-pub fn remove(vg: &Vg, name: &str, force: bool) -> Result<Vg, EditError> {
-    let mut out = vg.clone();
+pub fn remove(vg: Vg, name: &str, force: bool) -> Result<Vg, EditError> {
+    let mut out = vg;
     let i = lv_index(&out, name)?;
     let lv = &out.lvs[i];
     if !lv.is_visible() {
         return Err(refused(
-            format!("{}/{name}", vg.name),
+            format!("{}/{name}", out.name),
             "Can't remove hidden or internal logical volume",
         ));
     }
@@ -463,7 +463,7 @@ pub fn remove(vg: &Vg, name: &str, force: bool) -> Result<Vg, EditError> {
             let by = users(&out, name);
             if !by.is_empty() {
                 return Err(refused(
-                    format!("{}/{name}", vg.name),
+                    format!("{}/{name}", out.name),
                     format!("in use by {}", by.join(", ")),
                 ));
             }
@@ -492,21 +492,21 @@ pub(crate) fn rename_refs(vg: &mut Vg, from: &str, to: &str) {
 }
 
 /// `lvrename` (a thin pool's `_tdata`/`_tmeta` follow it).
-pub fn rename(vg: &Vg, from: &str, to: &str) -> Result<Vg, EditError> {
-    let mut out = vg.clone();
+pub fn rename(vg: Vg, from: &str, to: &str) -> Result<Vg, EditError> {
+    let mut out = vg;
     let i = lv_index(&out, from)?;
     if !out.lvs[i].is_visible() {
         return Err(refused(
-            format!("{}/{from}", vg.name),
+            format!("{}/{from}", out.name),
             "Cannot rename internal LV",
         ));
     }
-    crate::names::check_new_lv_name(&vg.name, to)?;
+    crate::names::check_new_lv_name(&out.name, to)?;
     if out.lv(to).is_some() {
         return Err(EditError::Exists {
             what: "Logical Volume",
             name: to.to_owned(),
-            vg: vg.name.clone(),
+            vg: out.name.clone(),
         });
     }
     let subs: Vec<(String, String)> = match &out.lvs[i].segments[0].kind {
@@ -522,7 +522,7 @@ pub fn rename(vg: &Vg, from: &str, to: &str) -> Result<Vg, EditError> {
             return Err(EditError::Exists {
                 what: "Logical Volume",
                 name: b,
-                vg: vg.name.clone(),
+                vg: out.name.clone(),
             });
         }
         rename_refs(&mut out, &a, &b);
@@ -532,8 +532,8 @@ pub fn rename(vg: &Vg, from: &str, to: &str) -> Result<Vg, EditError> {
 }
 
 /// `lvchange --addtag/--deltag/-p/--setactivationskip`.
-pub fn change(vg: &Vg, name: &str, c: &LvChange) -> Result<Vg, EditError> {
-    let mut out = vg.clone();
+pub fn change(vg: Vg, name: &str, c: &LvChange) -> Result<Vg, EditError> {
+    let mut out = vg;
     let i = lv_index(&out, name)?;
     let lv = &mut out.lvs[i];
     apply_tags(&mut lv.tags, &c.add_tags, &c.del_tags)?;

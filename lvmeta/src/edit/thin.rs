@@ -85,8 +85,8 @@ fn hidden(vg: &mut Vg, index: usize) {
 }
 
 /// `lvcreate --type thin-pool`. Returns the VG and the pool's name.
-pub fn create_pool(vg: &Vg, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
-    let mut out = vg.clone();
+pub fn create_pool(vg: Vg, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
+    let mut out = vg;
     let name = new_name(&out, spec.data.name.as_deref(), false)?;
     if !["passdown", "nopassdown", "ignore"].contains(&spec.discards.as_str()) {
         return Err(EditError::Option {
@@ -203,14 +203,14 @@ fn queue(pool: &mut ThinPool, msg: ThinMessage) {
 
 /// `lvcreate -V --thinpool` and thin snapshots (`lvcreate -s` of a thin LV). Returns the VG
 /// and the new LV's name.
-pub fn create_thin(vg: &Vg, spec: &ThinSpec) -> Result<(Vg, String), EditError> {
+pub fn create_thin(vg: Vg, spec: &ThinSpec) -> Result<(Vg, String), EditError> {
     let (out, mut names) = create_thins(vg, std::slice::from_ref(spec))?;
     Ok((out, names.pop().unwrap_or_default()))
 }
 
 /// Several thin LVs (or snapshots) in one change: one seqno, one commit.
-pub fn create_thins(vg: &Vg, specs: &[ThinSpec]) -> Result<(Vg, Vec<String>), EditError> {
-    let mut out = vg.clone();
+pub fn create_thins(vg: Vg, specs: &[ThinSpec]) -> Result<(Vg, Vec<String>), EditError> {
+    let mut out = vg;
     let names = specs
         .iter()
         .map(|s| add_thin(&mut out, s))

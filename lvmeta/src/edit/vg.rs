@@ -161,23 +161,23 @@ pub fn create(spec: &VgSpec, pvs: &[NewPv], stamp: &Stamp) -> Result<Vg, EditErr
 }
 
 /// `vgextend`: adds PVs.
-pub fn extend(vg: &Vg, pvs: &[NewPv]) -> Result<Vg, EditError> {
-    let mut out = vg.clone();
+pub fn extend(vg: Vg, pvs: &[NewPv]) -> Result<Vg, EditError> {
+    let mut out = vg;
     for p in pvs {
         if out.pvs.iter().any(|q| q.id == p.id) {
             return Err(refused(
                 p.device.clone(),
-                format!("already in volume group \"{}\"", vg.name),
+                format!("already in volume group \"{}\"", out.name),
             ));
         }
-        out.pvs.push(pv_of(p, vg.extent_size)?);
+        out.pvs.push(pv_of(p, out.extent_size)?);
     }
     finish(&mut out)?;
     Ok(out)
 }
 
 /// `vgreduce`: removes PVs (by index) that no LV uses.
-pub fn reduce(vg: &Vg, remove: &[usize]) -> Result<Vg, EditError> {
+pub fn reduce(vg: Vg, remove: &[usize]) -> Result<Vg, EditError> {
     let used = vg.allocated_per_pv();
     for &i in remove {
         let name = vg.pvs.get(i).map_or_else(
@@ -194,9 +194,9 @@ pub fn reduce(vg: &Vg, remove: &[usize]) -> Result<Vg, EditError> {
             "Can't remove final physical volume; use vgremove",
         ));
     }
-    let mut out = vg.clone();
+    let mut out = vg;
     // Renumber PV references: the PV list shrinks.
-    let keep: Vec<usize> = (0..vg.pvs.len()).filter(|i| !remove.contains(i)).collect();
+    let keep: Vec<usize> = (0..out.pvs.len()).filter(|i| !remove.contains(i)).collect();
     let new_index = |old: usize| keep.iter().position(|&k| k == old);
     for lv in &mut out.lvs {
         for seg in &mut lv.segments {
@@ -207,14 +207,14 @@ pub fn reduce(vg: &Vg, remove: &[usize]) -> Result<Vg, EditError> {
             }
         }
     }
-    out.pvs = keep.iter().map(|&i| vg.pvs[i].clone()).collect();
+    out.pvs = keep.iter().map(|&i| out.pvs[i].clone()).collect();
     finish(&mut out)?;
     Ok(out)
 }
 
 /// `vgchange --addtag/--deltag`.
-pub fn change_tags(vg: &Vg, add: &[String], del: &[String]) -> Result<Vg, EditError> {
-    let mut out = vg.clone();
+pub fn change_tags(vg: Vg, add: &[String], del: &[String]) -> Result<Vg, EditError> {
+    let mut out = vg;
     super::lv::apply_tags(&mut out.tags, add, del)?;
     finish(&mut out)?;
     Ok(out)

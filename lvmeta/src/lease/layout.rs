@@ -137,6 +137,17 @@ pub fn lockspace(
     })
 }
 
+/// The lease named `name` at byte `lv_offset` of `lvmlock`.
+pub fn lease_at(
+    vg: &Vg,
+    paths: &[Option<String>],
+    name: &str,
+    lv_offset: u64,
+    geometry: Geometry,
+) -> Option<ResourceSpec> {
+    resource(vg, paths, name, lv_offset, geometry)
+}
+
 fn resource(
     vg: &Vg,
     paths: &[Option<String>],
@@ -219,7 +230,7 @@ mod tests {
             host: "h".into(),
         };
         let vg = edit::vg::create(&spec, &[pv], &stamp).expect("vg");
-        edit::lv::create(&vg, &edit::LvSpec::linear("a", 1, stamp))
+        edit::lv::create(vg, &edit::LvSpec::linear("a", 1, stamp))
             .expect("lv")
             .0
     }

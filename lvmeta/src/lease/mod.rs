@@ -237,6 +237,33 @@ impl std::fmt::Debug for Host {
     }
 }
 
+/// An LV's lease as the metadata names it, kept from before a change to compare with after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRef {
+    /// LV name.
+    pub name: String,
+    /// LV id.
+    pub id: crate::uuid::Uuid,
+    /// Its `lock_args`.
+    pub lock_args: String,
+}
+
+impl LeaseRef {
+    /// The LVs of `vg` that have a lease.
+    pub fn of(vg: &crate::model::Vg) -> Vec<LeaseRef> {
+        vg.lvs
+            .iter()
+            .filter_map(|l| {
+                Some(LeaseRef {
+                    name: l.name.clone(),
+                    id: l.id,
+                    lock_args: l.lock_args.clone()?,
+                })
+            })
+            .collect()
+    }
+}
+
 /// Where a shared VG's leases are: the device of each PV and the lockspace geometry.
 #[derive(Debug, Clone)]
 pub struct VgPlaces {
@@ -331,12 +358,12 @@ impl Host {
     /// not have in `old` (lvmlockd's `init_lv`).
     pub fn init_new_lvs(
         &self,
-        old: &crate::model::Vg,
+        old: &[LeaseRef],
         new: &crate::model::Vg,
         at: &VgPlaces,
     ) -> Result<(), LeaseError> {
         for lv in &new.lvs {
-            let before = old.lv(&lv.name).and_then(|l| l.lock_args.as_ref());
+            let before = old.iter().find(|o| o.id == lv.id).map(|o| &o.lock_args);
             if lv.lock_args.is_some() && before != lv.lock_args.as_ref() {
                 if let Some(r) = layout::lv_lease(new, &at.paths, &lv.name, at.geometry) {
                     self.manager.init_resource(&r)?;
@@ -350,20 +377,27 @@ impl Host {
     /// `free_lv`).
     pub fn free_old_lvs(
         &self,
-        old: &crate::model::Vg,
+        old: &[LeaseRef],
         new: &crate::model::Vg,
         at: &VgPlaces,
     ) -> Result<(), LeaseError> {
-        for lv in &old.lvs {
+        for lv in old {
             let kept = new
                 .lvs
                 .iter()
-                .any(|l| l.id == lv.id && l.lock_args == lv.lock_args);
-            if lv.lock_args.is_some() && !kept {
-                if let Some(mut r) = layout::lv_lease(old, &at.paths, &lv.name, at.geometry) {
-                    r.name = layout::UNUSED_NAME.into();
-                    self.manager.init_resource(&r)?;
-                }
+                .any(|l| l.id == lv.id && l.lock_args.as_ref() == Some(&lv.lock_args));
+            if kept {
+                continue;
+            }
+            let offset = lv
+                .lock_args
+                .strip_prefix("1.0.0:")
+                .and_then(|o| o.parse().ok());
+            let slot = offset.and_then(|o| {
+                layout::lease_at(new, &at.paths, layout::UNUSED_NAME, o, at.geometry)
+            });
+            if let Some(r) = slot {
+                self.manager.init_resource(&r)?;
             }
         }
         Ok(())

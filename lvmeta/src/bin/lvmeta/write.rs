@@ -803,14 +803,9 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
             activation_skip: skip,
             stamp,
         };
-        let mut made = String::new();
-        s.update(vg, "lvcreate", |v| {
-            edit::thin::create_thin(v, &spec).map(|(v, n)| {
-                made = n;
-                v
-            })
-        })
-        .map_err(failed)?;
+        let made = s
+            .update(vg, "lvcreate", |v| edit::thin::create_thin(v, &spec))
+            .map_err(failed)?;
         println!("  Logical volume \"{made}\" created.");
         return Ok(());
     }
@@ -820,13 +815,6 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
     };
     let cur = current(&s, vg)?;
     let pvs = pv_list(&cur, &s, pv_names)?;
-    let mut made = String::new();
-    let done = |out: Result<(Vg, String), edit::EditError>, made: &mut String| {
-        out.map(|(v, n)| {
-            *made = n;
-            v
-        })
-    };
     if thin_like && segtype != Some("thin-pool") {
         let pool = match (&a.thinpool, in_target) {
             (Some(p), _) => p.rsplit('/').next().unwrap_or(p).to_owned(),
@@ -844,10 +832,9 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
             activation_skip: skip,
             stamp,
         };
-        s.update(vg, "lvcreate", |v| {
-            done(edit::thin::create_thin(v, &spec), &mut made)
-        })
-        .map_err(failed)?;
+        let made = s
+            .update(vg, "lvcreate", |v| edit::thin::create_thin(v, &spec))
+            .map_err(failed)?;
         println!("  Logical volume \"{made}\" created.");
         return Ok(());
     }
@@ -877,7 +864,7 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
         lease_align: lease_align(&s, &cur),
         internal: false,
     };
-    match segtype {
+    let made = match segtype {
         Some("thin-pool") => {
             let pool = PoolSpec {
                 data: spec,
@@ -890,26 +877,22 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
                 discards: a.discards.clone().unwrap_or_else(|| "passdown".into()),
                 zero: yes_no(&a.zero, "-Z")?.unwrap_or(true),
             };
-            s.update(vg, "lvcreate", |v| {
-                done(edit::thin::create_pool(v, &pool), &mut made)
-            })
-            .map_err(failed)?;
+            s.update(vg, "lvcreate", |v| edit::thin::create_pool(v, &pool))
+                .map_err(failed)?
         }
         None | Some("linear" | "striped") => {
             if segtype == Some("linear") && stripes > 1 {
                 return Err(usage("--type linear with -i > 1"));
             }
-            s.update(vg, "lvcreate", |v| {
-                done(edit::lv::create(v, &spec), &mut made)
-            })
-            .map_err(failed)?;
+            s.update(vg, "lvcreate", |v| edit::lv::create(v, &spec))
+                .map_err(failed)?
         }
         Some(t) => {
             return Err(usage(format!(
                 "--type {t}: lvmeta creates linear, striped, thin-pool and thin LVs"
             )))
         }
-    }
+    };
     if stripes > 1 && a.stripe_size.is_none() {
         println!("  Using default stripesize 64.00 KiB.");
     }
