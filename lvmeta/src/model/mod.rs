@@ -593,9 +593,17 @@ fn write_pv(e: &mut Emitter, key: &str, pv: &Pv) {
 fn write_lv(e: &mut Emitter, lv: &Lv, locked: bool, pv_keys: &[String]) {
     e.open(&lv.name);
     write_id(e, &lv.id);
-    let (st, fl) = flags::lock_write(&lv.status, &lv.flags, locked);
-    e.str_list("status", &st);
-    e.str_list("flags", &fl);
+    if locked && lv.is_writable() {
+        // WRITE travels as the WRITE_LOCKED flag (without building new lists per LV).
+        e.str_iter("status", lv.status.iter().map(|w| &**w).filter(|w| *w != "WRITE"));
+        e.str_iter(
+            "flags",
+            std::iter::once(flags::WRITE_LOCKED).chain(lv.flags.iter().map(|w| &**w)),
+        );
+    } else {
+        e.str_list("status", &lv.status);
+        e.str_list("flags", &lv.flags);
+    }
     if !lv.tags.is_empty() {
         e.str_list("tags", &lv.tags);
     }

@@ -668,7 +668,7 @@ fn read_areas(
 
 /// Writes the segment as lvm2's exporter does.
 pub(crate) fn write_segment(e: &mut Emitter, index: usize, seg: &Segment, pv_keys: &[String]) {
-    e.open(&format!("segment{index}"));
+    e.open_numbered("segment", index);
     e.int("start_extent", i64::from(seg.start_extent));
     e.int("extent_count", i64::from(seg.extent_count));
     e.blank();
@@ -678,12 +678,16 @@ pub(crate) fn write_segment(e: &mut Emitter, index: usize, seg: &Segment, pv_key
     if let Some(d) = seg.data_copies {
         e.int("data_copies", i64::from(d));
     }
-    let mut ty = seg.kind.type_name().to_owned();
-    for f in &seg.type_flags {
-        ty.push('+');
-        ty.push_str(f);
+    if seg.type_flags.is_empty() {
+        e.str("type", seg.kind.type_name());
+    } else {
+        let mut ty = seg.kind.type_name().to_owned();
+        for f in &seg.type_flags {
+            ty.push('+');
+            ty.push_str(f);
+        }
+        e.str("type", &ty);
     }
-    e.str("type", &ty);
     if !seg.tags.is_empty() {
         e.str_list("tags", &seg.tags);
     }
@@ -725,7 +729,7 @@ pub(crate) fn write_segment(e: &mut Emitter, index: usize, seg: &Segment, pv_key
                 e.int("crop_metadata", i64::from(c));
             }
             for (i, m) in p.messages.iter().enumerate() {
-                e.open(&format!("message{}", i + 1));
+                e.open_numbered("message", i + 1);
                 match m {
                     ThinMessage::Create(lv) => e.str("create", lv),
                     ThinMessage::Delete(id) => e.int("delete", i64::from(*id)),

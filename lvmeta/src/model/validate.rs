@@ -1,8 +1,8 @@
 //! The invariants lvm2 checks after importing a VG (`check_pv_segments`,
 //! `check_lv_segments`, parts of `vg_validate`), as pure functions over the model.
 //!
-//! Duplicates are found by sorting, never by hashing: metadata read from disk may be hostile,
-//! and sorting keeps every check O(n log n) whatever the names are.
+//! Duplicates are found by sorting, or with std's hash map, whose hasher is keyed at random per
+//! process: metadata read from disk may be hostile, and neither lets it force quadratic work.
 
 use super::{Area, Lv, ModelError, SegKind, Vg};
 
@@ -100,7 +100,8 @@ pub fn check_write(vg: &Vg) -> Result<(), ModelError> {
             _ => None,
         })
         .collect();
-    if let Some((pool, id, lv)) = first_duplicate(&mut ids, |(p, i, _)| (*p, *i)) {
+    // The id first: it usually decides without comparing pool names.
+    if let Some((pool, id, lv)) = first_duplicate(&mut ids, |(p, i, _)| (*i, *p)) {
         return Err(err(
             lv_path(vg, lv),
             "device_id",
@@ -136,11 +137,12 @@ fn check_ids(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
             format!("duplicate PV id {id}"),
         ));
     }
-    if let Some(w) = by_name.0.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(err(lv_path(vg, w[1].1), "name", "duplicate LV name"));
+    if let Some(lv) = by_name.duplicate {
+        return Err(err(lv_path(vg, lv), "name", "duplicate LV name"));
     }
     let mut lv_ids: Vec<(crate::uuid::Uuid, &Lv)> = vg.lvs.iter().map(|l| (l.id, l)).collect();
-    if let Some((id, lv)) = first_duplicate(&mut lv_ids, |(id, _)| *id) {
+    // Two 128-bit keys compare faster than 32 bytes through memcmp.
+    if let Some((id, lv)) = first_duplicate(&mut lv_ids, |(id, _)| id.sort_key()) {
         return Err(err(lv_path(vg, lv), "id", format!("duplicate LV id {id}")));
     }
     let mut spares = 0;
@@ -167,21 +169,26 @@ fn check_ids(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// LVs sorted by name, for lookups by binary search (the name beside each LV, so that
-/// comparisons do not chase the LV).
-struct ByName<'v>(Vec<(&'v str, &'v Lv)>);
+/// LVs by name (std's hash map: its hasher is keyed at random per process, so hostile names
+/// cannot force collisions), and the first name seen twice.
+struct ByName<'v> {
+    map: std::collections::HashMap<&'v str, &'v Lv>,
+    duplicate: Option<&'v Lv>,
+}
 
 impl<'v> ByName<'v> {
     fn new(vg: &'v Vg) -> Self {
-        let mut v: Vec<(&str, &Lv)> = vg.lvs.iter().map(|l| (l.name.as_str(), l)).collect();
-        v.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        Self(v)
+        let mut map = std::collections::HashMap::with_capacity(vg.lvs.len());
+        let mut duplicate = None;
+        for l in &vg.lvs {
+            if map.insert(l.name.as_str(), l).is_some() && duplicate.is_none() {
+                duplicate = Some(l);
+            }
+        }
+        Self { map, duplicate }
     }
     fn get(&self, name: &str) -> Option<&'v Lv> {
-        self.0
-            .binary_search_by(|(n, _)| (*n).cmp(name))
-            .ok()
-            .map(|i| self.0[i].1)
+        self.map.get(name).copied()
     }
 }
 

@@ -22,6 +22,12 @@ pub fn quote(s: &str) -> String {
 
 fn push_quoted(out: &mut String, s: &str) {
     out.push('"');
+    // Short strings (most of them) are checked byte by byte; memchr pays off on long ones.
+    if s.len() < 64 && !s.bytes().any(|b| b == b'"' || b == b'\\') {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     let mut rest = s;
     // Copy runs without a quote or backslash whole; both are ASCII, so every cut is on a
     // character boundary.
@@ -50,9 +56,9 @@ static KEY_SAFE: [bool; 256] = {
 /// A key as written: bare when the parser reads it back as one word, quoted otherwise (empty,
 /// starting with a quote, or holding white space, `#`, `=`, `{`, `}`).
 fn push_key(out: &mut String, key: &str) {
-    let plain = !key.is_empty()
-        && !key.starts_with(['"', '\''])
-        && key.bytes().all(|b| KEY_SAFE[usize::from(b)]);
+    let bytes = key.as_bytes();
+    let plain = !matches!(bytes.first(), None | Some(b'"' | b'\''))
+        && bytes.iter().all(|&b| KEY_SAFE[usize::from(b)]);
     if plain {
         out.push_str(key);
     } else {
@@ -76,8 +82,7 @@ fn push_int(out: &mut String, v: i64) {
     if v < 0 {
         out.push('-');
     }
-    // Only ASCII digits were written.
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
+    out.extend(buf[i..].iter().map(|&d| char::from(d)));
 }
 
 /// Builds config text line by line, keeping track of the indentation.
@@ -124,6 +129,15 @@ impl Emitter {
         self.depth += 1;
     }
 
+    /// `<prefix><n> {` (`segment1`, `message2`), then one level deeper.
+    pub fn open_numbered(&mut self, prefix: &str, n: usize) {
+        self.indent();
+        push_key(&mut self.out, prefix);
+        push_int(&mut self.out, i64::try_from(n).unwrap_or(i64::MAX));
+        self.out.push_str(" {\n");
+        self.depth += 1;
+    }
+
     /// One level up, then `}`.
     pub fn close(&mut self) {
         self.depth = self.depth.saturating_sub(1);
@@ -163,14 +177,19 @@ impl Emitter {
 
     /// `key = ["a", "b"]`.
     pub fn str_list<S: AsRef<str>>(&mut self, key: &str, items: &[S]) {
+        self.str_iter(key, items.iter().map(AsRef::as_ref));
+    }
+
+    /// `key = ["a", "b"]` from any sequence of strings.
+    pub fn str_iter<'s>(&mut self, key: &str, items: impl IntoIterator<Item = &'s str>) {
         self.indent();
         push_key(&mut self.out, key);
         self.out.push_str(" = [");
-        for (i, s) in items.iter().enumerate() {
+        for (i, s) in items.into_iter().enumerate() {
             if i > 0 {
                 self.out.push_str(", ");
             }
-            push_quoted(&mut self.out, s.as_ref());
+            push_quoted(&mut self.out, s);
         }
         self.out.push_str("]\n");
     }
