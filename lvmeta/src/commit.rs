@@ -35,13 +35,13 @@ pub struct LabelWrite<'d> {
     pub label: PvLabel,
 }
 
-/// One planned transfer.
+/// One planned transfer: `range` of a [`Text`] buffer to absolute byte `offset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
     /// Absolute byte offset.
     pub offset: u64,
-    /// The bytes.
-    pub data: Vec<u8>,
+    /// The bytes, as a range of [`Text::buffer`].
+    pub range: std::ops::Range<usize>,
 }
 
 /// What goes to one area: the text pieces and the header that commits them.
@@ -53,47 +53,83 @@ pub struct AreaPlan {
     pub header: MdaHeader,
 }
 
-/// Plans the writes that put `text` (without NUL) into an area whose header is `h`: lvm2's
-/// placement, the NUL, zeroes up to the next 512-byte boundary. Pure; nothing is written.
-pub fn plan_area(h: &MdaHeader, text: &[u8]) -> Result<AreaPlan, mda::MdaError> {
-    let mut bytes = Vec::with_capacity(text.len() + SECTOR);
-    bytes.extend_from_slice(text);
-    bytes.push(0);
-    let mut slot = mda::next_slot(h, bytes.len() as u64)?;
-    slot.checksum = crc::calc(&bytes);
+/// The metadata text as it goes to disk: its bytes and a NUL, followed by enough zeroes to pad
+/// any piece to a whole sector, starting at a 4 KiB-aligned address (so block devices can take
+/// it without a bounce copy). Built once per commit, shared by every area.
+#[derive(Debug, Clone)]
+pub struct Text {
+    buf: Vec<u8>,
+    start: usize,
+    len: usize,
+    checksum: u32,
+}
+
+impl Text {
+    /// Lays out `text`, reusing `scratch`'s allocation.
+    pub fn new(text: &[u8], mut scratch: Vec<u8>) -> Self {
+        let len = text.len() + 1;
+        let padded = len.div_ceil(SECTOR) * SECTOR + SECTOR;
+        scratch.clear();
+        scratch.reserve(padded + 4096);
+        let start = scratch.as_ptr().align_offset(4096).min(4095);
+        scratch.resize(start, 0);
+        scratch.extend_from_slice(text);
+        scratch.resize(start + padded, 0);
+        let checksum = crc::calc(&scratch[start..start + len]);
+        Self {
+            buf: scratch,
+            start,
+            len,
+            checksum,
+        }
+    }
+
+    /// The whole buffer [`Write::range`]s index into.
+    pub fn buffer(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Gives the allocation back for the next commit.
+    pub fn into_scratch(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
+/// Plans the writes that put `text` into an area whose header is `h`: lvm2's placement, the
+/// NUL, zeroes up to the next 512-byte boundary. Pure; nothing is written.
+pub fn plan_area(h: &MdaHeader, text: &Text) -> Result<AreaPlan, mda::MdaError> {
+    let mut slot = mda::next_slot(h, text.len as u64)?;
+    slot.checksum = text.checksum;
     let [(o1, l1), (o2, l2)] = mda::text_pieces(&slot, h.size);
-    let pad = |d: &mut Vec<u8>| d.resize(d.len().div_ceil(SECTOR) * SECTOR, 0);
+    let (l1, l2) = (l1 as usize, l2 as usize);
+    let round = |n: usize| n.div_ceil(SECTOR) * SECTOR;
     // A copy that wraps fills its first piece exactly to the end of the area; the piece that
-    // ends the copy is padded with zeroes to the next sector (still inside the area, whose
-    // size is a whole number of sectors).
-    let text: Vec<Write> = if l2 > 0 {
-        let mut rest = bytes.split_off(l1 as usize);
-        pad(&mut rest);
+    // ends the copy is padded with zeroes to the next sector.
+    let mut writes = if l2 > 0 {
         vec![
             Write {
                 offset: h.start + o1,
-                data: bytes,
+                range: text.start..text.start + l1,
             },
             Write {
                 offset: h.start + o2,
-                data: rest,
+                range: text.start + l1..text.start + l1 + round(l2),
             },
         ]
     } else {
-        pad(&mut bytes);
         vec![Write {
             offset: h.start + o1,
-            data: bytes,
+            range: text.start..text.start + round(l1),
         }]
     };
     // Padding never runs past the area, even one whose size is not a whole number of sectors.
-    let mut text = text;
-    for w in &mut text {
+    for w in &mut writes {
         let room = (h.start + h.size).saturating_sub(w.offset);
-        w.data.truncate(usize::try_from(room).unwrap_or(usize::MAX));
+        let room = usize::try_from(room).unwrap_or(usize::MAX);
+        w.range.end = w.range.end.min(w.range.start + room);
     }
     Ok(AreaPlan {
-        text,
+        text: writes,
         header: MdaHeader {
             committed: slot,
             precommitted: RawLocn::default(),
@@ -144,12 +180,12 @@ pub fn write_header(dev: &dyn BlockDevice, h: &MdaHeader) -> Result<(), Error> {
 pub fn commit(
     labels: &[LabelWrite<'_>],
     areas: &[Area<'_>],
-    text: &str,
+    text: &Text,
 ) -> Result<Vec<MdaHeader>, Error> {
     let plans = areas
         .iter()
         .map(|a| {
-            plan_area(&a.header, text.as_bytes()).map_err(|source| Error::Mda {
+            plan_area(&a.header, text).map_err(|source| Error::Mda {
                 device: a.dev.name().to_owned(),
                 source,
             })
@@ -158,7 +194,7 @@ pub fn commit(
     tracing::debug!(
         areas = areas.len(),
         labels = labels.len(),
-        bytes = text.len() + 1,
+        bytes = text.len,
         "commit"
     );
     for l in labels {
@@ -169,7 +205,7 @@ pub fn commit(
     }
     for (a, p) in areas.iter().zip(&plans) {
         for w in &p.text {
-            write(a.dev, w.offset, &w.data)?;
+            write(a.dev, w.offset, &text.buffer()[w.range.clone()])?;
         }
     }
     for l in labels {
@@ -205,10 +241,18 @@ mod tests {
     #[test]
     fn plan_pads_and_wraps() {
         let h = empty_header(4096, 61440);
-        let p = plan_area(&h, b"vg {}\n").expect("fits");
+        let t = Text::new(b"vg {}\n", Vec::new());
+        let p = plan_area(&h, &t).expect("fits");
         assert_eq!(p.text.len(), 1);
         assert_eq!(p.text[0].offset, 4096 + 512);
-        assert_eq!(p.text[0].data.len(), 512);
+        assert_eq!(p.text[0].range.len(), 512);
+        assert_eq!(&t.buffer()[p.text[0].range.clone()][..8], b"vg {}\n\0\0");
+        assert_eq!(
+            t.buffer()[p.text[0].range.start..]
+                .as_ptr()
+                .align_offset(4096),
+            0
+        );
         assert_eq!(p.header.committed.size, 7);
         assert_eq!(p.header.committed.checksum, crc::calc(b"vg {}\n\0"));
         // A copy near the end wraps: first piece exactly to the end, rest at 512, padded.
@@ -221,13 +265,15 @@ mod tests {
             },
             ..empty_header(4096, 61440)
         };
-        let text = vec![b'v'; 6156];
-        let p = plan_area(&h, &text).expect("fits");
+        let t = Text::new(&[b'v'; 6156], Vec::new());
+        let p = plan_area(&h, &t).expect("fits");
         assert_eq!(p.header.committed.offset, 57856);
         assert_eq!(p.text[0].offset, 4096 + 57856);
-        assert_eq!(p.text[0].data.len(), 61440 - 57856);
+        assert_eq!(p.text[0].range.len(), 61440 - 57856);
         assert_eq!(p.text[1].offset, 4096 + 512);
-        assert_eq!(p.text[1].data.len(), 3072);
+        assert_eq!(p.text[1].range.len(), 3072);
+        let tail = &t.buffer()[p.text[1].range.clone()];
+        assert_eq!((tail[2572], tail[2573], tail[3071]), (0, 0, 0));
     }
 
     #[test]
@@ -246,7 +292,7 @@ mod tests {
                 fresh: true,
             },
         ];
-        let text = "v".repeat(40_000);
+        let text = Text::new("v".repeat(40_000).as_bytes(), Vec::new());
         assert!(matches!(
             commit(&[], &areas, &text),
             Err(Error::Mda {

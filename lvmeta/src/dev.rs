@@ -197,6 +197,11 @@ impl BlockDevice for FileDevice {
             return self.file.write_all_at(buf, offset);
         }
         let (start, len) = self.aligned_span(offset, buf.len());
+        // Already aligned in memory, offset and length (the commit lays its text out so): no
+        // bounce copy.
+        if start == offset && len == buf.len() && buf.as_ptr().align_offset(DIRECT_ALIGN) == 0 {
+            return self.file.write_all_at(buf, offset);
+        }
         let mut bounce = AlignedBuf::new(len);
         let skip = (offset - start) as usize;
         // Never extend a file whose size is not a multiple of the alignment.

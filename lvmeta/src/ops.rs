@@ -32,6 +32,8 @@ pub struct Session {
     cache: Mutex<Option<Scan>>,
     /// This host's lock manager for shared VGs.
     host: Option<lease::Host>,
+    /// Buffers of the last commit (printed text, padded copy), reused by the next one.
+    scratch: Mutex<(String, Vec<u8>)>,
     /// Change shared VGs without leases (lvm2's `--nolocking`).
     nolocking: bool,
 }
@@ -46,6 +48,7 @@ impl Session {
             cache: Mutex::new(None),
             host: None,
             nolocking: false,
+            scratch: Mutex::new((String::new(), Vec::new())),
         }
     }
 
@@ -517,7 +520,7 @@ impl Session {
         let seqno = out.seqno;
         scan.vgs.push(ScannedVg {
             vg: out,
-            text: Arc::from(text),
+            text,
             pv_devices: taken.pv_devices,
         });
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan);
@@ -621,9 +624,12 @@ impl Session {
         vg: &Vg,
         pvs: &[&ScannedPv],
         joining: &[&ScannedPv],
-    ) -> Result<(String, Vec<Written>), Error> {
+    ) -> Result<(Arc<str>, Vec<Written>), Error> {
         self.forget();
-        let text = vg.to_text(Style::Raw, GENERATOR);
+        // The text and the sector-padded copy reuse the last commit's allocations.
+        let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        let printed = vg.write_text(Style::Raw, GENERATOR, std::mem::take(&mut scratch.0));
+        let text = commit::Text::new(printed.as_bytes(), std::mem::take(&mut scratch.1));
         let mut labels = Vec::new();
         let mut areas = Vec::new();
         let mut at = Vec::new();
@@ -655,13 +661,15 @@ impl Session {
                 why: "no metadata area to write to (every PV has --pvmetadatacopies 0 or ignored areas)".into(),
             });
         }
-        let headers = commit::commit(&labels, &areas, &text)?;
+        let result = commit::commit(&labels, &areas, &text);
+        let kept: Arc<str> = Arc::from(printed.as_str());
+        *scratch = (printed, text.into_scratch());
         let written = at
             .into_iter()
-            .zip(headers)
+            .zip(result?)
             .map(|((d, i), h)| (d, i, h))
             .collect();
-        Ok((text, written))
+        Ok((kept, written))
     }
 }
 

@@ -108,6 +108,16 @@ impl Emitter {
         }
     }
 
+    /// An empty text in the given layout, written into `buf` (cleared; its allocation kept).
+    pub fn reusing(style: Style, mut buf: String) -> Self {
+        buf.clear();
+        Self {
+            out: buf,
+            depth: 0,
+            style,
+        }
+    }
+
     /// The layout.
     pub fn style(&self) -> Style {
         self.style
