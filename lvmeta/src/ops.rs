@@ -326,7 +326,16 @@ impl Session {
         if let Some(h) = host {
             let scan = self.scan();
             let sv = scan.vg(&vg.name)?;
-            h.init_vg(&vg, &places(&scan, sv))?;
+            // Another shared VG on these devices may already hold the enabled global lease.
+            let mut gl_elsewhere = false;
+            for other in scan
+                .vgs
+                .iter()
+                .filter(|o| o.vg.name != vg.name && o.vg.is_shared())
+            {
+                gl_elsewhere |= h.holds_gl(&other.vg, &places(&scan, other))?;
+            }
+            h.init_vg(&vg, &places(&scan, sv), gl_elsewhere)?;
         }
         tracing::info!(vg = %vg.name, pvs = devices.len(), "vgcreate");
         Ok(vg)

@@ -109,6 +109,43 @@ fn shared_vg_changes_hold_the_vg_lease() {
 }
 
 #[test]
+fn only_the_first_shared_vg_enables_the_global_lease() {
+    let fake = Arc::new(FakeLeases::default());
+    let host = Host {
+        manager: fake.clone(),
+        host_id: 7,
+        io_timeout: 10,
+        wait: Duration::from_millis(300),
+    };
+    // Two PVs, a shared VG on each, made by a session that sees both.
+    let a = Arc::new(MemDevice::new("pv0", 512 << 20, 512));
+    let b = Arc::new(MemDevice::new("pv1", 512 << 20, 512));
+    let s = Session::new(vec![
+        Box::new(a.clone()) as Box<dyn BlockDevice>,
+        Box::new(b.clone()) as Box<dyn BlockDevice>,
+    ])
+    .with_host(host.clone());
+    s.vgcreate(&shared_spec(), &["pv0"]).expect("first");
+    let mut second = shared_spec();
+    second.name = "vg2".into();
+    s.vgcreate(&second, &["pv1"]).expect("second");
+    let scan = s.scan();
+    let gl_name = |name: &str, dev: &str| {
+        let vg = &scan.vg(name).expect("vg").vg;
+        let gl = layout::gl_lease(
+            vg,
+            &[Some(dev.into())],
+            layout::GL_NAME,
+            layout::Geometry::for_sector(512),
+        )
+        .expect("GL");
+        fake.resource_name(&gl).expect("name")
+    };
+    assert_eq!(gl_name("vg", "pv0").as_deref(), Some("GLLK"));
+    assert_eq!(gl_name("vg2", "pv1").as_deref(), Some("_GLLK_disabled"));
+}
+
+#[test]
 fn vgremove_of_a_shared_vg_marks_the_vg_lease_removed() {
     let (s, fake, host) = setup();
     s.lockstart("vg").expect("lockstart");

@@ -11,6 +11,8 @@ use super::{LockspaceSpec, ResourceSpec};
 pub const LOCKSPACE_PREFIX: &str = "lvm_";
 /// The global lock's resource name (enabled).
 pub const GL_NAME: &str = "GLLK";
+/// The global lock's resource name in VGs other than the one that holds it.
+pub const GL_DISABLED: &str = "_GLLK_disabled";
 /// The VG lock's resource name.
 pub const VG_NAME: &str = "VGLK";
 /// The name lvmlockd writes into free LV lease slots.

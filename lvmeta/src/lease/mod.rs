@@ -337,14 +337,33 @@ impl Host {
         }
     }
 
-    /// Writes what `vgcreate --shared` and lvmlockd write: the lockspace, the GL and VG leases
+    /// Does the shared VG `vg` hold the enabled global lease (`GLLK` in its GL slot)?
+    pub fn holds_gl(&self, vg: &crate::model::Vg, at: &VgPlaces) -> Result<bool, LeaseError> {
+        match layout::gl_lease(vg, &at.paths, layout::GL_NAME, at.geometry) {
+            Some(gl) => Ok(self.manager.resource_name(&gl)?.as_deref() == Some(layout::GL_NAME)),
+            None => Ok(false),
+        }
+    }
+
+    /// Writes what `vgcreate --shared` and lvmlockd write: the lockspace, the GL lease (enabled
+    /// unless `gl_elsewhere`: lvmlockd enables the global lease in one VG only), the VG lease
     /// and `#unused` in every LV lease slot.
-    pub fn init_vg(&self, vg: &crate::model::Vg, at: &VgPlaces) -> Result<(), LeaseError> {
+    pub fn init_vg(
+        &self,
+        vg: &crate::model::Vg,
+        at: &VgPlaces,
+        gl_elsewhere: bool,
+    ) -> Result<(), LeaseError> {
         let ls = self.lockspace(vg, at)?;
         self.manager.init_lockspace(&ls, self.io_timeout)?;
         let g = at.geometry;
-        let gl = layout::gl_lease(vg, &at.paths, layout::GL_NAME, g)
-            .ok_or_else(|| missing(vg, "GL lease"))?;
+        let gl_name = if gl_elsewhere {
+            layout::GL_DISABLED
+        } else {
+            layout::GL_NAME
+        };
+        let gl =
+            layout::gl_lease(vg, &at.paths, gl_name, g).ok_or_else(|| missing(vg, "GL lease"))?;
         let vgl = layout::vg_lease(vg, &at.paths, g).ok_or_else(|| missing(vg, "VG lease"))?;
         self.manager.init_resource(&gl)?;
         self.manager.init_resource(&vgl)?;
