@@ -304,19 +304,27 @@ pub fn check_fixture(fx: &Fixture, scan: &Scan) {
 /// The `lvmeta` binary of this workspace (built by `cargo test --workspace`; built here if a
 /// narrower `cargo test -p` left it out).
 pub fn lvmeta_bin() -> PathBuf {
+    workspace_bin("lvmeta", "lvmeta")
+}
+
+/// Binary `name` of workspace package `package`, next to the test binaries; built if missing.
+pub fn workspace_bin(package: &str, name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("target dir")
         .to_owned();
-    let bin = dir.join("lvmeta");
+    let bin = dir.join(name);
     if !bin.exists() {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "lvmeta", "--bin", "lvmeta"])
+            .args(["build", "-p", package, "--bin", name])
             .status()
             .expect("run cargo build");
-        assert!(status.success(), "cargo build -p lvmeta failed");
+        assert!(
+            status.success(),
+            "cargo build -p {package} --bin {name} failed"
+        );
     }
     bin
 }

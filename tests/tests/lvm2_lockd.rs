@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use lvmeta_tests::{lvmeta_bin, privileged};
+use lvmeta_tests::{lvmeta_bin, privileged, workspace_bin};
 
 #[test]
 fn lvm2_lockd_and_lvmeta_share_vgs() {
@@ -22,14 +22,7 @@ fn lvm2_lockd_and_lvmeta_share_vgs() {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("lockd/mixed.sh");
-    let hold = lvmeta_bin().with_file_name("hold-vg-lease");
-    if !hold.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "lvmeta-tests", "--bin", "hold-vg-lease"])
-            .status()
-            .expect("cargo build");
-        assert!(status.success(), "cannot build hold-vg-lease");
-    }
+    let hold = workspace_bin("lvmeta-tests", "hold-vg-lease");
     let out = Command::new("bash")
         .arg(&script)
         .arg(lvmeta_bin())

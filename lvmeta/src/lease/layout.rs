@@ -147,16 +147,6 @@ pub fn lease_at(
     lv_offset: u64,
     geometry: Geometry,
 ) -> Option<ResourceSpec> {
-    resource(vg, paths, name, lv_offset, geometry)
-}
-
-fn resource(
-    vg: &Vg,
-    paths: &[Option<String>],
-    name: &str,
-    lv_offset: u64,
-    geometry: Geometry,
-) -> Option<ResourceSpec> {
     let (pv, offset) = lv_byte(vg, "lvmlock", lv_offset)?;
     Some(ResourceSpec {
         lockspace: lockspace_name(&vg.name),
@@ -169,7 +159,7 @@ fn resource(
 
 /// The VG lease.
 pub fn vg_lease(vg: &Vg, paths: &[Option<String>], g: Geometry) -> Option<ResourceSpec> {
-    resource(vg, paths, VG_NAME, VG_SLOT * g.align, g)
+    lease_at(vg, paths, VG_NAME, VG_SLOT * g.align, g)
 }
 
 /// The global lease, under `name` (`GLLK`, or `_GLLK_disabled` where another VG holds it).
@@ -179,7 +169,7 @@ pub fn gl_lease(
     name: &str,
     g: Geometry,
 ) -> Option<ResourceSpec> {
-    resource(vg, paths, name, GL_SLOT * g.align, g)
+    lease_at(vg, paths, name, GL_SLOT * g.align, g)
 }
 
 /// The lease of LV `lv` (named by its dashed uuid) at its `lock_args` offset.
@@ -191,7 +181,7 @@ pub fn lv_lease(vg: &Vg, paths: &[Option<String>], lv: &str, g: Geometry) -> Opt
         .strip_prefix("1.0.0:")?
         .parse()
         .ok()?;
-    resource(vg, paths, &l.id.to_string(), offset, g)
+    lease_at(vg, paths, &l.id.to_string(), offset, g)
 }
 
 /// Every LV lease slot of `lvmlock`, free or not (what `vgcreate --shared` fills with
@@ -201,7 +191,7 @@ pub fn lv_slots(vg: &Vg, paths: &[Option<String>], g: Geometry) -> Vec<ResourceS
     (FIRST_LV_SLOT..)
         .map(|k| k * g.align)
         .take_while(|o| o + g.align <= size)
-        .filter_map(|o| resource(vg, paths, UNUSED_NAME, o, g))
+        .filter_map(|o| lease_at(vg, paths, UNUSED_NAME, o, g))
         .collect()
 }
 

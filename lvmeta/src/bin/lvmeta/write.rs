@@ -803,11 +803,7 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
             activation_skip: skip,
             stamp,
         };
-        let made = s
-            .update(vg, "lvcreate", |v| edit::thin::create_thin(v, &spec))
-            .map_err(failed)?;
-        println!("  Logical volume \"{made}\" created.");
-        return Ok(());
+        return create_thin(&s, vg, &spec);
     }
     let (vg, in_target) = match target.split_once('/') {
         Some((v, l)) => (v, Some(l)),
@@ -832,11 +828,7 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
             activation_skip: skip,
             stamp,
         };
-        let made = s
-            .update(vg, "lvcreate", |v| edit::thin::create_thin(v, &spec))
-            .map_err(failed)?;
-        println!("  Logical volume \"{made}\" created.");
-        return Ok(());
+        return create_thin(&s, vg, &spec);
     }
     let stripes = a.stripes.unwrap_or(1);
     let mut extents = extents_of(&cur, size_arg(&a.size, "-L", 'm')?, a.extents.as_deref())?;
@@ -896,6 +888,15 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
     if stripes > 1 && a.stripe_size.is_none() {
         println!("  Using default stripesize 64.00 KiB.");
     }
+    println!("  Logical volume \"{made}\" created.");
+    Ok(())
+}
+
+/// Creates a thin LV or thin snapshot and says so as lvm2 does.
+fn create_thin(s: &Session, vg: &str, spec: &ThinSpec) -> CmdResult {
+    let made = s
+        .update(vg, "lvcreate", |v| edit::thin::create_thin(v, spec))
+        .map_err(failed)?;
     println!("  Logical volume \"{made}\" created.");
     Ok(())
 }
