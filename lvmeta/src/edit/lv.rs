@@ -437,9 +437,11 @@ pub(crate) fn users<'v>(vg: &'v Vg, name: &str) -> Vec<&'v str> {
         .iter()
         .filter(|l| l.name != name)
         .filter(|l| {
-            l.segments
-                .iter()
-                .any(|s| s.kind.lv_refs().iter().any(|(_, t)| *t == name))
+            let mut refers = false;
+            for s in &l.segments {
+                s.kind.each_lv_ref(|_, t| refers |= t == name);
+            }
+            refers
         })
         .map(|l| l.name.as_str())
         .collect()

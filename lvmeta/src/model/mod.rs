@@ -519,9 +519,10 @@ fn export(vg: &Vg, mut e: Emitter, generator: &str) -> String {
     e.blank();
     if !vg.lvs.is_empty() {
         e.open("logical_volumes");
-        let visible = vg.lvs.iter().filter(|l| l.is_visible());
-        let hidden = vg.lvs.iter().filter(|l| !l.is_visible());
-        for lv in visible.chain(hidden) {
+        // Visible LVs first, then hidden ones, each in model order (one pass over the status
+        // lists).
+        let (visible, hidden): (Vec<&Lv>, Vec<&Lv>) = vg.lvs.iter().partition(|l| l.is_visible());
+        for lv in visible.into_iter().chain(hidden) {
             e.blank();
             write_lv(&mut e, lv, locked, &pv_keys);
         }

@@ -261,51 +261,52 @@ impl SegKind {
         }
     }
 
-    /// The LVs this segment refers to, with the field naming each.
-    pub fn lv_refs(&self) -> Vec<(&str, &str)> {
-        let mut out: Vec<(&str, &str)> = Vec::new();
-        fn push_areas<'s>(a: &'s [Area], field: &'static str, out: &mut Vec<(&'s str, &'s str)>) {
+    /// Calls `f` with each LV this segment refers to and the field naming it (a visitor, so
+    /// that validating a large VG allocates nothing per segment).
+    pub fn each_lv_ref<'s>(&'s self, mut f: impl FnMut(&'static str, &'s str)) {
+        let mut areas = |a: &'s [Area], field: &'static str| {
             for x in a {
                 if let Area::Lv { lv, .. } = x {
-                    out.push((field, lv.as_str()));
+                    f(field, lv.as_str());
                 }
             }
-        }
+        };
         match self {
-            SegKind::Striped(s) => push_areas(&s.areas, "stripes", &mut out),
+            SegKind::Striped(s) => areas(&s.areas, "stripes"),
             SegKind::Mirror(m) => {
-                push_areas(&m.areas, "mirrors", &mut out);
+                areas(&m.areas, "mirrors");
                 if let Some(l) = &m.mirror_log {
-                    out.push(("mirror_log", l));
+                    f("mirror_log", l);
                 }
             }
             SegKind::ThinPool(p) => {
-                out.push(("metadata", &p.metadata));
-                out.push(("pool", &p.pool));
+                f("metadata", &p.metadata);
+                f("pool", &p.pool);
             }
             SegKind::Thin(t) => {
-                out.push(("thin_pool", &t.thin_pool));
-                for (f, v) in [
+                f("thin_pool", &t.thin_pool);
+                for (field, v) in [
                     ("origin", &t.origin),
                     ("external_origin", &t.external_origin),
                     ("merge", &t.merge),
                 ] {
                     if let Some(v) = v {
-                        out.push((f, v));
+                        f(field, v);
                     }
                 }
             }
             SegKind::Snapshot(s) => {
-                out.push(("origin", &s.origin));
-                out.push((s.store_key(), &s.cow));
+                f("origin", &s.origin);
+                f(s.store_key(), &s.cow);
             }
             k => {
                 if let Some(body) = k.composite() {
-                    out.extend(body.refs.iter().map(|r| (r.field, r.lv.as_str())));
+                    for r in &body.refs {
+                        f(r.field, r.lv.as_str());
+                    }
                 }
             }
         }
-        out
     }
 
     /// The verbatim body of raid, cache, cache-pool, writecache, integrity, vdo and vdo-pool

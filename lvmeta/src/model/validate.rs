@@ -1,8 +1,9 @@
 //! The invariants lvm2 checks after importing a VG (`check_pv_segments`,
 //! `check_lv_segments`, parts of `vg_validate`), as pure functions over the model.
 //!
-//! Duplicates are found by sorting, or with std's hash map, whose hasher is keyed at random per
-//! process: metadata read from disk may be hostile, and neither lets it force quadratic work.
+//! Duplicates are found by sorting, or with a hash map whose hasher (foldhash) is seeded at
+//! random per process: metadata read from disk may be hostile, and neither lets it force
+//! quadratic work.
 
 use super::{Area, Lv, ModelError, SegKind, Vg};
 
@@ -169,16 +170,19 @@ fn check_ids(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// LVs by name (std's hash map: its hasher is keyed at random per process, so hostile names
-/// cannot force collisions), and the first name seen twice.
+/// LVs by name (foldhash is seeded at random per process, so hostile names cannot aim at
+/// collisions), and the first name seen twice.
 struct ByName<'v> {
-    map: std::collections::HashMap<&'v str, &'v Lv>,
+    map: std::collections::HashMap<&'v str, &'v Lv, foldhash::fast::RandomState>,
     duplicate: Option<&'v Lv>,
 }
 
 impl<'v> ByName<'v> {
     fn new(vg: &'v Vg) -> Self {
-        let mut map = std::collections::HashMap::with_capacity(vg.lvs.len());
+        let mut map = std::collections::HashMap::with_capacity_and_hasher(
+            vg.lvs.len(),
+            foldhash::fast::RandomState::default(),
+        );
         let mut duplicate = None;
         for l in &vg.lvs {
             if map.insert(l.name.as_str(), l).is_some() && duplicate.is_none() {
@@ -215,14 +219,18 @@ fn check_lvs(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
                 ));
             }
             next += u64::from(seg.extent_count);
-            for (field, target) in seg.kind.lv_refs() {
-                if target == lv.name || by_name.get(target).is_none() {
-                    return Err(err(
-                        lv_path(vg, lv),
-                        field,
-                        format!("refers to unknown LV {target:?}"),
-                    ));
+            let mut unknown = None;
+            seg.kind.each_lv_ref(|field, target| {
+                if unknown.is_none() && (target == lv.name || by_name.get(target).is_none()) {
+                    unknown = Some((field, target));
                 }
+            });
+            if let Some((field, target)) = unknown {
+                return Err(err(
+                    lv_path(vg, lv),
+                    field,
+                    format!("refers to unknown LV {target:?}"),
+                ));
             }
             if let SegKind::Mirror(m) = &seg.kind {
                 for a in &m.areas {

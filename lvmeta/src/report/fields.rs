@@ -360,12 +360,8 @@ impl<'v> LvUses<'v> {
         let mut refs = Vec::new();
         let mut cows = Vec::new();
         for seg in vg.lvs.iter().flat_map(|l| &l.segments) {
-            refs.extend(
-                seg.kind
-                    .lv_refs()
-                    .into_iter()
-                    .map(|(field, target)| (target, field)),
-            );
+            seg.kind
+                .each_lv_ref(|field, target| refs.push((target, field)));
             if let SegKind::Snapshot(s) = &seg.kind {
                 cows.push((s.cow.as_str(), s.origin.as_str()));
             }

@@ -1,7 +1,5 @@
 //! Writing config text with lvm2's quoting, escaping and layouts.
 
-use std::fmt::Write;
-
 use super::{Body, Node, Tree, Value};
 
 /// Layout of the output.
@@ -21,9 +19,13 @@ pub fn quote(s: &str) -> String {
 }
 
 fn push_quoted(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    // Short strings (most of them) are checked byte by byte; memchr pays off on long ones.
-    if s.len() < 64 && !s.bytes().any(|b| b == b'"' || b == b'\\') {
+    // Short strings (most of them) are checked without branching; memchr pays off on long ones.
+    let clean = s.len() < 64
+        && s.bytes()
+            .fold(true, |ok, b| ok & (b != b'"') & (b != b'\\'));
+    if clean {
         out.push_str(s);
         out.push('"');
         return;
@@ -58,7 +60,9 @@ static KEY_SAFE: [bool; 256] = {
 fn push_key(out: &mut String, key: &str) {
     let bytes = key.as_bytes();
     let plain = !matches!(bytes.first(), None | Some(b'"' | b'\''))
-        && bytes.iter().all(|&b| KEY_SAFE[usize::from(b)]);
+        && bytes
+            .iter()
+            .fold(true, |ok, &b| ok & KEY_SAFE[usize::from(b)]);
     if plain {
         out.push_str(key);
     } else {
@@ -66,23 +70,9 @@ fn push_key(out: &mut String, key: &str) {
     }
 }
 
-/// Appends the decimal form of `v` (without going through `fmt`).
+/// Appends the decimal form of `v` (itoa: no formatting machinery).
 fn push_int(out: &mut String, v: i64) {
-    let mut buf = [0u8; 20];
-    let mut n = v.unsigned_abs();
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if v < 0 {
-        out.push('-');
-    }
-    out.extend(buf[i..].iter().map(|&d| char::from(d)));
+    out.push_str(itoa::Buffer::new().format(v));
 }
 
 /// Builds config text line by line, keeping track of the indentation.
@@ -235,9 +225,7 @@ impl Emitter {
 
 fn push_value(out: &mut String, tree: &Tree<'_>, v: &Value<'_>) {
     match v {
-        Value::Int(i) => {
-            let _ = write!(out, "{i}");
-        }
+        Value::Int(i) => push_int(out, *i),
         Value::Float(s) | Value::Bare(s) => out.push_str(s),
         Value::Str(s) => push_quoted(out, s),
         Value::Array(items) => {
