@@ -27,5 +27,6 @@ pub mod report;
 pub mod scan;
 pub mod text;
 pub mod uuid;
+pub mod volume;
 
 pub use error::{Error, Result};

@@ -79,6 +79,17 @@ impl Session {
         self.with_lockspace(vg, lease::Host::start)
     }
 
+    /// Succeeds when `vg` can be changed now: it reads, and when it is shared this host has
+    /// joined its lockspace (a readiness probe).
+    pub fn ready(&self, vg: &str) -> Result<(), Error> {
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        match self.host_for(&sv.vg)? {
+            None => Ok(()),
+            Some(h) => Ok(h.check_joined(&sv.vg, &places(&scan, sv))?),
+        }
+    }
+
     /// `vgchange --lockstop`: leaves the VG's lockspace.
     pub fn lockstop(&self, vg: &str) -> Result<(), Error> {
         self.with_lockspace(vg, lease::Host::stop)

@@ -298,6 +298,16 @@ impl Host {
         self.manager.join(&ls, self.io_timeout)
     }
 
+    /// Fails with [`LeaseError::NotJoined`] unless this host is in `vg`'s lockspace.
+    pub fn check_joined(&self, vg: &crate::model::Vg, at: &VgPlaces) -> Result<(), LeaseError> {
+        let ls = self.lockspace(vg, at)?;
+        if self.manager.joined(&ls)? {
+            Ok(())
+        } else {
+            Err(LeaseError::NotJoined { lockspace: ls.name })
+        }
+    }
+
     /// Leaves `vg`'s lockspace (`vgchange --lockstop`).
     pub fn stop(&self, vg: &crate::model::Vg, at: &VgPlaces) -> Result<(), LeaseError> {
         self.manager.leave(&self.lockspace(vg, at)?)
@@ -310,10 +320,7 @@ impl Host {
         vg: &crate::model::Vg,
         at: &VgPlaces,
     ) -> Result<(ResourceSpec, Option<Lvb>), LeaseError> {
-        let ls = self.lockspace(vg, at)?;
-        if !self.manager.joined(&ls)? {
-            return Err(LeaseError::NotJoined { lockspace: ls.name });
-        }
+        self.check_joined(vg, at)?;
         let r =
             layout::vg_lease(vg, &at.paths, at.geometry).ok_or_else(|| missing(vg, "VG lease"))?;
         let deadline = std::time::Instant::now() + self.wait;

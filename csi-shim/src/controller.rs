@@ -1,0 +1,486 @@
+//! The Controller service: volumes created, listed, grown and deleted through
+//! [`lvmeta::volume`], one VG commit per change.
+//!
+//! No ControllerPublish step: every node sees the LUN, so there is nothing to attach; a node
+//! takes the LV's lease when it stages the volume (README, "CSI driver").
+
+use std::sync::Arc;
+
+use lvmeta::ops::Session;
+use lvmeta::volume::{SizeRange, Volume, VolumeError, Volumes};
+use tonic::{Request, Response, Status};
+
+use crate::csi::controller_server::Controller;
+use crate::csi::controller_service_capability::{rpc, Rpc, Type as CapType};
+use crate::csi::volume_capability::AccessType;
+use crate::csi::{
+    controller_get_volume_response, list_volumes_response, validate_volume_capabilities_response,
+    CapacityRange, ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
+    ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
+    ControllerGetVolumeRequest, ControllerGetVolumeResponse, ControllerModifyVolumeRequest,
+    ControllerModifyVolumeResponse, ControllerPublishVolumeRequest,
+    ControllerPublishVolumeResponse, ControllerServiceCapability, ControllerUnpublishVolumeRequest,
+    ControllerUnpublishVolumeResponse, CreateSnapshotRequest, CreateSnapshotResponse,
+    CreateVolumeRequest, CreateVolumeResponse, DeleteSnapshotRequest, DeleteSnapshotResponse,
+    DeleteVolumeRequest, DeleteVolumeResponse, GetCapacityRequest, GetCapacityResponse,
+    GetSnapshotRequest, GetSnapshotResponse, ListSnapshotsRequest, ListSnapshotsResponse,
+    ListVolumesRequest, ListVolumesResponse, ValidateVolumeCapabilitiesRequest,
+    ValidateVolumeCapabilitiesResponse,
+};
+use crate::inflight::InFlight;
+use crate::params::{self, Class};
+use crate::status::{from_join, from_volume};
+
+/// The storage side of the driver: one lvmeta session over the LUN and the VGs served.
+pub struct Backend {
+    session: Session,
+    vgs: Vec<String>,
+    inflight: InFlight,
+}
+
+impl Backend {
+    /// Serves the volumes of `vgs` through `session`.
+    pub fn new(session: Session, vgs: Vec<String>) -> Self {
+        Self {
+            session,
+            vgs,
+            inflight: InFlight::default(),
+        }
+    }
+
+    /// The VGs served.
+    pub fn vgs(&self) -> &[String] {
+        &self.vgs
+    }
+
+    /// Ok when every VG served can be changed now; else the first VG that cannot and why.
+    pub fn ready(&self) -> Result<(), (String, lvmeta::Error)> {
+        for vg in &self.vgs {
+            self.session.ready(vg).map_err(|e| (vg.clone(), e))?;
+        }
+        Ok(())
+    }
+
+    /// The volumes of `vg`, which must be served.
+    fn volumes(&self, vg: &str) -> Result<Volumes<'_>, Status> {
+        if !self.vgs.iter().any(|v| v == vg) {
+            return Err(Status::invalid_argument(format!(
+                "VG {vg:?} is not served by this driver (served: {})",
+                self.vgs.join(", ")
+            )));
+        }
+        Ok(Volumes::new(&self.session, vg))
+    }
+
+    /// Every volume of every VG served, ordered by id.
+    fn all(&self) -> Result<Vec<Volume>, VolumeError> {
+        let mut out = Vec::new();
+        for vg in &self.vgs {
+            out.extend(Volumes::new(&self.session, vg).list()?);
+        }
+        out.sort_by(|a, b| (&a.vg, &a.name).cmp(&(&b.vg, &b.name)));
+        Ok(out)
+    }
+}
+
+/// The Controller service over a [`Backend`].
+pub struct ControllerService {
+    backend: Arc<Backend>,
+}
+
+impl ControllerService {
+    /// The service for `backend`.
+    pub fn new(backend: Arc<Backend>) -> Self {
+        Self { backend }
+    }
+
+    /// Runs `f` on a blocking thread (lvmeta does synchronous disk I/O and waits on leases).
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Backend) -> Result<T, Status> + Send + 'static,
+    ) -> Result<T, Status> {
+        let b = self.backend.clone();
+        tokio::task::spawn_blocking(move || f(&b))
+            .await
+            .map_err(from_join)?
+    }
+}
+
+fn size_range(r: Option<&CapacityRange>) -> Result<SizeRange, Status> {
+    let Some(r) = r else {
+        return Ok(SizeRange::default());
+    };
+    let bytes = |v: i64, what: &str| {
+        u64::try_from(v).map_err(|_| Status::invalid_argument(format!("{what} is negative")))
+    };
+    Ok(SizeRange {
+        required: bytes(r.required_bytes, "required_bytes")?,
+        limit: bytes(r.limit_bytes, "limit_bytes")?,
+    })
+}
+
+fn csi_volume(v: &Volume) -> crate::csi::Volume {
+    crate::csi::Volume {
+        capacity_bytes: i64::try_from(v.bytes).unwrap_or(i64::MAX),
+        volume_id: params::volume_id(&v.vg, &v.name),
+        volume_context: Class {
+            vg: v.vg.clone(),
+            mode: v.mode,
+        }
+        .context(),
+        ..Default::default()
+    }
+}
+
+fn required(field: &str, value: &str) -> Result<(), Status> {
+    if value.is_empty() {
+        Err(Status::invalid_argument(format!("{field} is required")))
+    } else {
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl Controller for ControllerService {
+    async fn create_volume(
+        &self,
+        request: Request<CreateVolumeRequest>,
+    ) -> Result<Response<CreateVolumeResponse>, Status> {
+        let req = request.into_inner();
+        required("name", &req.name)?;
+        let class = Class::parse(&req.parameters)?;
+        params::check_capabilities(&req.volume_capabilities, class.mode)
+            .map_err(Status::invalid_argument)?;
+        if req.volume_content_source.is_some() {
+            return Err(Status::invalid_argument(
+                "volume content sources (snapshots, clones) are not supported by this driver version",
+            ));
+        }
+        let size = size_range(req.capacity_range.as_ref())?;
+        tracing::info!(name = %req.name, vg = %class.vg, mode = class.mode.as_str(), required = size.required, "CreateVolume");
+        let v = self
+            .blocking(move |b| {
+                let vols = b.volumes(&class.vg)?;
+                let _g = b.inflight.enter(&params::volume_id(&class.vg, &req.name))?;
+                vols.create(&req.name, class.mode, size)
+                    .map_err(from_volume)
+            })
+            .await?;
+        Ok(Response::new(CreateVolumeResponse {
+            volume: Some(csi_volume(&v)),
+        }))
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<DeleteVolumeRequest>,
+    ) -> Result<Response<DeleteVolumeResponse>, Status> {
+        let id = request.into_inner().volume_id;
+        let (vg, name) = match params::parse_volume_id(&id) {
+            Ok(x) => x,
+            // An id this driver cannot have made names no volume: deleting it succeeds.
+            Err(s) if s.code() == tonic::Code::NotFound => {
+                return Ok(Response::new(DeleteVolumeResponse {}))
+            }
+            Err(s) => return Err(s),
+        };
+        tracing::info!(volume_id = %id, "DeleteVolume");
+        self.blocking(move |b| {
+            if !b.vgs.contains(&vg) {
+                return Ok(false);
+            }
+            let _g = b.inflight.enter(&id)?;
+            Volumes::new(&b.session, &vg)
+                .delete(&name)
+                .map_err(from_volume)
+        })
+        .await?;
+        Ok(Response::new(DeleteVolumeResponse {}))
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        _: Request<ControllerPublishVolumeRequest>,
+    ) -> Result<Response<ControllerPublishVolumeResponse>, Status> {
+        Err(Status::unimplemented(
+            "no attach step: every node sees the LUN (PUBLISH_UNPUBLISH_VOLUME is not offered)",
+        ))
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        _: Request<ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<ControllerUnpublishVolumeResponse>, Status> {
+        Err(Status::unimplemented(
+            "no attach step: every node sees the LUN (PUBLISH_UNPUBLISH_VOLUME is not offered)",
+        ))
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
+        let req = request.into_inner();
+        required("volume_id", &req.volume_id)?;
+        if req.volume_capabilities.is_empty() {
+            return Err(Status::invalid_argument("volume_capabilities is required"));
+        }
+        let (vg, name) = params::parse_volume_id(&req.volume_id)?;
+        let v = self
+            .blocking(move |b| {
+                b.volumes(&vg)
+                    .map_err(|_| Status::not_found(format!("VG {vg} is not served")))?
+                    .get(&name)
+                    .map_err(from_volume)?
+                    .ok_or_else(|| Status::not_found(format!("volume {vg}/{name} not found")))
+            })
+            .await?;
+        if !req.parameters.is_empty() {
+            let class = Class::parse(&req.parameters)?;
+            if class.vg != v.vg || class.mode != v.mode {
+                return Ok(Response::new(ValidateVolumeCapabilitiesResponse {
+                    confirmed: None,
+                    message: format!(
+                        "the volume is {} in VG {}, the parameters ask for {} in VG {}",
+                        v.mode.as_str(),
+                        v.vg,
+                        class.mode.as_str(),
+                        class.vg
+                    ),
+                }));
+            }
+        }
+        Ok(Response::new(
+            match params::check_capabilities(&req.volume_capabilities, v.mode) {
+                Ok(()) => ValidateVolumeCapabilitiesResponse {
+                    confirmed: Some(validate_volume_capabilities_response::Confirmed {
+                        volume_context: req.volume_context,
+                        volume_capabilities: req.volume_capabilities,
+                        parameters: req.parameters,
+                        mutable_parameters: req.mutable_parameters,
+                    }),
+                    message: String::new(),
+                },
+                Err(why) => ValidateVolumeCapabilitiesResponse {
+                    confirmed: None,
+                    message: why,
+                },
+            },
+        ))
+    }
+
+    async fn list_volumes(
+        &self,
+        request: Request<ListVolumesRequest>,
+    ) -> Result<Response<ListVolumesResponse>, Status> {
+        let req = request.into_inner();
+        let max = usize::try_from(req.max_entries)
+            .map_err(|_| Status::invalid_argument("max_entries is negative"))?;
+        let start: usize = if req.starting_token.is_empty() {
+            0
+        } else {
+            req.starting_token.parse().map_err(|_| {
+                Status::aborted(format!(
+                    "starting_token {:?} is not valid",
+                    req.starting_token
+                ))
+            })?
+        };
+        let all = self.blocking(|b| b.all().map_err(from_volume)).await?;
+        if start > all.len() {
+            return Err(Status::aborted(format!(
+                "starting_token {start} is past the end ({} volumes)",
+                all.len()
+            )));
+        }
+        let end = if max == 0 {
+            all.len()
+        } else {
+            (start + max).min(all.len())
+        };
+        let entries = all[start..end]
+            .iter()
+            .map(|v| list_volumes_response::Entry {
+                volume: Some(csi_volume(v)),
+                status: None,
+            })
+            .collect();
+        Ok(Response::new(ListVolumesResponse {
+            entries,
+            next_token: if end < all.len() {
+                end.to_string()
+            } else {
+                String::new()
+            },
+        }))
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<GetCapacityRequest>,
+    ) -> Result<Response<GetCapacityResponse>, Status> {
+        let req = request.into_inner();
+        let class = if req.parameters.is_empty() {
+            None
+        } else {
+            Some(Class::parse(&req.parameters)?)
+        };
+        if let Some(c) = &class {
+            if params::check_capabilities(&req.volume_capabilities, c.mode).is_err()
+                && !req.volume_capabilities.is_empty()
+            {
+                return Ok(Response::new(GetCapacityResponse::default()));
+            }
+        }
+        let (free, largest) = self
+            .blocking(move |b| {
+                let vgs: Vec<String> = match &class {
+                    Some(c) => vec![c.vg.clone()],
+                    None => b.vgs.clone(),
+                };
+                let (mut sum, mut largest) = (0u64, 0u64);
+                for vg in vgs {
+                    let f = b.volumes(&vg)?.free_bytes().map_err(from_volume)?;
+                    sum += f;
+                    largest = largest.max(f);
+                }
+                Ok((sum, largest))
+            })
+            .await?;
+        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        Ok(Response::new(GetCapacityResponse {
+            available_capacity: i(free),
+            maximum_volume_size: Some(i(largest)),
+            ..Default::default()
+        }))
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _: Request<ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
+        let caps = [
+            rpc::Type::CreateDeleteVolume,
+            rpc::Type::ListVolumes,
+            rpc::Type::GetCapacity,
+            rpc::Type::ExpandVolume,
+            rpc::Type::GetVolume,
+            rpc::Type::SingleNodeMultiWriter,
+        ];
+        Ok(Response::new(ControllerGetCapabilitiesResponse {
+            capabilities: caps
+                .iter()
+                .map(|t| ControllerServiceCapability {
+                    r#type: Some(CapType::Rpc(Rpc { r#type: *t as i32 })),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn create_snapshot(
+        &self,
+        _: Request<CreateSnapshotRequest>,
+    ) -> Result<Response<CreateSnapshotResponse>, Status> {
+        Err(Status::unimplemented(
+            "snapshots are not offered by this driver version",
+        ))
+    }
+
+    async fn delete_snapshot(
+        &self,
+        _: Request<DeleteSnapshotRequest>,
+    ) -> Result<Response<DeleteSnapshotResponse>, Status> {
+        Err(Status::unimplemented(
+            "snapshots are not offered by this driver version",
+        ))
+    }
+
+    async fn list_snapshots(
+        &self,
+        _: Request<ListSnapshotsRequest>,
+    ) -> Result<Response<ListSnapshotsResponse>, Status> {
+        Err(Status::unimplemented(
+            "snapshots are not offered by this driver version",
+        ))
+    }
+
+    async fn get_snapshot(
+        &self,
+        _: Request<GetSnapshotRequest>,
+    ) -> Result<Response<GetSnapshotResponse>, Status> {
+        Err(Status::unimplemented(
+            "snapshots are not offered by this driver version",
+        ))
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        request: Request<ControllerExpandVolumeRequest>,
+    ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
+        let req = request.into_inner();
+        required("volume_id", &req.volume_id)?;
+        let size = size_range(req.capacity_range.as_ref())?;
+        if size.required == 0 {
+            return Err(Status::invalid_argument(
+                "capacity_range.required_bytes is required",
+            ));
+        }
+        let (vg, name) = params::parse_volume_id(&req.volume_id)?;
+        // A filesystem grows on the node afterwards; a block volume is done here.
+        let node_expansion_required = matches!(
+            req.volume_capability
+                .as_ref()
+                .and_then(|c| c.access_type.as_ref()),
+            Some(AccessType::Mount(_))
+        );
+        tracing::info!(volume_id = %req.volume_id, required = size.required, "ControllerExpandVolume");
+        let id = req.volume_id.clone();
+        let v = self
+            .blocking(move |b| {
+                let vols = b
+                    .volumes(&vg)
+                    .map_err(|_| Status::not_found(format!("VG {vg} is not served")))?;
+                let _g = b.inflight.enter(&id)?;
+                vols.expand(&name, size).map_err(from_volume)
+            })
+            .await?;
+        Ok(Response::new(ControllerExpandVolumeResponse {
+            capacity_bytes: i64::try_from(v.bytes).unwrap_or(i64::MAX),
+            node_expansion_required,
+        }))
+    }
+
+    async fn controller_get_volume(
+        &self,
+        request: Request<ControllerGetVolumeRequest>,
+    ) -> Result<Response<ControllerGetVolumeResponse>, Status> {
+        let id = request.into_inner().volume_id;
+        required("volume_id", &id)?;
+        let (vg, name) = params::parse_volume_id(&id)?;
+        let v = self
+            .blocking(move |b| {
+                b.volumes(&vg)
+                    .map_err(|_| Status::not_found(format!("VG {vg} is not served")))?
+                    .get(&name)
+                    .map_err(from_volume)?
+                    .ok_or_else(|| Status::not_found(format!("volume {vg}/{name} not found")))
+            })
+            .await?;
+        Ok(Response::new(ControllerGetVolumeResponse {
+            volume: Some(csi_volume(&v)),
+            status: Some(controller_get_volume_response::VolumeStatus {
+                published_node_ids: Vec::new(),
+                volume_condition: None,
+            }),
+        }))
+    }
+
+    async fn controller_modify_volume(
+        &self,
+        _: Request<ControllerModifyVolumeRequest>,
+    ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
+        Err(Status::unimplemented(
+            "no parameter of a volume can change after creation (MODIFY_VOLUME is not offered)",
+        ))
+    }
+}

@@ -1,0 +1,109 @@
+//! `csi-shim`: the CSI driver's controller endpoint on a unix socket.
+//!
+//! ```text
+//! csi-shim --endpoint /csi/csi.sock --devices /dev/mapper/lun0 --vg vg0 [--host-id N]
+//! ```
+//! The VGs served must be on the devices given; a shared VG needs this host's sanlock host id
+//! (`--host-id`, or lvm2's lvmlocal.conf) and its lockspace started (`lvmeta vgchange
+//! --lockstart`); the Probe RPC says not ready until it is.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Parser;
+use csi_shim::controller::Backend;
+use lvmeta::dev::{BlockDevice, FileDevice};
+use lvmeta::ops::Session;
+
+/// Command line of the driver.
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "Kubernetes CSI driver over lvmeta (controller endpoint)"
+)]
+struct Args {
+    /// The unix socket to serve on.
+    #[arg(long, default_value = "/csi/csi.sock")]
+    endpoint: PathBuf,
+    /// The devices holding the VGs' PVs (the shared LUN).
+    #[arg(long, value_delimiter = ',', required = true)]
+    devices: Vec<PathBuf>,
+    /// A VG whose volumes are served (repeat for several).
+    #[arg(long = "vg", required = true)]
+    vgs: Vec<String>,
+    /// This host's sanlock host id (1..2000) for shared VGs.
+    #[arg(long, env = "LVMETA_HOST_ID")]
+    host_id: Option<u64>,
+    /// sanlock io_timeout in seconds when joining a lockspace.
+    #[arg(long, default_value_t = 10)]
+    io_timeout: u32,
+    /// Seconds to wait for a VG lease held by another host.
+    #[arg(long, default_value_t = 30)]
+    lock_wait: u64,
+    /// lvm2's lock file directory, shared with lvm commands on this host.
+    #[arg(long, env = "LVMETA_LOCKING_DIR", default_value = "/run/lock/lvm")]
+    locking_dir: PathBuf,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("csi-shim: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let mut devs: Vec<Box<dyn BlockDevice>> = Vec::new();
+    for p in &args.devices {
+        devs.push(Box::new(
+            FileDevice::open_rw(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        ));
+    }
+    let mut session = Session::new(devs).with_lock_dir(args.locking_dir.clone());
+    if let Some(host_id) = args.host_id {
+        if !(1..=2000).contains(&host_id) {
+            return Err(format!("--host-id {host_id}: must be 1..2000"));
+        }
+        session = session.with_host(lvmeta::lease::Host {
+            manager: Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()),
+            host_id,
+            io_timeout: args.io_timeout,
+            wait: std::time::Duration::from_secs(args.lock_wait),
+        });
+    }
+    let backend = Arc::new(Backend::new(session, args.vgs));
+    let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio runtime: {e}"))?;
+    rt.block_on(async {
+        let listener = csi_shim::server::listen(&args.endpoint).map_err(|e| e.to_string())?;
+        tracing::info!(endpoint = %args.endpoint.display(), "serving CSI");
+        let shutdown = async {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::error!(error = %e, "no SIGTERM handler; stopping on Ctrl-C only");
+                        let _ = tokio::signal::ctrl_c().await;
+                        return;
+                    }
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            tracing::info!("shutting down: letting calls in flight finish");
+        };
+        csi_shim::server::serve(backend, listener, shutdown)
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = std::fs::remove_file(&args.endpoint);
+        Ok(())
+    })
+}

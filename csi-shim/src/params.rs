@@ -1,0 +1,149 @@
+//! StorageClass parameters, volume ids and volume capabilities: what a request may ask for,
+//! checked before any storage work.
+
+use std::collections::HashMap;
+
+use lvmeta::volume::Mode;
+use tonic::Status;
+
+use crate::csi::volume_capability::access_mode::Mode as Access;
+use crate::csi::volume_capability::AccessType;
+use crate::csi::VolumeCapability;
+
+/// The VG volumes are carved from (required).
+pub const VG: &str = "vg";
+/// `linear` (default) or `thin`.
+pub const MODE: &str = "mode";
+/// The filesystem of filesystem volumes, as external-provisioner passes it.
+pub const FSTYPE: &str = "csi.storage.k8s.io/fstype";
+/// Names external-provisioner adds with `--extra-create-metadata`; accepted and ignored.
+const EXTRA_METADATA: &[&str] = &[
+    "csi.storage.k8s.io/pvc/name",
+    "csi.storage.k8s.io/pvc/namespace",
+    "csi.storage.k8s.io/pv/name",
+];
+/// Filesystems the node formats.
+pub const FILESYSTEMS: &[&str] = &["ext4", "xfs"];
+
+/// What a StorageClass asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Class {
+    /// The VG.
+    pub vg: String,
+    /// Linear or thin.
+    pub mode: Mode,
+}
+
+impl Class {
+    /// Reads the parameters; an unknown key or value is INVALID_ARGUMENT.
+    pub fn parse(p: &HashMap<String, String>) -> Result<Self, Status> {
+        for k in p.keys() {
+            if ![VG, MODE, FSTYPE].contains(&k.as_str()) && !EXTRA_METADATA.contains(&k.as_str()) {
+                return Err(Status::invalid_argument(format!(
+                    "unknown parameter {k:?} (known: {VG}, {MODE}, {FSTYPE})"
+                )));
+            }
+        }
+        let vg = p
+            .get(VG)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| Status::invalid_argument(format!("parameter {VG:?} is required")))?;
+        lvmeta::names::check_vg_name(vg).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let mode = match p.get(MODE).map(String::as_str) {
+            None | Some("") => Mode::Linear,
+            Some(m) => Mode::parse(m).ok_or_else(|| {
+                Status::invalid_argument(format!("parameter {MODE:?} is {m:?}, not linear or thin"))
+            })?,
+        };
+        if let Some(fs) = p.get(FSTYPE).filter(|f| !f.is_empty()) {
+            check_fs(fs)?;
+        }
+        Ok(Self {
+            vg: vg.clone(),
+            mode,
+        })
+    }
+
+    /// The context handed to the node with the volume.
+    pub fn context(&self) -> HashMap<String, String> {
+        HashMap::from([
+            (VG.to_owned(), self.vg.clone()),
+            (MODE.to_owned(), self.mode.as_str().to_owned()),
+        ])
+    }
+}
+
+fn check_fs(fs: &str) -> Result<(), Status> {
+    if FILESYSTEMS.contains(&fs) {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument(format!(
+            "filesystem {fs:?} is not supported (ext4 or xfs)"
+        )))
+    }
+}
+
+/// A volume id: `<vg>/<lv>`.
+pub fn volume_id(vg: &str, name: &str) -> String {
+    format!("{vg}/{name}")
+}
+
+/// The VG and LV of a volume id; NOT_FOUND for ids this driver cannot have made.
+pub fn parse_volume_id(id: &str) -> Result<(String, String), Status> {
+    if id.is_empty() {
+        return Err(Status::invalid_argument("volume id is empty"));
+    }
+    let bad = || Status::not_found(format!("volume {id:?} does not exist (ids are VG/LV)"));
+    let (vg, lv) = id.split_once('/').ok_or_else(bad)?;
+    lvmeta::names::check_vg_name(vg).map_err(|_| bad())?;
+    lvmeta::names::check_lv_name(lv).map_err(|_| bad())?;
+    Ok((vg.to_owned(), lv.to_owned()))
+}
+
+/// Checks that every capability can be honoured by a volume of `mode`; the message says
+/// what cannot.
+pub fn check_capabilities(caps: &[VolumeCapability], mode: Mode) -> Result<(), String> {
+    if caps.is_empty() {
+        return Err("volume capabilities are missing".into());
+    }
+    for c in caps {
+        let access = c
+            .access_mode
+            .as_ref()
+            .and_then(|a| Access::try_from(a.mode).ok())
+            .unwrap_or(Access::Unknown);
+        let block = match &c.access_type {
+            Some(AccessType::Block(_)) => true,
+            Some(AccessType::Mount(m)) => {
+                if !m.fs_type.is_empty() {
+                    check_fs(&m.fs_type).map_err(|s| s.message().to_owned())?;
+                }
+                false
+            }
+            None => return Err("access type (block or mount) is missing".into()),
+        };
+        let multi_node = matches!(
+            access,
+            Access::MultiNodeReaderOnly
+                | Access::MultiNodeSingleWriter
+                | Access::MultiNodeMultiWriter
+        );
+        match access {
+            Access::Unknown => return Err("access mode is missing or unknown".into()),
+            _ if multi_node && mode == Mode::Thin => {
+                return Err(format!(
+                    "{} needs several nodes at once; thin volumes are active on one node only (use mode linear)",
+                    access.as_str_name()
+                ))
+            }
+            Access::MultiNodeSingleWriter | Access::MultiNodeMultiWriter if !block => {
+                return Err(format!(
+                    "{} on a filesystem would corrupt it (ext4 and xfs are single-host); use a block volume",
+                    access.as_str_name()
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! Serving the CSI services on a unix socket: created 0600 (a stale socket from an earlier run
+//! is removed first), shut down gracefully (calls in flight finish) when `shutdown` resolves.
+
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use crate::controller::{Backend, ControllerService};
+use crate::csi::controller_server::ControllerServer;
+use crate::csi::identity_server::IdentityServer;
+use crate::identity::IdentityService;
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The socket could not be made.
+    #[error("{path}: {source}")]
+    Socket {
+        /// The socket path.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// A unix socket listening at `path`, readable and writable by its owner only.
+pub fn listen(path: &Path) -> Result<UnixListener, ServeError> {
+    let err = |source| ServeError::Socket {
+        path: path.display().to_string(),
+        source,
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
+            std::fs::remove_file(path).map_err(err)?
+        }
+        Ok(_) => {
+            return Err(err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "exists and is not a socket",
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    let l = UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    Ok(l)
+}
+
+/// Serves Identity and Controller for `backend` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    backend: Arc<Backend>,
+    listener: UnixListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    tonic::transport::Server::builder()
+        .add_service(IdentityServer::new(IdentityService::new(backend.clone())))
+        .add_service(ControllerServer::new(ControllerService::new(backend)))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .await?;
+    Ok(())
+}

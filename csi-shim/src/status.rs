@@ -1,0 +1,35 @@
+//! lvmeta's errors as gRPC status codes.
+
+use lvmeta::volume::VolumeError;
+use tonic::Status;
+
+/// The CSI code for a failed volume call.
+pub fn from_volume(e: VolumeError) -> Status {
+    match e {
+        VolumeError::Invalid(m) => Status::invalid_argument(m),
+        VolumeError::Exists(m) => Status::already_exists(m),
+        VolumeError::NotFound(v) => Status::not_found(format!("volume {v} not found")),
+        VolumeError::OutOfRange(m) => Status::out_of_range(m),
+        VolumeError::NoSpace(m) => Status::resource_exhausted(m),
+        VolumeError::Refused(m) => Status::failed_precondition(m),
+        VolumeError::Lvmeta(e) => from_lvmeta(e),
+    }
+}
+
+/// The CSI code for a failed lvmeta call.
+pub fn from_lvmeta(e: lvmeta::Error) -> Status {
+    use lvmeta::Error as E;
+    match e {
+        E::VgNotFound(_) | E::LvNotFound { .. } => Status::not_found(e.to_string()),
+        // Leases and lock files are contended or the lockspace is not started yet: retry.
+        E::Lease(_) | E::Lock { .. } | E::SharedWithoutLeases(_) | E::MissingPvs { .. } => {
+            Status::unavailable(e.to_string())
+        }
+        e => Status::internal(e.to_string()),
+    }
+}
+
+/// A blocking task that did not finish (panicked or was cancelled).
+pub fn from_join(e: tokio::task::JoinError) -> Status {
+    Status::internal(format!("volume task failed: {e}"))
+}

@@ -1,0 +1,466 @@
+//! The Identity and Controller services over a unix socket in a temp dir, backed by the real
+//! lvmeta volume layer on an in-memory LUN: every RPC served and the error codes the CSI spec
+//! prescribes.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
+use csi_shim::controller::Backend;
+use csi_shim::csi::controller_client::ControllerClient;
+use csi_shim::csi::identity_client::IdentityClient;
+use csi_shim::csi::volume_capability::access_mode::Mode as Access;
+use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+use csi_shim::csi::*;
+use hyper_util::rt::TokioIo;
+use lvmeta::dev::{BlockDevice, MemDevice};
+use lvmeta::edit::VgSpec;
+use lvmeta::layout::PvOptions;
+use lvmeta::ops::Session;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::Code;
+
+const MIB: i64 = 1 << 20;
+
+struct Driver {
+    identity: IdentityClient<Channel>,
+    controller: ControllerClient<Channel>,
+    socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+/// A driver serving VG `vg` (200 MiB, 4 MiB extents) and the absent VG `gone`.
+async fn driver() -> Driver {
+    let dev = MemDevice::new("lun", 200 << 20, 512);
+    let session = Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]);
+    session
+        .pvcreate("lun", &PvOptions::default(), false)
+        .expect("pvcreate");
+    let spec = VgSpec {
+        name: "vg".into(),
+        extent_size: 8192,
+        tags: vec![],
+        shared: None,
+    };
+    session.vgcreate(&spec, &["lun"]).expect("vgcreate");
+    serve(Backend::new(session, vec!["vg".into()])).await
+}
+
+async fn serve(backend: Backend) -> Driver {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("csi.sock");
+    // A stale socket from an earlier run is replaced.
+    std::os::unix::net::UnixListener::bind(&socket).expect("stale socket");
+    let listener = csi_shim::server::listen(&socket).expect("listen");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        csi_shim::server::serve(Arc::new(backend), listener, async {
+            let _ = rx.await;
+        })
+        .await
+        .expect("serve");
+    });
+    let path = socket.clone();
+    let channel = Endpoint::try_from("http://[::]:50051")
+        .expect("endpoint")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await
+        .expect("connect");
+    Driver {
+        identity: IdentityClient::new(channel.clone()),
+        controller: ControllerClient::new(channel),
+        socket,
+        _dir: dir,
+        stop: Some(tx),
+        server,
+    }
+}
+
+fn cap(access: Access, block: bool) -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access as i32,
+        }),
+        access_type: Some(if block {
+            AccessType::Block(BlockVolume {})
+        } else {
+            AccessType::Mount(MountVolume {
+                fs_type: "ext4".into(),
+                ..Default::default()
+            })
+        }),
+    }
+}
+
+fn create(name: &str, mode: &str, bytes: i64, caps: Vec<VolumeCapability>) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: caps,
+        parameters: HashMap::from([
+            ("vg".to_owned(), "vg".to_owned()),
+            ("mode".to_owned(), mode.to_owned()),
+        ]),
+        ..Default::default()
+    }
+}
+
+fn rwo() -> Vec<VolumeCapability> {
+    vec![cap(Access::SingleNodeWriter, false)]
+}
+
+#[tokio::test]
+async fn identity_and_socket() {
+    let mut d = driver().await;
+    let mode = std::fs::metadata(&d.socket)
+        .expect("socket")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "socket mode {mode:o}");
+    let info = d
+        .identity
+        .get_plugin_info(GetPluginInfoRequest {})
+        .await
+        .expect("info")
+        .into_inner();
+    assert_eq!(info.name, csi_shim::DRIVER_NAME);
+    assert!(!info.vendor_version.is_empty());
+    let caps = d
+        .identity
+        .get_plugin_capabilities(GetPluginCapabilitiesRequest {})
+        .await
+        .expect("caps")
+        .into_inner();
+    assert_eq!(caps.capabilities.len(), 1);
+    let probe = d.identity.probe(ProbeRequest {}).await.expect("probe");
+    assert_eq!(probe.into_inner().ready, Some(true));
+    // Graceful shutdown: the server ends when told to.
+    d.stop.take().map(|s| s.send(()));
+    (&mut d.server).await.expect("server ends");
+}
+
+#[tokio::test]
+async fn probe_fails_while_a_vg_is_missing() {
+    let session = Session::new(vec![
+        Box::new(MemDevice::new("lun", 16 << 20, 512)) as Box<dyn BlockDevice>
+    ]);
+    let mut d = serve(Backend::new(session, vec!["gone".into()])).await;
+    let e = d
+        .identity
+        .probe(ProbeRequest {})
+        .await
+        .expect_err("not ready");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("gone"), "{e:?}");
+}
+
+#[tokio::test]
+async fn volume_lifecycle() {
+    let mut d = driver().await;
+    let c = &mut d.controller;
+    // Linear, rounded up to whole 4 MiB extents; idempotent by name.
+    let v = c
+        .create_volume(create("pvc-a", "linear", 10 * MIB, rwo()))
+        .await
+        .expect("create")
+        .into_inner()
+        .volume
+        .expect("volume");
+    assert_eq!(v.volume_id, "vg/pvc-a");
+    assert_eq!(v.capacity_bytes, 12 * MIB);
+    assert_eq!(
+        v.volume_context.get("mode").map(String::as_str),
+        Some("linear")
+    );
+    let again = c
+        .create_volume(create("pvc-a", "linear", 10 * MIB, rwo()))
+        .await
+        .expect("repeat")
+        .into_inner()
+        .volume
+        .expect("volume");
+    assert_eq!(again, v);
+    let e = c
+        .create_volume(create("pvc-a", "linear", 40 * MIB, rwo()))
+        .await
+        .expect_err("conflicting repeat");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    let e = c
+        .create_volume(create("pvc-a", "thin", 10 * MIB, rwo()))
+        .await
+        .expect_err("other mode");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+
+    // Thin: its own pool; RWX on a thin volume is refused.
+    let t = c
+        .create_volume(create("pvc-t", "thin", 20 * MIB, rwo()))
+        .await
+        .expect("thin")
+        .into_inner()
+        .volume
+        .expect("volume");
+    assert_eq!(t.capacity_bytes, 20 * MIB);
+    let e = c
+        .create_volume(create(
+            "pvc-x",
+            "thin",
+            MIB,
+            vec![cap(Access::MultiNodeMultiWriter, true)],
+        ))
+        .await
+        .expect_err("thin RWX");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    // RWX block on a linear volume is fine; RWX on a filesystem is not.
+    c.create_volume(create(
+        "pvc-rwx",
+        "linear",
+        MIB,
+        vec![cap(Access::MultiNodeMultiWriter, true)],
+    ))
+    .await
+    .expect("linear RWX block");
+    let e = c
+        .create_volume(create(
+            "pvc-y",
+            "linear",
+            MIB,
+            vec![cap(Access::MultiNodeMultiWriter, false)],
+        ))
+        .await
+        .expect_err("RWX filesystem");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+
+    // Listing, paginated, in id order.
+    let page = c
+        .list_volumes(ListVolumesRequest {
+            max_entries: 2,
+            starting_token: String::new(),
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    let ids: Vec<_> = page
+        .entries
+        .iter()
+        .filter_map(|e| e.volume.as_ref().map(|v| v.volume_id.clone()))
+        .collect();
+    assert_eq!(ids, ["vg/pvc-a", "vg/pvc-rwx"]);
+    assert_eq!(page.next_token, "2");
+    let rest = c
+        .list_volumes(ListVolumesRequest {
+            max_entries: 0,
+            starting_token: page.next_token,
+        })
+        .await
+        .expect("list rest")
+        .into_inner();
+    assert_eq!(rest.entries.len(), 1);
+    assert!(rest.next_token.is_empty());
+    let e = c
+        .list_volumes(ListVolumesRequest {
+            max_entries: 0,
+            starting_token: "zzz".into(),
+        })
+        .await
+        .expect_err("bad token");
+    assert_eq!(e.code(), Code::Aborted, "{e:?}");
+
+    // Get, validate, expand.
+    let got = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: "vg/pvc-t".into(),
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(got.volume.map(|v| v.capacity_bytes), Some(20 * MIB));
+    let ok = c
+        .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
+            volume_id: "vg/pvc-t".into(),
+            volume_capabilities: rwo(),
+            ..Default::default()
+        })
+        .await
+        .expect("validate")
+        .into_inner();
+    assert!(ok.confirmed.is_some());
+    let no = c
+        .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
+            volume_id: "vg/pvc-t".into(),
+            volume_capabilities: vec![cap(Access::MultiNodeReaderOnly, true)],
+            ..Default::default()
+        })
+        .await
+        .expect("validate")
+        .into_inner();
+    assert!(no.confirmed.is_none() && !no.message.is_empty());
+    let grown = c
+        .controller_expand_volume(ControllerExpandVolumeRequest {
+            volume_id: "vg/pvc-t".into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 30 * MIB,
+                limit_bytes: 0,
+            }),
+            volume_capability: Some(cap(Access::SingleNodeWriter, false)),
+            ..Default::default()
+        })
+        .await
+        .expect("expand")
+        .into_inner();
+    assert_eq!(grown.capacity_bytes, 32 * MIB);
+    assert!(grown.node_expansion_required);
+    let e = c
+        .controller_expand_volume(ControllerExpandVolumeRequest {
+            volume_id: "vg/nope".into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: MIB,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect_err("expand missing");
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+
+    // Capacity shrinks as volumes are made; too large a volume is RESOURCE_EXHAUSTED.
+    let cap_req = || GetCapacityRequest {
+        parameters: HashMap::from([("vg".to_owned(), "vg".to_owned())]),
+        ..Default::default()
+    };
+    let free = c
+        .get_capacity(cap_req())
+        .await
+        .expect("capacity")
+        .into_inner()
+        .available_capacity;
+    assert!(free > 0 && free < 200 * MIB, "{free}");
+    let e = c
+        .create_volume(create("pvc-big", "linear", free + 4 * MIB, rwo()))
+        .await
+        .expect_err("too big");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+
+    // Delete is idempotent and frees the space; the thin pool goes with its volume.
+    for id in [
+        "vg/pvc-a",
+        "vg/pvc-a",
+        "vg/pvc-t",
+        "vg/pvc-rwx",
+        "vg/never",
+        "junk",
+    ] {
+        c.delete_volume(DeleteVolumeRequest {
+            volume_id: id.into(),
+            secrets: HashMap::new(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("delete {id}: {e:?}"));
+    }
+    let after = c
+        .get_capacity(cap_req())
+        .await
+        .expect("capacity")
+        .into_inner()
+        .available_capacity;
+    assert!(after > free, "{after} <= {free}");
+    let left = c
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .expect("list")
+        .into_inner();
+    assert!(left.entries.is_empty(), "{left:?}");
+}
+
+#[tokio::test]
+async fn bad_requests() {
+    let mut d = driver().await;
+    let c = &mut d.controller;
+    let mut unknown = create("pvc-u", "linear", MIB, rwo());
+    unknown.parameters.insert("color".into(), "blue".into());
+    let mut no_vg = create("pvc-u", "linear", MIB, rwo());
+    no_vg.parameters.remove("vg");
+    let mut other_vg = create("pvc-u", "linear", MIB, rwo());
+    other_vg.parameters.insert("vg".into(), "elsewhere".into());
+    let mut bad_fs = create("pvc-u", "linear", MIB, vec![]);
+    bad_fs.volume_capabilities = vec![VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: Access::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type: "zfs".into(),
+            ..Default::default()
+        })),
+    }];
+    let mut range = create("pvc-u", "linear", 10 * MIB, rwo());
+    range.capacity_range = Some(CapacityRange {
+        required_bytes: 10 * MIB,
+        limit_bytes: 9 * MIB,
+    });
+    let cases = [
+        (create("", "linear", MIB, rwo()), Code::InvalidArgument),
+        (create("pvc-u", "mirror", MIB, rwo()), Code::InvalidArgument),
+        (
+            create("pvc-u", "linear", MIB, vec![]),
+            Code::InvalidArgument,
+        ),
+        (
+            create("bad name!", "linear", MIB, rwo()),
+            Code::InvalidArgument,
+        ),
+        (
+            create("x_tmeta", "linear", MIB, rwo()),
+            Code::InvalidArgument,
+        ),
+        (unknown, Code::InvalidArgument),
+        (no_vg, Code::InvalidArgument),
+        (other_vg, Code::InvalidArgument),
+        (bad_fs, Code::InvalidArgument),
+        (range, Code::OutOfRange),
+    ];
+    for (req, code) in cases {
+        let e = c.create_volume(req.clone()).await.expect_err("refused");
+        assert_eq!(e.code(), code, "{req:?}: {e:?}");
+    }
+    let e = c
+        .delete_volume(DeleteVolumeRequest::default())
+        .await
+        .expect_err("empty id");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let e = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: "vg/none".into(),
+        })
+        .await
+        .expect_err("missing");
+    assert_eq!(e.code(), Code::NotFound);
+    let e = c
+        .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
+            volume_id: "vg/none".into(),
+            volume_capabilities: rwo(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("missing");
+    assert_eq!(e.code(), Code::NotFound);
+    let e = c
+        .create_snapshot(CreateSnapshotRequest::default())
+        .await
+        .expect_err("not offered");
+    assert_eq!(e.code(), Code::Unimplemented);
+    let caps = c
+        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
+        .await
+        .expect("caps")
+        .into_inner();
+    assert_eq!(caps.capabilities.len(), 6);
+}
