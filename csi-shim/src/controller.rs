@@ -72,6 +72,21 @@ impl Backend {
         Ok(Volumes::new(&self.session, vg))
     }
 
+    /// The volumes of the VG of a volume id: NOT_FOUND when that VG is not served (no volume
+    /// of this driver can have that id).
+    fn volumes_of_id(&self, vg: &str) -> Result<Volumes<'_>, Status> {
+        self.volumes(vg)
+            .map_err(|_| Status::not_found(format!("VG {vg} is not served")))
+    }
+
+    /// The volume `vg/name`, or NOT_FOUND.
+    fn existing(&self, vg: &str, name: &str) -> Result<Volume, Status> {
+        self.volumes_of_id(vg)?
+            .get(name)
+            .map_err(from_volume)?
+            .ok_or_else(|| Status::not_found(format!("volume {vg}/{name} not found")))
+    }
+
     /// Every volume of every VG served, ordered by id.
     fn all(&self) -> Result<Vec<Volume>, VolumeError> {
         let mut out = Vec::new();
@@ -226,15 +241,7 @@ impl Controller for ControllerService {
             return Err(Status::invalid_argument("volume_capabilities is required"));
         }
         let (vg, name) = params::parse_volume_id(&req.volume_id)?;
-        let v = self
-            .blocking(move |b| {
-                b.volumes(&vg)
-                    .map_err(|_| Status::not_found(format!("VG {vg} is not served")))?
-                    .get(&name)
-                    .map_err(from_volume)?
-                    .ok_or_else(|| Status::not_found(format!("volume {vg}/{name} not found")))
-            })
-            .await?;
+        let v = self.blocking(move |b| b.existing(&vg, &name)).await?;
         if !req.parameters.is_empty() {
             let class = Class::parse(&req.parameters)?;
             if class.vg != v.vg || class.mode != v.mode {
@@ -437,9 +444,7 @@ impl Controller for ControllerService {
         let id = req.volume_id.clone();
         let v = self
             .blocking(move |b| {
-                let vols = b
-                    .volumes(&vg)
-                    .map_err(|_| Status::not_found(format!("VG {vg} is not served")))?;
+                let vols = b.volumes_of_id(&vg)?;
                 let _g = b.inflight.enter(&id)?;
                 vols.expand(&name, size).map_err(from_volume)
             })
@@ -457,15 +462,7 @@ impl Controller for ControllerService {
         let id = request.into_inner().volume_id;
         required("volume_id", &id)?;
         let (vg, name) = params::parse_volume_id(&id)?;
-        let v = self
-            .blocking(move |b| {
-                b.volumes(&vg)
-                    .map_err(|_| Status::not_found(format!("VG {vg} is not served")))?
-                    .get(&name)
-                    .map_err(from_volume)?
-                    .ok_or_else(|| Status::not_found(format!("volume {vg}/{name} not found")))
-            })
-            .await?;
+        let v = self.blocking(move |b| b.existing(&vg, &name)).await?;
         Ok(Response::new(ControllerGetVolumeResponse {
             volume: Some(csi_volume(&v)),
             status: Some(controller_get_volume_response::VolumeStatus {
