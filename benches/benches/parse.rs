@@ -2,6 +2,10 @@
 //! Run: `cargo bench -p lvmeta-benches --bench parse`. Throughput is bytes of metadata text.
 #![allow(missing_docs)] // criterion's macros generate undocumented items
 
+/// The allocator the `lvmeta` and `csi-shim` binaries use, so the numbers are theirs.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use lvmeta::model::Vg;
 use lvmeta_tests::{fixtures_dir, scan_all, synthetic_vg_text, Fixture, FIXTURES};

@@ -7,6 +7,11 @@
 //! (`--host-id`, or lvm2's lvmlocal.conf) and its lockspace started (`lvmeta vgchange
 //! --lockstart`); the Probe RPC says not ready until it is.
 
+/// mimalloc: the model of a large VG is many small allocations that glibc's allocator
+/// serves (and returns to the kernel) more slowly; see README, "Parse + model build".
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

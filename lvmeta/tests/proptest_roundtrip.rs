@@ -151,13 +151,13 @@ enum V {
     Arr(Vec<V>),
 }
 
-fn build_value<'a>(b: &mut text::Builder<'a>, v: &V) -> text::Value<'a> {
+fn build_value(b: &mut text::Builder<'_>, v: &V) -> text::Value {
     match v {
         V::Int(i) => text::Value::Int(*i),
-        V::Str(s) => text::Value::Str(s.clone().into()),
-        V::Bare(s) => text::Value::Bare(s.clone().into()),
+        V::Str(s) => text::Value::Str(b.text(s)),
+        V::Bare(s) => text::Value::Bare(b.text(s)),
         V::Arr(items) => {
-            let items: Vec<text::Value<'a>> = items.iter().map(|x| build_value(b, x)).collect();
+            let items: Vec<text::Value> = items.iter().map(|x| build_value(b, x)).collect();
             b.array(items)
         }
     }
@@ -168,12 +168,14 @@ fn build_nodes(b: &mut text::Builder<'_>, nodes: &[N]) {
         match n {
             N::Val(k, v) => {
                 let v = build_value(b, v);
-                b.value(k.clone().into(), v);
+                let k = b.text(k);
+                b.value(k, v);
             }
             N::Sec(k, children) => {
                 b.open();
                 build_nodes(b, children);
-                b.close(k.clone().into());
+                let k = b.text(k);
+                b.close(k);
             }
         }
     }

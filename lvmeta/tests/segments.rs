@@ -157,3 +157,33 @@ fn broken_references_and_ranges_are_refused() {
         assert!(e.contains(why), "{why}: {e}");
     }
 }
+
+#[test]
+fn duplicate_keys_warn_and_the_first_wins() {
+    use lvmeta::model::ModelWarning;
+    // A second segment_count in the LV "lin" and a second stripe_count in its segment.
+    let t = text()
+        .replace("lin {\nid", "lin {\nsegment_count = 1\nid")
+        .replacen(
+            "stripe_count = 1\nstripes = [\"pv0\", 10]",
+            "stripe_count = 1\nstripe_count = 7\nstripes = [\"pv0\", 10]",
+            1,
+        );
+    let imp = Vg::from_text(&t).expect("duplicates are warnings, not errors");
+    let keys: Vec<(&str, &str)> = imp
+        .warnings
+        .iter()
+        .map(|w| match w {
+            ModelWarning::DuplicateKey { path, key } => (path.as_str(), key.as_str()),
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("vgt/logical_volumes/lin", "segment_count"),
+            ("vgt/logical_volumes/lin/segment1", "stripe_count"),
+        ]
+    );
+    assert_eq!(imp.vg.lv("lin").expect("lin").segments.len(), 1);
+    assert!(Vg::from_text(&text()).expect("valid").warnings.is_empty());
+}

@@ -289,7 +289,7 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
         .sections()
         .next()
         .ok_or_else(|| top.err("", "no VG section"))?;
-    let name = vg_node.key.to_string();
+    let name = tree.key(vg_node).to_owned();
     names::check_vg_name(&name).map_err(|e| top.err(&name, e.to_string()))?;
     note_duplicates(&sec, &mut warnings);
     let id = parse_id(&sec)?;
@@ -339,7 +339,7 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
     let mut pv_keys: Vec<(&str, usize)> = Vec::new();
     for (n, ps) in pv_sec.sections() {
         note_duplicates(&ps, &mut warnings);
-        pv_keys.push((&n.key, vg.pvs.len()));
+        pv_keys.push((pv_sec.tree.key(n), vg.pvs.len()));
         vg.pvs.push(read_pv(&ps)?);
     }
     // Sorted for binary search; a key used twice cannot be resolved.
@@ -436,6 +436,7 @@ fn read_lvs(
         // Exact capacity: a Vec of large elements would otherwise start with room for four.
         let mut segments = Vec::with_capacity((segment_count as usize).min(ls.nodes.len()));
         for (_, seg_sec) in ls.sections() {
+            note_duplicates(&seg_sec, warnings);
             segments.push(segment::read_segment(&seg_sec, &names)?);
         }
         if segments.len() != segment_count as usize {
@@ -446,7 +447,7 @@ fn read_lvs(
         }
         segments.sort_by_key(|s| s.start_extent);
         vg.lvs.push(Lv {
-            name: n.key.to_string(),
+            name: lv_sec.tree.key(n).to_owned(),
             id: parse_id(&ls)?,
             status,
             flags: lflags,

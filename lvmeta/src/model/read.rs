@@ -14,7 +14,10 @@ pub(crate) struct Path<'p> {
 
 impl std::fmt::Display for Path<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if let Some(p) = self.parent {
+        if let Some(p) = self
+            .parent
+            .filter(|p| p.parent.is_some() || !p.name.is_empty())
+        {
             write!(f, "{p}/")?;
         }
         f.write_str(self.name)
@@ -24,13 +27,13 @@ impl std::fmt::Display for Path<'_> {
 /// A section being read, with its path for messages.
 pub(crate) struct Section<'t, 'a> {
     pub tree: &'t Tree<'a>,
-    pub nodes: &'t [Node<'a>],
+    pub nodes: &'t [Node],
     pub path: Path<'t>,
 }
 
 impl<'t, 'a> Section<'t, 'a> {
     /// The top-level section.
-    pub fn root(tree: &'t Tree<'a>, nodes: &'t [Node<'a>], name: &'t str) -> Self {
+    pub fn root(tree: &'t Tree<'a>, nodes: &'t [Node], name: &'t str) -> Self {
         Self {
             tree,
             nodes,
@@ -39,13 +42,13 @@ impl<'t, 'a> Section<'t, 'a> {
     }
 
     /// The subsection `node` (a node of this section).
-    pub fn child<'s>(&'s self, node: &'s Node<'a>) -> Option<Section<'s, 'a>> {
+    pub fn child<'s>(&'s self, node: &'s Node) -> Option<Section<'s, 'a>> {
         match &node.body {
             Body::Section(span) => Some(Section {
                 tree: self.tree,
                 nodes: self.tree.children(*span),
                 path: Path {
-                    name: &node.key,
+                    name: self.tree.key(node),
                     parent: Some(&self.path),
                 },
             }),
@@ -54,14 +57,14 @@ impl<'t, 'a> Section<'t, 'a> {
     }
 
     /// The subsections, in order.
-    pub fn sections<'s>(&'s self) -> impl Iterator<Item = (&'s Node<'a>, Section<'s, 'a>)> {
+    pub fn sections<'s>(&'s self) -> impl Iterator<Item = (&'s Node, Section<'s, 'a>)> {
         self.nodes
             .iter()
             .filter_map(move |n| self.child(n).map(|c| (n, c)))
     }
 
     /// The elements of the array `key`, if it is one.
-    pub fn array(&self, key: &str) -> Option<&'t [Value<'a>]> {
+    pub fn array(&self, key: &str) -> Option<&'t [Value]> {
         match self.value(key) {
             Some(Value::Array(span)) => Some(self.tree.items(*span)),
             _ => None,
@@ -77,11 +80,11 @@ impl<'t, 'a> Section<'t, 'a> {
     }
 
     /// The first node named `key` (lvm2 uses the first of duplicates).
-    pub fn node(&self, key: &str) -> Option<&'t Node<'a>> {
-        self.nodes.iter().find(|n| n.key == key)
+    pub fn node(&self, key: &str) -> Option<&'t Node> {
+        self.nodes.iter().find(|n| self.tree.str_is(n.key, key))
     }
 
-    pub fn value(&self, key: &str) -> Option<&'t Value<'a>> {
+    pub fn value(&self, key: &str) -> Option<&'t Value> {
         match self.node(key).map(|n| &n.body) {
             Some(Body::Value(v)) => Some(v),
             _ => None,
@@ -96,8 +99,9 @@ impl<'t, 'a> Section<'t, 'a> {
     pub fn opt_ref(&self, key: &str) -> Result<Option<&'t str>, ModelError> {
         match self.value(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_str()
+            Some(v) => self
+                .tree
+                .value_str(v)
                 .map(Some)
                 .ok_or_else(|| self.err(key, "must be a string")),
         }
@@ -159,12 +163,13 @@ impl<'t, 'a> Section<'t, 'a> {
                 .items(*span)
                 .iter()
                 .map(|v| {
-                    v.as_str()
+                    self.tree
+                        .value_str(v)
                         .map(&f)
                         .ok_or_else(|| self.err(key, "must hold only strings"))
                 })
                 .collect(),
-            Some(Value::Str(s)) => Ok(vec![f(s)]),
+            Some(Value::Str(s)) => Ok(vec![f(self.tree.str(*s))]),
             Some(_) => Err(self.err(key, "must be a list of strings")),
         }
     }
@@ -195,27 +200,83 @@ impl<'t, 'a> Section<'t, 'a> {
 
     /// Keys that appear more than once among the values of this section.
     pub fn duplicate_keys(&self) -> Vec<String> {
-        let is_value = |n: &&Node<'_>| matches!(n.body, Body::Value(_));
+        let is_value = |n: &&Node| matches!(n.body, Body::Value(_));
+        let key = |n: &Node| self.tree.key(n);
         let mut dups = Vec::new();
         if self.nodes.len() <= 64 {
-            // Sections are small: a quadratic scan without allocating beats hashing.
+            // One bit per (length, first byte, last byte) of each key: when no bit is hit
+            // twice no key can repeat, and the usual section is done in one pass.
+            let mut seen = 0u64;
+            let mut clash = false;
+            for n in self.nodes.iter().filter(is_value) {
+                let k = key(n).as_bytes();
+                let (first, last) = (k.first().copied(), k.last().copied());
+                let h = k.len()
+                    ^ (usize::from(first.unwrap_or(0)) * 7)
+                    ^ (usize::from(last.unwrap_or(0)) * 13);
+                let bit = 1u64 << (h % 64);
+                clash |= seen & bit != 0;
+                seen |= bit;
+            }
+            if !clash {
+                return dups;
+            }
+            // Sections are small: a quadratic scan without allocating beats hashing, and
+            // lengths differ for most pairs.
             for (i, n) in self.nodes.iter().enumerate().filter(|(_, n)| is_value(n)) {
                 if self.nodes[..i]
                     .iter()
                     .filter(is_value)
-                    .any(|m| m.key == n.key)
+                    .any(|m| self.tree.str_is(m.key, key(n)))
                 {
-                    dups.push(n.key.to_string());
+                    dups.push(key(n).to_owned());
                 }
             }
         } else {
             let mut seen = std::collections::HashSet::new();
             for n in self.nodes.iter().filter(is_value) {
-                if !seen.insert(&*n.key) {
-                    dups.push(n.key.to_string());
+                if !seen.insert(key(n)) {
+                    dups.push(key(n).to_owned());
                 }
             }
         }
         dups
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::parse;
+
+    fn dups(text: &str) -> Vec<String> {
+        let tree = parse(text).expect("parses");
+        Section::root(&tree, tree.top(), "").duplicate_keys()
+    }
+
+    #[test]
+    fn duplicate_keys_found_whatever_the_signature() {
+        assert!(dups("id = 1\nstatus = 2\nflags = 3\nsub {\n}\nsub {\n}\n").is_empty());
+        assert_eq!(dups("id = 1\nstatus = 2\nid = 3\n"), ["id"]);
+        // Same length, first and last byte: the quick check passes them to the exact one.
+        assert!(dups("axb = 1\nayb = 2\n").is_empty());
+        assert_eq!(dups("axb = 1\nayb = 2\naxb = 3\n"), ["axb"]);
+        // Escaped keys live in the side buffer and compare by their text.
+        assert_eq!(dups("\"a\\\"b\" = 1\n'a\"b' = 2\n"), ["a\"b"]);
+        // Large sections go through the hash set.
+        let many: String = (0..70).map(|i| format!("k{i} = {i}\n")).collect();
+        assert!(dups(&many).is_empty());
+        assert_eq!(dups(&(many + "k7 = 1\n")), ["k7"]);
+    }
+
+    #[test]
+    fn lookups_use_the_first_of_duplicates() {
+        let tree = parse("a = 1\nb = \"x\\\"y\"\na = 2\nc = [\"p\", 'q']\n").expect("parses");
+        let s = Section::root(&tree, tree.top(), "");
+        assert_eq!(s.req_int("a"), Ok(1));
+        assert_eq!(s.req_ref("b"), Ok("x\"y"));
+        assert_eq!(s.str_list("c"), Ok(vec!["p".to_owned(), "q".to_owned()]));
+        assert!(s.opt_int("d").expect("absent is fine").is_none());
+        assert!(s.req_int("b").is_err());
     }
 }

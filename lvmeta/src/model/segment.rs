@@ -433,11 +433,11 @@ pub(crate) fn read_segment(
         kind: SegKind::Error,
     };
     let body = || -> Tree<'static> {
-        let rest: Vec<Node<'_>> = sec
+        let rest: Vec<Node> = sec
             .nodes
             .iter()
-            .filter(|n| !COMMON.contains(&&*n.key))
-            .cloned()
+            .filter(|n| !COMMON.contains(&sec.tree.key(n)))
+            .copied()
             .collect();
         sec.tree.subtree(&rest)
     };
@@ -635,7 +635,7 @@ fn read_areas(
     };
     let mut out = Vec::with_capacity(count as usize);
     for pair in items.chunks(2) {
-        let (Some(name), Value::Int(pos)) = (pair[0].as_str(), &pair[1]) else {
+        let (Some(name), Value::Int(pos)) = (sec.tree.value_str(&pair[0]), &pair[1]) else {
             return Err(sec.err(key, "entries must be \"name\", integer pairs"));
         };
         let pos = u32::try_from(*pos)

@@ -295,27 +295,29 @@ fn check_lvs(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
 }
 
 fn check_extents(vg: &Vg) -> Result<(), ModelError> {
-    let mut used: Vec<Vec<(u32, u32, &str)>> = vec![Vec::new(); vg.pvs.len()];
-    for lv in &vg.lvs {
-        for seg in &lv.segments {
-            for a in seg.kind.areas() {
-                if let Area::Pv { pv, pe } = a {
-                    used[*pv].push((*pe, seg.area_len(), &lv.name));
-                }
-            }
-        }
+    // One vector for all PVs, sized first: (PV, first PE, length, LV name), sorted.
+    fn areas(lv: &Lv) -> impl Iterator<Item = (usize, u32, u32)> + '_ {
+        lv.segments.iter().flat_map(|seg| {
+            seg.kind.areas().iter().filter_map(move |a| match a {
+                Area::Pv { pv, pe } => Some((*pv, *pe, seg.area_len())),
+                Area::Lv { .. } => None,
+            })
+        })
     }
-    for (i, ranges) in used.iter_mut().enumerate() {
-        ranges.sort_unstable();
-        for w in ranges.windows(2) {
-            let (a, b) = (w[0], w[1]);
-            if u64::from(a.0) + u64::from(a.1) > u64::from(b.0) {
-                return Err(err(
-                    format!("{}/physical_volumes/pv{i}", vg.name),
-                    "pe_count",
-                    format!("PE {} is used by both {} and {}", b.0, a.2, b.2),
-                ));
-            }
+    let total = vg.lvs.iter().map(|lv| areas(lv).count()).sum();
+    let mut used: Vec<(usize, u32, u32, &str)> = Vec::with_capacity(total);
+    for lv in &vg.lvs {
+        used.extend(areas(lv).map(|(pv, pe, len)| (pv, pe, len, lv.name.as_str())));
+    }
+    used.sort_unstable();
+    for w in used.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if a.0 == b.0 && u64::from(a.1) + u64::from(a.2) > u64::from(b.1) {
+            return Err(err(
+                format!("{}/physical_volumes/pv{}", vg.name, a.0),
+                "pe_count",
+                format!("PE {} is used by both {} and {}", b.1, a.3, b.3),
+            ));
         }
     }
     Ok(())

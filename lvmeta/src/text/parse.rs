@@ -1,12 +1,10 @@
 //! The config-text parser: nom for the tokens, an explicit loop with a depth limit for the
 //! nesting, so hostile text can neither overflow the stack nor allocate beyond its own size.
 
-use std::borrow::Cow;
-
 use nom::bytes::complete::{take_till, take_while, take_while1};
 use nom::IResult;
 
-use super::{Builder, Tree, Value};
+use super::{Builder, Str, Tree, Value, MAX_TEXT, SIDE};
 
 /// Deepest section nesting accepted (lvm2 metadata needs 5).
 pub const MAX_DEPTH: usize = 32;
@@ -30,18 +28,18 @@ pub enum TextError {
 pub fn parse(text: &str) -> Result<Tree<'_>, TextError> {
     // NUL is ASCII, so cutting there keeps the text valid UTF-8.
     let text = memchr::memchr(0, text.as_bytes()).map_or(text, |end| &text[..end]);
-    if u32::try_from(text.len()).is_err() {
+    if text.len() > MAX_TEXT {
         return Err(TextError::Syntax {
             offset: 0,
             line: 1,
-            what: "text longer than 4 GiB".into(),
+            what: "text longer than 2 GiB".into(),
         });
     }
     // About one node per 20 bytes of lvm2 metadata.
     let mut p = Parser {
         text,
         pos: 0,
-        out: Builder::with_capacity(text.len() / 20),
+        out: Builder::over(text, text.len() / 20),
     };
     p.nodes()?;
     Ok(p.out.finish())
@@ -97,22 +95,6 @@ fn class(b: u8) -> u8 {
     CLASS[b as usize]
 }
 
-fn ws_and_comments(mut i: &[u8]) -> &[u8] {
-    loop {
-        let skip = i
-            .iter()
-            .position(|&b| class(b) & WS == 0)
-            .unwrap_or(i.len());
-        i = &i[skip..];
-        if i.first() == Some(&b'#') {
-            let r: IResult<&[u8], &[u8]> = take_till(|c| c == b'\n')(i);
-            i = r.map(|(r, _)| r).unwrap_or(&[]);
-        } else {
-            return i;
-        }
-    }
-}
-
 fn word(i: &[u8]) -> IResult<&[u8], &[u8]> {
     take_while1(|c: u8| class(c) & WORD_END == 0)(i)
 }
@@ -131,17 +113,29 @@ impl<'a> Parser<'a> {
         &self.text.as_bytes()[self.pos..]
     }
 
+    /// Skips white space and `#` comments (to the end of their line).
     fn skip_ws(&mut self) {
-        let r = ws_and_comments(self.rest());
-        self.pos = self.text.len() - r.len();
+        let b = self.text.as_bytes();
+        let mut i = self.pos;
+        loop {
+            while b.get(i).is_some_and(|&c| class(c) & WS != 0) {
+                i += 1;
+            }
+            if b.get(i) != Some(&b'#') {
+                break;
+            }
+            let r: IResult<&[u8], &[u8]> = take_till(|c| c == b'\n')(&b[i..]);
+            i = r.map_or(b.len(), |(r, _)| b.len() - r.len());
+        }
+        self.pos = i;
     }
 
     /// Moves to `rest` and returns the text between the old position and it. Every token
     /// ends at an ASCII byte, so the cut is on a character boundary.
-    fn take_until(&mut self, rest: &'a [u8]) -> &'a str {
+    fn take_until(&mut self, rest: &'a [u8]) -> Str {
         let start = self.pos;
         self.pos = self.text.len() - rest.len();
-        &self.text[start..self.pos]
+        Builder::src_str(start, self.pos - start)
     }
 
     fn err<T>(&self, what: impl Into<String>) -> Result<T, TextError> {
@@ -164,7 +158,7 @@ impl<'a> Parser<'a> {
     /// Nodes until the end of the text, sections included (kept iterative: the nesting lives
     /// in the builder, not on the stack).
     fn nodes(&mut self) -> Result<(), TextError> {
-        let mut names: Vec<Cow<'a, str>> = Vec::new();
+        let mut names: Vec<Str> = Vec::new();
         loop {
             self.skip_ws();
             match self.peek() {
@@ -172,7 +166,7 @@ impl<'a> Parser<'a> {
                 None => return self.err("unexpected end of text: missing '}'"),
                 Some('}') if !names.is_empty() => {
                     self.pos += 1;
-                    let name = names.pop().unwrap_or(Cow::Borrowed(""));
+                    let name = names.pop().unwrap_or_default();
                     self.out.close(name);
                 }
                 Some(_) => {
@@ -193,25 +187,28 @@ impl<'a> Parser<'a> {
                             self.out.open();
                             names.push(key);
                         }
-                        _ => return self.err(format!("expected '=' or '{{' after {key:?}")),
+                        _ => {
+                            let key = self.out.tree.str(key).to_owned();
+                            return self.err(format!("expected '=' or '{{' after {key:?}"));
+                        }
                     }
                 }
             }
         }
     }
 
-    fn key(&mut self) -> Result<Cow<'a, str>, TextError> {
+    fn key(&mut self) -> Result<Str, TextError> {
         match self.peek() {
             Some('"') => self.dquoted(),
             Some('\'') => self.squoted(),
             _ => match word(self.rest()) {
-                Ok((r, _)) => Ok(Cow::Borrowed(self.take_until(r))),
+                Ok((r, _)) => Ok(self.take_until(r)),
                 Err(_) => self.err("expected a key"),
             },
         }
     }
 
-    fn value(&mut self, array_allowed: bool) -> Result<Value<'a>, TextError> {
+    fn value(&mut self, array_allowed: bool) -> Result<Value, TextError> {
         self.skip_ws();
         match self.peek() {
             Some('[') if array_allowed => {
@@ -240,7 +237,7 @@ impl<'a> Parser<'a> {
             Some(c) if c.is_ascii_digit() || matches!(c, '+' | '-' | '.') => self.number(),
             Some(c) if !ends_word(c) && !matches!(c, '[' | ']' | ',') => {
                 match bare_word(self.rest()) {
-                    Ok((r, _)) => Ok(Value::Bare(Cow::Borrowed(self.take_until(r)))),
+                    Ok((r, _)) => Ok(Value::Bare(self.take_until(r))),
                     Err(_) => self.err("expected a value"),
                 }
             }
@@ -249,7 +246,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn number(&mut self) -> Result<Value<'a>, TextError> {
+    fn number(&mut self) -> Result<Value, TextError> {
         let rest = self.rest();
         let sign = usize::from(matches!(rest.first(), Some(b'+' | b'-')));
         let (r, body) = match digits(&rest[sign..]) {
@@ -258,13 +255,14 @@ impl<'a> Parser<'a> {
         };
         let dots = body.iter().filter(|&&b| b == b'.').count();
         let start = self.pos;
-        let tok = self.take_until(r);
+        let s = self.take_until(r);
+        let tok = &self.text[start..self.pos];
         if dots > 0 {
             if dots > 1 {
                 self.pos = start;
                 return self.err(format!("malformed number {tok:?}"));
             }
-            return Ok(Value::Float(Cow::Borrowed(tok)));
+            return Ok(Value::Float(s));
         }
         match strtoll(tok) {
             Some(v) => Ok(Value::Int(v)),
@@ -275,7 +273,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn dquoted(&mut self) -> Result<Cow<'a, str>, TextError> {
+    fn dquoted(&mut self) -> Result<Str, TextError> {
         let body_start = self.pos + 1;
         let bytes = self.text.as_bytes();
         let mut i = body_start;
@@ -288,32 +286,45 @@ impl<'a> Parser<'a> {
                 i += 2;
                 continue;
             }
-            let raw = &self.text[body_start..i];
             self.pos = i + 1;
             return Ok(if escaped {
-                Cow::Owned(unescape(raw))
+                self.unescaped(body_start, i)
             } else {
-                Cow::Borrowed(raw)
+                Builder::src_str(body_start, i - body_start)
             });
         }
         self.err("unterminated string")
     }
 
-    fn squoted(&mut self) -> Result<Cow<'a, str>, TextError> {
-        let body = &self.text[self.pos + 1..];
-        match body.find('\'') {
+    fn squoted(&mut self) -> Result<Str, TextError> {
+        let start = self.pos + 1;
+        match memchr::memchr(b'\'', &self.text.as_bytes()[start..]) {
             Some(end) => {
-                self.pos += end + 2;
-                Ok(Cow::Borrowed(&body[..end]))
+                self.pos = start + end + 1;
+                Ok(Builder::src_str(start, end))
             }
             None => self.err("unterminated string"),
         }
     }
 }
 
+impl Parser<'_> {
+    /// The text between `start` and `end` unescaped into the side buffer. The unescaped
+    /// string is never longer than the text, so the side buffer stays within MAX_TEXT.
+    fn unescaped(&mut self, start: usize, end: usize) -> Str {
+        let side = &mut self.out.tree.side;
+        let at = side.len();
+        unescape_into(side, &self.text[start..end]);
+        Str {
+            start: at as u32,
+            len: (side.len() - at) as u32 | SIDE,
+        }
+    }
+}
+
 /// libdm's unescaping: `\"` and `\\` lose their backslash; other sequences stay as written.
-fn unescape(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len());
+fn unescape_into(out: &mut String, raw: &str) {
+    out.reserve(raw.len());
     let mut chars = raw.chars();
     while let Some(c) = chars.next() {
         if c == '\\' {
@@ -329,7 +340,6 @@ fn unescape(raw: &str) -> String {
             out.push(c);
         }
     }
-    out
 }
 
 /// C's `strtoll(tok, NULL, 0)` for the tokens the lexer produces (sign, digits), except that
@@ -391,15 +401,15 @@ mod tests {
         assert_eq!(first("a = 0100"), "64");
         assert_eq!(first("a = 09"), "0");
         let t = parse("a = \"x\\\"y\\\\z\\n\"").expect("parses");
-        assert!(matches!(&t.top()[0].body, Body::Value(Value::Str(s)) if s == "x\"y\\z\\n"));
+        assert!(
+            matches!(&t.top()[0].body, Body::Value(Value::Str(s)) if t.str(*s) == "x\"y\\z\\n")
+        );
         let t = parse("a = 'it\\'").expect("parses");
-        assert!(matches!(&t.top()[0].body, Body::Value(Value::Str(s)) if s == "it\\"));
-        assert!(
-            matches!(&parse("a = auto").expect("parses").top()[0].body, Body::Value(Value::Bare(s)) if s == "auto")
-        );
-        assert!(
-            matches!(&parse("a = 1.5").expect("parses").top()[0].body, Body::Value(Value::Float(s)) if s == "1.5")
-        );
+        assert!(matches!(&t.top()[0].body, Body::Value(Value::Str(s)) if t.str(*s) == "it\\"));
+        let t = parse("a = auto").expect("parses");
+        assert!(matches!(&t.top()[0].body, Body::Value(Value::Bare(s)) if t.str(*s) == "auto"));
+        let t = parse("a = 1.5").expect("parses");
+        assert!(matches!(&t.top()[0].body, Body::Value(Value::Float(s)) if t.str(*s) == "1.5"));
         assert_eq!(
             first("a = [\"pv0\", 0 \"pv1\" 4]"),
             "[\"pv0\", 0, \"pv1\", 4]"
@@ -413,7 +423,7 @@ mod tests {
             parse("vg {\n# c\n id = \"x\" # tail\n sub { k = 1 }\n}\ncontents = \"y\"\0garbage {")
                 .expect("parses");
         assert_eq!(t.top().len(), 2);
-        assert_eq!(t.top()[0].key, "vg");
+        assert_eq!(t.key(&t.top()[0]), "vg");
         let Body::Section(s) = t.top()[0].body else {
             panic!("not a section")
         };

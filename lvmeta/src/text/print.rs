@@ -195,7 +195,7 @@ impl Emitter {
     }
 
     /// `key = <value>` for any value of `tree`.
-    pub fn value(&mut self, tree: &Tree<'_>, key: &str, v: &Value<'_>) {
+    pub fn value(&mut self, tree: &Tree<'_>, key: &str, v: &Value) {
         self.indent();
         push_key(&mut self.out, key);
         self.out.push_str(" = ");
@@ -204,12 +204,12 @@ impl Emitter {
     }
 
     /// Every node of `nodes` (of `tree`), recursively.
-    pub fn nodes(&mut self, tree: &Tree<'_>, nodes: &[Node<'_>]) {
+    pub fn nodes(&mut self, tree: &Tree<'_>, nodes: &[Node]) {
         for n in nodes {
             match &n.body {
-                Body::Value(v) => self.value(tree, &n.key, v),
+                Body::Value(v) => self.value(tree, tree.key(n), v),
                 Body::Section(s) => {
-                    self.open(&n.key);
+                    self.open(tree.key(n));
                     self.nodes(tree, tree.children(*s));
                     self.close();
                 }
@@ -223,11 +223,11 @@ impl Emitter {
     }
 }
 
-fn push_value(out: &mut String, tree: &Tree<'_>, v: &Value<'_>) {
+fn push_value(out: &mut String, tree: &Tree<'_>, v: &Value) {
     match v {
         Value::Int(i) => push_int(out, *i),
-        Value::Float(s) | Value::Bare(s) => out.push_str(s),
-        Value::Str(s) => push_quoted(out, s),
+        Value::Float(s) | Value::Bare(s) => out.push_str(tree.str(*s)),
+        Value::Str(s) => push_quoted(out, tree.str(*s)),
         Value::Array(items) => {
             out.push('[');
             for (i, it) in tree.items(*items).iter().enumerate() {

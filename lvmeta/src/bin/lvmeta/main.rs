@@ -2,6 +2,12 @@
 
 mod write;
 
+/// mimalloc: the model of a large VG is many small allocations that glibc's allocator
+/// serves (and returns to the kernel) more slowly; see README, "Parse + model build".
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
