@@ -317,8 +317,11 @@ pub fn workspace_bin(package: &str, name: &str) -> PathBuf {
         .to_owned();
     let bin = dir.join(name);
     if !bin.exists() {
+        // Benchmarks run from target/release: build the binary in the same profile.
+        let release = dir.file_name().is_some_and(|d| d == "release");
         let status = Command::new(env!("CARGO"))
             .args(["build", "-p", package, "--bin", name])
+            .args(release.then_some("--release"))
             .status()
             .expect("run cargo build");
         assert!(
