@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::edit::{self, LvSpec, PoolSpec, Stamp, ThinSpec};
+use lvmeta::edit::{self, LvSpec, PoolSpec, ThinSpec};
 use lvmeta::ops::Session;
 use lvmeta_tests::sandbox::Sandbox;
 
@@ -32,13 +32,6 @@ fn ready() -> bool {
 fn session(sb: &Sandbox, i: usize) -> Session {
     let dev = FileDevice::open_rw(std::path::Path::new(&sb.loops[i])).expect("open loop");
     Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]).with_lock_dir(sb.lock_dir())
-}
-
-fn stamp() -> Stamp {
-    Stamp {
-        time: 1_800_000_000,
-        host: "bench".into(),
-    }
 }
 
 /// Two synchronous 4 KiB writes at the end of the device: what any commit needs at least.
@@ -69,14 +62,7 @@ fn create_remove(c: &mut Criterion) {
     let mut g = c.benchmark_group("lv-create-remove");
     g.sample_size(20);
     g.bench_function("lvmeta", |b| {
-        b.iter(|| {
-            s.update("vg", "lvcreate", |v| {
-                edit::lv::create(v, &LvSpec::linear("bench", 2, stamp())).map(|x| x.0)
-            })
-            .expect("create");
-            s.update("vg", "lvremove", |v| edit::lv::remove(v, "bench", false))
-                .expect("remove");
-        })
+        b.iter(|| lvmeta_tests::create_remove_lv(&s, "vg", 2))
     });
     g.bench_function("lvm2", |b| {
         b.iter(|| {
@@ -103,7 +89,7 @@ fn thin_10k(c: &mut Criterion) {
     sb.lvmeta_ok("vgcreate", &["vg", &sb.loops[0]]);
     let s = session(&sb, 0);
     let pool = PoolSpec {
-        data: LvSpec::linear("pool", 100, stamp()),
+        data: LvSpec::linear("pool", 100, lvmeta_tests::bench_stamp()),
         chunk_size: None,
         metadata_extents: None,
         discards: "passdown".into(),
@@ -120,7 +106,7 @@ fn thin_10k(c: &mut Criterion) {
         origin: None,
         tags: vec!["kubesan.gitlab.io/managed=yes".into()],
         activation_skip: None,
-        stamp: stamp(),
+        stamp: lvmeta_tests::bench_stamp(),
     };
     let specs: Vec<ThinSpec> = (0..10_000).map(|i| thin(format!("pvc-{i:06}"))).collect();
     s.update("vg", "lvcreate", |v| {

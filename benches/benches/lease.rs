@@ -12,16 +12,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::edit::{self, LvSpec, Stamp};
 use lvmeta::lease::{sanlock::SanlockLeases, Host};
 use lvmeta::ops::Session;
-
-fn stamp() -> Stamp {
-    Stamp {
-        time: 1_800_000_000,
-        host: "bench".into(),
-    }
-}
 
 fn bench(c: &mut Criterion) {
     let (Ok(lun), Ok(h1), Ok(h2)) = (
@@ -59,16 +51,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("shared-lv-create-remove");
     g.sample_size(10);
     g.bench_function("lvmeta", |b| {
-        b.iter(|| {
-            s.update("vgbench", "lvcreate", |v| {
-                edit::lv::create(v, &LvSpec::linear("bench", 1, stamp())).map(|x| x.0)
-            })
-            .expect("create");
-            s.update("vgbench", "lvremove", |v| {
-                edit::lv::remove(v, "bench", false)
-            })
-            .expect("remove");
-        })
+        b.iter(|| lvmeta_tests::create_remove_lv(&s, "vgbench", 1))
     });
     g.bench_function("lvm2-lvmlockd", |b| {
         b.iter(|| {

@@ -19,7 +19,8 @@ fn stamp() -> Stamp {
     }
 }
 
-fn setup() -> (Session, Arc<FakeLeases>, Host) {
+/// In-memory leases and host 7 using them.
+fn fake_host() -> (Arc<FakeLeases>, Host) {
     let fake = Arc::new(FakeLeases::default());
     let host = Host {
         manager: fake.clone(),
@@ -27,6 +28,11 @@ fn setup() -> (Session, Arc<FakeLeases>, Host) {
         io_timeout: 10,
         wait: Duration::from_millis(300),
     };
+    (fake, host)
+}
+
+fn setup() -> (Session, Arc<FakeLeases>, Host) {
+    let (fake, host) = fake_host();
     let s = Session::new(vec![
         Box::new(MemDevice::new("pv0", 512 << 20, 512)) as Box<dyn BlockDevice>
     ])
@@ -110,13 +116,7 @@ fn shared_vg_changes_hold_the_vg_lease() {
 
 #[test]
 fn only_the_first_shared_vg_enables_the_global_lease() {
-    let fake = Arc::new(FakeLeases::default());
-    let host = Host {
-        manager: fake.clone(),
-        host_id: 7,
-        io_timeout: 10,
-        wait: Duration::from_millis(300),
-    };
+    let (fake, host) = fake_host();
     // Two PVs, a shared VG on each, made by a session that sees both.
     let a = Arc::new(MemDevice::new("pv0", 512 << 20, 512));
     let b = Arc::new(MemDevice::new("pv1", 512 << 20, 512));

@@ -460,3 +460,23 @@ pub fn synthetic_vg_text(lvs: usize) -> String {
     };
     vg.to_text(Style::Raw, "lvmeta synthetic")
 }
+
+/// The creation stamp of the benchmarks' LVs.
+pub fn bench_stamp() -> lvmeta::edit::Stamp {
+    lvmeta::edit::Stamp {
+        time: 1_800_000_000,
+        host: "bench".into(),
+    }
+}
+
+/// One LV create + remove through the library (two commits): the step the commit and lease
+/// benchmarks time.
+pub fn create_remove_lv(s: &lvmeta::ops::Session, vg: &str, extents: u32) {
+    use lvmeta::edit::{self, LvSpec};
+    s.update(vg, "lvcreate", |v| {
+        edit::lv::create(v, &LvSpec::linear("bench", extents, bench_stamp())).map(|x| x.0)
+    })
+    .expect("create");
+    s.update(vg, "lvremove", |v| edit::lv::remove(v, "bench", false))
+        .expect("remove");
+}

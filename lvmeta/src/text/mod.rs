@@ -27,16 +27,6 @@ impl Span {
     fn range(self) -> std::ops::Range<usize> {
         self.start as usize..self.start as usize + self.len as usize
     }
-
-    /// How many entries.
-    pub fn len(self) -> usize {
-        self.len as usize
-    }
-
-    /// True when there are none.
-    pub fn is_empty(self) -> bool {
-        self.len == 0
-    }
 }
 
 /// A string of a tree (read it with [`Tree::str`]): a range of the parsed text, or of the
