@@ -156,6 +156,17 @@ fn broken_references_and_ranges_are_refused() {
         let e = Vg::from_text(&bad).expect_err(why).to_string();
         assert!(e.contains(why), "{why}: {e}");
     }
+    // Two LVs with one id, two LVs with one name.
+    let (err_id, zer_id) = (id_for("err"), id_for("zer"));
+    let bad = t.replacen(&err_id, &zer_id, 1);
+    let e = Vg::from_text(&bad).expect_err("same id").to_string();
+    let dashed = lvmeta::uuid::Uuid::parse(&zer_id)
+        .expect("an id")
+        .to_string();
+    assert!(e.contains(&format!("duplicate LV id {dashed}")), "{e}");
+    let bad = t.replacen("zer {", "err {", 1);
+    let e = Vg::from_text(&bad).expect_err("same name").to_string();
+    assert!(e.contains("duplicate LV name"), "{e}");
 }
 
 #[test]

@@ -19,7 +19,7 @@ pub use segment::{
     ThinPool, Unknown,
 };
 
-use read::Section;
+use read::{fields, Lookup, Section};
 
 /// Largest thin device id (2^24 - 1).
 pub const MAX_THIN_DEVICE_ID: u32 = 0xFF_FFFF;
@@ -291,38 +291,55 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
         .ok_or_else(|| top.err("", "no VG section"))?;
     let name = tree.key(vg_node).to_owned();
     names::check_vg_name(&name).map_err(|e| top.err(&name, e.to_string()))?;
-    note_duplicates(&sec, &mut warnings);
-    let id = parse_id(&sec)?;
-    let mut status = sec.req_words("status")?;
-    let mut vflags = sec.words("flags")?;
+    fields!(sec, &mut warnings, {
+        id = "id",
+        seqno = "seqno",
+        format = "format",
+        status = "status",
+        vg_flags = "flags",
+        tags = "tags",
+        system_id = "system_id",
+        lock_type = "lock_type",
+        lock_args = "lock_args",
+        extent_size = "extent_size",
+        max_lv = "max_lv",
+        max_pv = "max_pv",
+        allocation_policy = "allocation_policy",
+        profile = "profile",
+        metadata_copies = "metadata_copies",
+    });
+    let id = parse_id(&sec, id)?;
+    let mut status = sec.req_words(status)?;
+    let mut vflags = sec.words(vg_flags)?;
     check_status(&sec, &status, &[flags::VG_STATUS])?;
     flags::unlock_write(&mut status, &mut vflags);
-    if let Some(f) = sec.opt_str("format")? {
+    let format = sec.opt_str(format)?;
+    if let Some(f) = &format {
         if !["lvm2", "2", "text"].contains(&f.to_ascii_lowercase().as_str()) {
             return Err(sec.err("format", format!("unknown format {f:?}")));
         }
     }
-    let extent_size = sec.req_u32("extent_size")?;
+    let extent_size = sec.req_u32(extent_size)?;
     if extent_size == 0 {
         return Err(sec.err("extent_size", "must not be 0"));
     }
     let mut vg = Vg {
         name,
         id,
-        seqno: sec.req_u32("seqno")?,
-        format: sec.opt_str("format")?,
+        seqno: sec.req_u32(seqno)?,
+        format,
         status,
         flags: vflags,
-        tags: sec.str_list("tags")?,
-        system_id: sec.opt_str("system_id")?,
-        lock_type: sec.opt_str("lock_type")?,
-        lock_args: sec.opt_str("lock_args")?,
+        tags: sec.str_list(tags)?,
+        system_id: sec.opt_str(system_id)?,
+        lock_type: sec.opt_str(lock_type)?,
+        lock_args: sec.opt_str(lock_args)?,
         extent_size,
-        max_lv: sec.req_u32("max_lv")?,
-        max_pv: sec.req_u32("max_pv")?,
-        allocation_policy: sec.opt_str("allocation_policy")?,
-        profile: sec.opt_str("profile")?,
-        metadata_copies: sec.opt_u32("metadata_copies")?,
+        max_lv: sec.req_u32(max_lv)?,
+        max_pv: sec.req_u32(max_pv)?,
+        allocation_policy: sec.opt_str(allocation_policy)?,
+        profile: sec.opt_str(profile)?,
+        metadata_copies: sec.opt_u32(metadata_copies)?,
         pvs: Vec::new(),
         lvs: Vec::new(),
         historical_lvs: Tree::default(),
@@ -338,9 +355,8 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
         .ok_or_else(|| sec.err("physical_volumes", "missing"))?;
     let mut pv_keys: Vec<(&str, usize)> = Vec::new();
     for (n, ps) in pv_sec.sections() {
-        note_duplicates(&ps, &mut warnings);
         pv_keys.push((pv_sec.tree.key(n), vg.pvs.len()));
-        vg.pvs.push(read_pv(&ps)?);
+        vg.pvs.push(read_pv(&ps, &mut warnings)?);
     }
     // Sorted for binary search; a key used twice cannot be resolved.
     pv_keys.sort_unstable();
@@ -357,18 +373,8 @@ fn import(tree: &Tree<'_>) -> Result<Imported, ModelError> {
     Ok(Imported { vg, warnings })
 }
 
-fn note_duplicates(sec: &Section<'_, '_>, warnings: &mut Vec<ModelWarning>) {
-    for key in sec.duplicate_keys() {
-        tracing::warn!(path = %sec.path, %key, "duplicate key; using the first");
-        warnings.push(ModelWarning::DuplicateKey {
-            path: sec.path.to_string(),
-            key,
-        });
-    }
-}
-
-fn parse_id(sec: &Section<'_, '_>) -> Result<Uuid, ModelError> {
-    let s = sec.req_ref("id")?;
+fn parse_id<'t>(sec: &Section<'t, '_>, id: impl Lookup<'t>) -> Result<Uuid, ModelError> {
+    let s = sec.req_ref(id)?;
     Uuid::parse(s).map_err(|e| sec.err("id", e.to_string()))
 }
 
@@ -383,25 +389,39 @@ fn check_status(
     }
 }
 
-fn read_pv(ps: &Section<'_, '_>) -> Result<Pv, ModelError> {
-    let status = ps.req_words("status")?;
+fn read_pv(ps: &Section<'_, '_>, warnings: &mut Vec<ModelWarning>) -> Result<Pv, ModelError> {
+    fields!(ps, warnings, {
+        id = "id",
+        device = "device",
+        device_id_type = "device_id_type",
+        device_id = "device_id",
+        status = "status",
+        pv_flags = "flags",
+        tags = "tags",
+        dev_size = "dev_size",
+        pe_start = "pe_start",
+        pe_count = "pe_count",
+        ba_start = "ba_start",
+        ba_size = "ba_size",
+    });
+    let status = ps.req_words(status)?;
     check_status(ps, &status, &[flags::PV_STATUS])?;
-    let ba = match (ps.opt_u64("ba_start")?, ps.opt_u64("ba_size")?) {
+    let ba = match (ps.opt_u64(ba_start)?, ps.opt_u64(ba_size)?) {
         (Some(s), Some(z)) => Some((s, z)),
         (None, None) => None,
         _ => return Err(ps.err("ba_start", "ba_start and ba_size go together")),
     };
     Ok(Pv {
-        id: parse_id(ps)?,
-        device: ps.opt_str("device")?,
-        device_id_type: ps.opt_str("device_id_type")?,
-        device_id: ps.opt_str("device_id")?,
+        id: parse_id(ps, id)?,
+        device: ps.opt_str(device)?,
+        device_id_type: ps.opt_str(device_id_type)?,
+        device_id: ps.opt_str(device_id)?,
         status,
-        flags: ps.words("flags")?,
-        tags: ps.str_list("tags")?,
-        dev_size: ps.opt_u64("dev_size")?,
-        pe_start: ps.req_u64("pe_start")?,
-        pe_count: ps.req_u32("pe_count")?,
+        flags: ps.words(pv_flags)?,
+        tags: ps.str_list(tags)?,
+        dev_size: ps.opt_u64(dev_size)?,
+        pe_start: ps.req_u64(pe_start)?,
+        pe_count: ps.req_u32(pe_count)?,
         ba,
     })
 }
@@ -421,23 +441,36 @@ fn read_lvs(
     };
     vg.lvs.reserve(lv_sec.nodes.len());
     for (n, ls) in lv_sec.sections() {
-        note_duplicates(&ls, warnings);
-        let mut status = ls.req_words("status")?;
-        let mut lflags = ls.words("flags")?;
+        fields!(ls, warnings, {
+            id = "id",
+            status = "status",
+            lv_flags = "flags",
+            tags = "tags",
+            creation_time = "creation_time",
+            creation_host = "creation_host",
+            lock_args = "lock_args",
+            allocation_policy = "allocation_policy",
+            profile = "profile",
+            read_ahead = "read_ahead",
+            major = "major",
+            minor = "minor",
+            segment_count = "segment_count",
+        });
+        let mut status = ls.req_words(status)?;
+        let mut lflags = ls.words(lv_flags)?;
         check_status(&ls, &status, &[flags::LV_STATUS, flags::SEGTYPE_FLAGS])?;
         flags::unlock_write(&mut status, &mut lflags);
-        let creation = match (ls.opt_u64("creation_time")?, ls.opt_str("creation_host")?) {
+        let creation = match (ls.opt_u64(creation_time)?, ls.opt_str(creation_host)?) {
             (Some(t), Some(h)) => Some((t, h)),
             (None, None) => None,
             (Some(_), None) => return Err(ls.err("creation_host", "missing with creation_time")),
             (None, Some(_)) => return Err(ls.err("creation_time", "missing with creation_host")),
         };
-        let segment_count = ls.req_u32("segment_count")?;
+        let segment_count = ls.req_u32(segment_count)?;
         // Exact capacity: a Vec of large elements would otherwise start with room for four.
         let mut segments = Vec::with_capacity((segment_count as usize).min(ls.nodes.len()));
         for (_, seg_sec) in ls.sections() {
-            note_duplicates(&seg_sec, warnings);
-            segments.push(segment::read_segment(&seg_sec, &names)?);
+            segments.push(segment::read_segment(&seg_sec, &names, warnings)?);
         }
         if segments.len() != segment_count as usize {
             return Err(ls.err(
@@ -448,17 +481,17 @@ fn read_lvs(
         segments.sort_by_key(|s| s.start_extent);
         vg.lvs.push(Lv {
             name: lv_sec.tree.key(n).to_owned(),
-            id: parse_id(&ls)?,
+            id: parse_id(&ls, id)?,
             status,
             flags: lflags,
-            tags: ls.str_list("tags")?,
+            tags: ls.str_list(tags)?,
             creation,
-            lock_args: ls.opt_str("lock_args")?,
-            allocation_policy: ls.opt_str("allocation_policy")?,
-            profile: ls.opt_str("profile")?,
-            read_ahead: ls.opt_int("read_ahead")?,
-            major: ls.opt_int("major")?,
-            minor: ls.opt_int("minor")?,
+            lock_args: ls.opt_str(lock_args)?,
+            allocation_policy: ls.opt_str(allocation_policy)?,
+            profile: ls.opt_str(profile)?,
+            read_ahead: ls.opt_int(read_ahead)?,
+            major: ls.opt_int(major)?,
+            minor: ls.opt_int(minor)?,
             segments,
         });
     }

@@ -2,7 +2,7 @@
 
 use crate::text::{Body, Node, Tree, Value};
 
-use super::ModelError;
+use super::{ModelError, ModelWarning};
 
 /// Where a section sits (`vg/logical_volumes/lv0/segment1`), built into a string only when a
 /// message needs it.
@@ -21,6 +21,93 @@ impl std::fmt::Display for Path<'_> {
             write!(f, "{p}/")?;
         }
         f.write_str(self.name)
+    }
+}
+
+/// A key's bucket in [`Keys`]: its length, first and last byte folded into 0..64.
+const fn bucket(k: &[u8]) -> usize {
+    match k {
+        [] => 0,
+        [first, .., last] => (k.len() ^ (*first as usize * 7) ^ (*last as usize * 13)) % 64,
+        [only] => (1 ^ (*only as usize * 7) ^ (*only as usize * 13)) % 64,
+    }
+}
+
+/// The keys a reader wants from one kind of section, bucketed at compile time, so that
+/// [`Section::fields`] compares each node's key with one candidate, rarely two.
+pub(crate) struct Keys<const N: usize> {
+    keys: [&'static str; N],
+    /// For each bucket, the keys in it (bit i stands for `keys[i]`).
+    buckets: [u64; 64],
+}
+
+impl<const N: usize> Keys<N> {
+    /// The set of `keys` (at most 64).
+    pub const fn new(keys: [&'static str; N]) -> Self {
+        assert!(N <= 64, "one bit per key");
+        let mut buckets = [0u64; 64];
+        let mut i = 0;
+        while i < N {
+            buckets[bucket(keys[i].as_bytes())] |= 1 << i;
+            i += 1;
+        }
+        Self { keys, buckets }
+    }
+
+    /// The index of key `k`.
+    fn find(&self, k: &[u8]) -> Option<usize> {
+        let mut candidates = self.buckets[bucket(k)];
+        while candidates != 0 {
+            let i = candidates.trailing_zeros() as usize;
+            if self.keys[i].as_bytes() == k {
+                return Some(i);
+            }
+            candidates &= candidates - 1;
+        }
+        None
+    }
+}
+
+/// Binds each variable to the [`Field`] of its key, all found in one pass by
+/// [`Section::fields`]: `fields!(sec, warnings, { id = "id", lv_flags = "flags" });`. Names
+/// and keys stand side by side, so they cannot drift apart.
+macro_rules! fields {
+    ($sec:expr, $warnings:expr, { $($name:ident = $key:literal),+ $(,)? }) => {
+        let [$($name),+] = {
+            static KEYS: $crate::model::read::Keys<{ [$($key),+].len() }> =
+                $crate::model::read::Keys::new([$($key),+]);
+            $sec.fields(&KEYS, $warnings)
+        };
+    };
+}
+pub(crate) use fields;
+
+/// A field of a section: its key and the value of the first node with that key, if that
+/// node is a value.
+#[derive(Clone, Copy)]
+pub(crate) struct Field<'t> {
+    /// The key.
+    pub key: &'static str,
+    /// The value.
+    pub value: Option<&'t Value>,
+}
+
+/// What the typed getters of a [`Section`] read: a key, looked up when asked, or a [`Field`]
+/// that [`Section::fields`] already found.
+pub(crate) trait Lookup<'t>: Copy {
+    /// The field in `sec`.
+    fn find(self, sec: &Section<'t, '_>) -> Field<'t>;
+}
+
+impl<'t> Lookup<'t> for &'static str {
+    fn find(self, sec: &Section<'t, '_>) -> Field<'t> {
+        sec.field(self)
+    }
+}
+
+impl<'t> Lookup<'t> for Field<'t> {
+    fn find(self, _: &Section<'t, '_>) -> Field<'t> {
+        self
     }
 }
 
@@ -63,14 +150,7 @@ impl<'t, 'a> Section<'t, 'a> {
             .filter_map(move |n| self.child(n).map(|c| (n, c)))
     }
 
-    /// The elements of the array `key`, if it is one.
-    pub fn array(&self, key: &str) -> Option<&'t [Value]> {
-        match self.value(key) {
-            Some(Value::Array(span)) => Some(self.tree.items(*span)),
-            _ => None,
-        }
-    }
-
+    /// A model error naming this section's path and `field`.
     pub fn err(&self, field: &str, why: impl Into<String>) -> ModelError {
         ModelError {
             path: self.path.to_string(),
@@ -84,6 +164,7 @@ impl<'t, 'a> Section<'t, 'a> {
         self.nodes.iter().find(|n| self.tree.str_is(n.key, key))
     }
 
+    /// The value of `key` (first occurrence), if it is a value.
     pub fn value(&self, key: &str) -> Option<&'t Value> {
         match self.node(key).map(|n| &n.body) {
             Some(Body::Value(v)) => Some(v),
@@ -91,111 +172,194 @@ impl<'t, 'a> Section<'t, 'a> {
         }
     }
 
+    /// The field `key`, looked up.
+    pub fn field(&self, key: &'static str) -> Field<'t> {
+        Field {
+            key,
+            value: self.value(key),
+        }
+    }
+
+    /// The sub-section `key`, if there is one.
     pub fn sub<'s>(&'s self, key: &str) -> Option<Section<'s, 'a>> {
         self.child(self.node(key)?)
     }
 
+    /// The fields of `keys`, found in one pass over the section (the first of duplicates, as
+    /// everywhere). Duplicate keys are noted in `warnings` on the way: for the usual section,
+    /// whose every key is among `keys`, that costs nothing more.
+    pub fn fields<const N: usize>(
+        &self,
+        keys: &Keys<N>,
+        warnings: &mut Vec<ModelWarning>,
+    ) -> [Field<'t>; N] {
+        let mut out = keys.keys.map(|key| Field { key, value: None });
+        let mut seen = 0u64;
+        let (mut repeated, mut unknown) = (false, 0usize);
+        for n in self.nodes {
+            match keys.find(self.tree.bytes(n.key)) {
+                Some(i) => {
+                    let bit = 1u64 << i;
+                    if seen & bit == 0 {
+                        // The first node named so decides, as lvm2's lookups do, even when it
+                        // is a section and so has no value.
+                        if let Body::Value(v) = &n.body {
+                            out[i].value = Some(v);
+                        }
+                    }
+                    repeated |= seen & bit != 0;
+                    seen |= bit;
+                }
+                None => unknown += usize::from(matches!(n.body, Body::Value(_))),
+            }
+        }
+        if repeated || unknown > 1 {
+            self.note_duplicates(warnings);
+        }
+        out
+    }
+
+    /// Warns about every key that appears more than once among the values (lvm2 uses the
+    /// first).
+    pub fn note_duplicates(&self, warnings: &mut Vec<ModelWarning>) {
+        for key in self.duplicate_keys() {
+            tracing::warn!(path = %self.path, %key, "duplicate key; using the first");
+            warnings.push(ModelWarning::DuplicateKey {
+                path: self.path.to_string(),
+                key,
+            });
+        }
+    }
+
     /// A string field, borrowed from the text.
-    pub fn opt_ref(&self, key: &str) -> Result<Option<&'t str>, ModelError> {
-        match self.value(key) {
+    pub fn opt_ref(&self, k: impl Lookup<'t>) -> Result<Option<&'t str>, ModelError> {
+        let f = k.find(self);
+        match f.value {
             None => Ok(None),
             Some(v) => self
                 .tree
                 .value_str(v)
                 .map(Some)
-                .ok_or_else(|| self.err(key, "must be a string")),
+                .ok_or_else(|| self.err(f.key, "must be a string")),
         }
     }
 
-    pub fn req_ref(&self, key: &str) -> Result<&'t str, ModelError> {
-        self.opt_ref(key)?.ok_or_else(|| self.err(key, "missing"))
+    /// A required string, borrowed from the text.
+    pub fn req_ref(&self, k: impl Lookup<'t>) -> Result<&'t str, ModelError> {
+        let f = k.find(self);
+        self.opt_ref(f)?.ok_or_else(|| self.err(f.key, "missing"))
     }
 
-    pub fn opt_str(&self, key: &str) -> Result<Option<String>, ModelError> {
-        Ok(self.opt_ref(key)?.map(str::to_owned))
+    /// An optional string, owned.
+    pub fn opt_str(&self, k: impl Lookup<'t>) -> Result<Option<String>, ModelError> {
+        Ok(self.opt_ref(k)?.map(str::to_owned))
     }
 
-    pub fn req_str(&self, key: &str) -> Result<String, ModelError> {
-        self.opt_str(key)?.ok_or_else(|| self.err(key, "missing"))
+    /// A required string, owned.
+    pub fn req_str(&self, k: impl Lookup<'t>) -> Result<String, ModelError> {
+        Ok(self.req_ref(k)?.to_owned())
     }
 
-    pub fn opt_int(&self, key: &str) -> Result<Option<i64>, ModelError> {
-        match self.value(key) {
+    /// An optional integer.
+    pub fn opt_int(&self, k: impl Lookup<'t>) -> Result<Option<i64>, ModelError> {
+        let f = k.find(self);
+        match f.value {
             None => Ok(None),
             Some(Value::Int(i)) => Ok(Some(*i)),
-            Some(_) => Err(self.err(key, "must be an integer")),
+            Some(_) => Err(self.err(f.key, "must be an integer")),
         }
     }
 
-    pub fn req_int(&self, key: &str) -> Result<i64, ModelError> {
-        self.opt_int(key)?.ok_or_else(|| self.err(key, "missing"))
+    /// A required integer.
+    pub fn req_int(&self, k: impl Lookup<'t>) -> Result<i64, ModelError> {
+        let f = k.find(self);
+        self.opt_int(f)?.ok_or_else(|| self.err(f.key, "missing"))
     }
 
     fn ranged<T: TryFrom<i64>>(&self, key: &str, v: i64) -> Result<T, ModelError> {
         T::try_from(v).map_err(|_| self.err(key, format!("{v} is out of range")))
     }
 
-    pub fn opt_u32(&self, key: &str) -> Result<Option<u32>, ModelError> {
-        self.opt_int(key)?.map(|v| self.ranged(key, v)).transpose()
+    /// An optional integer that must fit `T`.
+    fn opt_num<T: TryFrom<i64>>(&self, k: impl Lookup<'t>) -> Result<Option<T>, ModelError> {
+        let f = k.find(self);
+        self.opt_int(f)?.map(|v| self.ranged(f.key, v)).transpose()
     }
 
-    pub fn req_u32(&self, key: &str) -> Result<u32, ModelError> {
-        let v = self.req_int(key)?;
-        self.ranged(key, v)
+    /// A required integer that must fit `T`.
+    fn req_num<T: TryFrom<i64>>(&self, k: impl Lookup<'t>) -> Result<T, ModelError> {
+        let f = k.find(self);
+        let v = self.req_int(f)?;
+        self.ranged(f.key, v)
     }
 
-    pub fn opt_u64(&self, key: &str) -> Result<Option<u64>, ModelError> {
-        self.opt_int(key)?.map(|v| self.ranged(key, v)).transpose()
+    /// An optional integer that fits 32 bits.
+    pub fn opt_u32(&self, k: impl Lookup<'t>) -> Result<Option<u32>, ModelError> {
+        self.opt_num(k)
     }
 
-    pub fn req_u64(&self, key: &str) -> Result<u64, ModelError> {
-        let v = self.req_int(key)?;
-        self.ranged(key, v)
+    /// A required integer that fits 32 bits.
+    pub fn req_u32(&self, k: impl Lookup<'t>) -> Result<u32, ModelError> {
+        self.req_num(k)
     }
 
-    /// A list of strings, each converted by `f`; absent is an empty list, a lone string is a
-    /// list of one.
-    fn list<T>(&self, key: &str, f: impl Fn(&str) -> T) -> Result<Vec<T>, ModelError> {
-        match self.value(key) {
+    /// An optional non-negative integer.
+    pub fn opt_u64(&self, k: impl Lookup<'t>) -> Result<Option<u64>, ModelError> {
+        self.opt_num(k)
+    }
+
+    /// A required non-negative integer.
+    pub fn req_u64(&self, k: impl Lookup<'t>) -> Result<u64, ModelError> {
+        self.req_num(k)
+    }
+
+    /// A list of strings, each converted by `conv`; absent is an empty list, a lone string is
+    /// a list of one.
+    fn list<T>(&self, f: Field<'t>, conv: impl Fn(&str) -> T) -> Result<Vec<T>, ModelError> {
+        match f.value {
             None => Ok(Vec::new()),
-            Some(Value::Array(span)) => self
-                .tree
-                .items(*span)
-                .iter()
-                .map(|v| {
-                    self.tree
-                        .value_str(v)
-                        .map(&f)
-                        .ok_or_else(|| self.err(key, "must hold only strings"))
-                })
-                .collect(),
-            Some(Value::Str(s)) => Ok(vec![f(self.tree.str(*s))]),
-            Some(_) => Err(self.err(key, "must be a list of strings")),
+            Some(Value::Array(span)) => {
+                let items = self.tree.items(*span);
+                let mut out = Vec::with_capacity(items.len());
+                for v in items {
+                    match self.tree.value_str(v) {
+                        Some(s) => out.push(conv(s)),
+                        None => return Err(self.err(f.key, "must hold only strings")),
+                    }
+                }
+                Ok(out)
+            }
+            Some(Value::Str(s)) => Ok(vec![conv(self.tree.str(*s))]),
+            Some(_) => Err(self.err(f.key, "must be a list of strings")),
         }
     }
 
     /// A list of strings; absent is an empty list.
-    pub fn str_list(&self, key: &str) -> Result<Vec<String>, ModelError> {
-        self.list(key, str::to_owned)
+    pub fn str_list(&self, k: impl Lookup<'t>) -> Result<Vec<String>, ModelError> {
+        self.list(k.find(self), str::to_owned)
     }
 
     /// A list of status or flag words; absent is an empty list.
-    pub fn words(&self, key: &str) -> Result<Vec<super::Word>, ModelError> {
-        self.list(key, super::word)
+    pub fn words(&self, k: impl Lookup<'t>) -> Result<Vec<super::Word>, ModelError> {
+        self.list(k.find(self), super::word)
     }
 
-    pub fn req_words(&self, key: &str) -> Result<Vec<super::Word>, ModelError> {
-        if self.value(key).is_none() {
-            return Err(self.err(key, "missing"));
+    /// A required list of flag words.
+    pub fn req_words(&self, k: impl Lookup<'t>) -> Result<Vec<super::Word>, ModelError> {
+        let f = k.find(self);
+        if f.value.is_none() {
+            return Err(self.err(f.key, "missing"));
         }
-        self.words(key)
+        self.words(f)
     }
 
-    pub fn req_str_list(&self, key: &str) -> Result<Vec<String>, ModelError> {
-        if self.value(key).is_none() {
-            return Err(self.err(key, "missing"));
+    /// A required list of strings.
+    pub fn req_str_list(&self, k: impl Lookup<'t>) -> Result<Vec<String>, ModelError> {
+        let f = k.find(self);
+        if f.value.is_none() {
+            return Err(self.err(f.key, "missing"));
         }
-        self.str_list(key)
+        self.str_list(f)
     }
 
     /// Keys that appear more than once among the values of this section.
@@ -258,7 +422,8 @@ mod tests {
     fn duplicate_keys_found_whatever_the_signature() {
         assert!(dups("id = 1\nstatus = 2\nflags = 3\nsub {\n}\nsub {\n}\n").is_empty());
         assert_eq!(dups("id = 1\nstatus = 2\nid = 3\n"), ["id"]);
-        // Same length, first and last byte: the quick check passes them to the exact one.
+        // Same length, first and last byte: the quick signature check passes them on to the
+        // exact one.
         assert!(dups("axb = 1\nayb = 2\n").is_empty());
         assert_eq!(dups("axb = 1\nayb = 2\naxb = 3\n"), ["axb"]);
         // Escaped keys live in the side buffer and compare by their text.
@@ -267,6 +432,65 @@ mod tests {
         let many: String = (0..70).map(|i| format!("k{i} = {i}\n")).collect();
         assert!(dups(&many).is_empty());
         assert_eq!(dups(&(many + "k7 = 1\n")), ["k7"]);
+    }
+
+    /// The warned keys and the values (as integers) that `fields` finds for `keys` in `text`.
+    fn fields_of<const N: usize>(text: &str, keys: &Keys<N>) -> (Vec<String>, [Option<i64>; N]) {
+        let tree = parse(text).expect("parses");
+        let s = Section::root(&tree, tree.top(), "");
+        let mut warnings = Vec::new();
+        let found = s.fields(keys, &mut warnings);
+        let warned = warnings
+            .into_iter()
+            .map(|w| match w {
+                ModelWarning::DuplicateKey { key, .. } => key,
+            })
+            .collect();
+        let values = found.map(|f| s.opt_int(f).expect("integers"));
+        (warned, values)
+    }
+
+    #[test]
+    fn fields_take_the_first_and_warn_about_any_repeat() {
+        static AB: Keys<2> = Keys::new(["a", "b"]);
+        // Every key known, none repeated.
+        assert_eq!(
+            fields_of("b = 2\na = 1\n", &AB),
+            (vec![], [Some(1), Some(2)])
+        );
+        // A known key repeated: warned, the first value wins; absent keys have no value.
+        assert_eq!(
+            fields_of("a = 1\na = 9\n", &AB),
+            (vec!["a".to_owned()], [Some(1), None])
+        );
+        // Keys outside the set: several distinct ones are fine, a repeated one is warned.
+        assert_eq!(
+            fields_of("x = 1\ny = 2\na = 3\n", &AB),
+            (vec![], [Some(3), None])
+        );
+        assert_eq!(
+            fields_of("x = 1\nx = 2\nb = 3\n", &AB),
+            (vec!["x".to_owned()], [None, Some(3)])
+        );
+        // The first node named `a` is a section: no value (lvm2 finds the section first),
+        // and a section beside a value is no duplicate.
+        assert_eq!(fields_of("a {\n}\na = 1\n", &AB), (vec![], [None, None]));
+    }
+
+    #[test]
+    fn keys_in_one_bucket_are_all_found() {
+        // Same length, first and last byte: one bucket, two candidates.
+        static SAME: Keys<3> = Keys::new(["axb", "ayb", "b"]);
+        assert_eq!(bucket(b"axb"), bucket(b"ayb"));
+        assert_eq!(SAME.find(b"axb"), Some(0));
+        assert_eq!(SAME.find(b"ayb"), Some(1));
+        assert_eq!(SAME.find(b"b"), Some(2));
+        assert_eq!(SAME.find(b"azb"), None);
+        assert_eq!(SAME.find(b""), None);
+        assert_eq!(
+            fields_of("ayb = 2\nazb = 5\naxb = 1\n", &SAME),
+            (vec![], [Some(1), Some(2), None])
+        );
     }
 
     #[test]

@@ -3,8 +3,8 @@
 
 use crate::text::{Emitter, Node, Tree, Value};
 
-use super::read::Section;
-use super::ModelError;
+use super::read::{fields, Field, Section};
+use super::{ModelError, ModelWarning};
 
 /// Where one area of a segment lies.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -404,32 +404,41 @@ pub(crate) struct Names<'m> {
     pub pv_ids: &'m [String],
 }
 
+/// Reads one `segmentN` section of an LV into a typed segment.
 pub(crate) fn read_segment(
     sec: &Section<'_, '_>,
     names: &Names<'_>,
+    warnings: &mut Vec<ModelWarning>,
 ) -> Result<Segment, ModelError> {
-    let start_extent = sec.req_u32("start_extent")?;
-    let extent_count = sec.req_u32("extent_count")?;
-    let full_type = sec.req_ref("type")?;
-    let mut parts = full_type.split('+');
-    let base = parts.next().unwrap_or("");
-    let flags: Vec<String> = parts.map(str::to_owned).collect();
-    // lvm2 2.03.16: an unknown +FLAG makes the whole string an unknown segment type.
-    let known_flags = flags
-        .iter()
-        .all(|f| super::flags::SEGTYPE_FLAGS.contains(&f.as_str()));
-    let (base, type_flags) = if known_flags {
-        (base, flags)
-    } else {
-        (full_type, Vec::new())
-    };
+    // The fields of the frequent types (striped, thin) in one pass; others look theirs up.
+    fields!(sec, warnings, {
+        start_extent = "start_extent",
+        extent_count = "extent_count",
+        type_ = "type",
+        reshape_count = "reshape_count",
+        data_copies = "data_copies",
+        tags = "tags",
+        stripe_count = "stripe_count",
+        stripes = "stripes",
+        stripe_size = "stripe_size",
+        thin_pool = "thin_pool",
+        transaction_id = "transaction_id",
+        device_id = "device_id",
+        origin = "origin",
+        external_origin = "external_origin",
+        merge = "merge",
+    });
+    let start_extent = sec.req_u32(start_extent)?;
+    let extent_count = sec.req_u32(extent_count)?;
+    let full_type = sec.req_ref(type_)?;
+    let (base, type_flags) = split_type(full_type);
     let mut seg = Segment {
         start_extent,
         extent_count,
-        reshape_count: sec.opt_u32("reshape_count")?,
-        data_copies: sec.opt_u32("data_copies")?,
+        reshape_count: sec.opt_u32(reshape_count)?,
+        data_copies: sec.opt_u32(data_copies)?,
         type_flags,
-        tags: sec.str_list("tags")?,
+        tags: sec.str_list(tags)?,
         kind: SegKind::Error,
     };
     let body = || -> Tree<'static> {
@@ -443,9 +452,9 @@ pub(crate) fn read_segment(
     };
     seg.kind = match base {
         "striped" | "linear" => {
-            let count = sec.req_u32("stripe_count")?;
-            let areas = read_areas(sec, "stripes", count, &seg, names)?;
-            let stripe_size = sec.opt_u32("stripe_size")?;
+            let count = sec.req_u32(stripe_count)?;
+            let areas = read_areas(sec, stripes, count, &seg, names)?;
+            let stripe_size = sec.opt_u32(stripe_size)?;
             if count > 1 && stripe_size.is_none() {
                 return Err(sec.err("stripe_size", "missing for a striped segment"));
             }
@@ -462,22 +471,22 @@ pub(crate) fn read_segment(
                 region_size,
                 mirror_log,
                 extents_moved: sec.opt_u32("extents_moved")?,
-                areas: read_areas(sec, "mirrors", count, &seg, names)?,
+                areas: read_areas(sec, sec.field("mirrors"), count, &seg, names)?,
             })
         }
         "thin-pool" => SegKind::ThinPool(read_thin_pool(sec)?),
         "thin" => {
-            let device_id = sec.req_u32("device_id")?;
+            let device_id = sec.req_u32(device_id)?;
             if device_id > super::MAX_THIN_DEVICE_ID {
                 return Err(sec.err("device_id", format!("{device_id} is above 0xFFFFFF")));
             }
             SegKind::Thin(Thin {
-                thin_pool: sec.req_str("thin_pool")?,
-                transaction_id: sec.req_u64("transaction_id")?,
+                thin_pool: sec.req_str(thin_pool)?,
+                transaction_id: sec.req_u64(transaction_id)?,
                 device_id,
-                origin: sec.opt_str("origin")?,
-                external_origin: sec.opt_str("external_origin")?,
-                merge: sec.opt_str("merge")?,
+                origin: sec.opt_str(origin)?,
+                external_origin: sec.opt_str(external_origin)?,
+                merge: sec.opt_str(merge)?,
             })
         }
         "snapshot" => {
@@ -546,6 +555,22 @@ pub(crate) fn read_segment(
     Ok(seg)
 }
 
+/// A segment `type` split into its base type and `+FLAG` suffixes. lvm2 2.03.16: an unknown
+/// flag makes the whole string an unknown segment type.
+fn split_type(full_type: &str) -> (&str, Vec<String>) {
+    let Some((base, rest)) = full_type.split_once('+') else {
+        return (full_type, Vec::new());
+    };
+    if rest
+        .split('+')
+        .all(|f| super::flags::SEGTYPE_FLAGS.contains(&f))
+    {
+        (base, rest.split('+').map(str::to_owned).collect())
+    } else {
+        (full_type, Vec::new())
+    }
+}
+
 fn composite(
     sec: &Section<'_, '_>,
     required: &[&'static str],
@@ -607,17 +632,18 @@ fn read_thin_pool(sec: &Section<'_, '_>) -> Result<ThinPool, ModelError> {
     })
 }
 
-fn read_areas(
-    sec: &Section<'_, '_>,
-    key: &str,
+fn read_areas<'t>(
+    sec: &Section<'t, '_>,
+    field: Field<'t>,
     count: u32,
     seg: &Segment,
     names: &Names<'_>,
 ) -> Result<Vec<Area>, ModelError> {
-    let items = match (sec.array(key), sec.value(key)) {
-        (Some(items), _) => items,
-        (None, Some(_)) => return Err(sec.err(key, "must be a list")),
-        (None, None) => return Err(sec.err(key, "missing")),
+    let key = field.key;
+    let items = match field.value {
+        Some(Value::Array(span)) => sec.tree.items(*span),
+        Some(_) => return Err(sec.err(key, "must be a list")),
+        None => return Err(sec.err(key, "missing")),
     };
     if count == 0 || items.len() != 2 * count as usize {
         return Err(sec.err(key, format!("{} entries for {count} areas", items.len())));

@@ -141,10 +141,17 @@ fn check_ids(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
     if let Some(lv) = by_name.duplicate {
         return Err(err(lv_path(vg, lv), "name", "duplicate LV name"));
     }
-    let mut lv_ids: Vec<(crate::uuid::Uuid, &Lv)> = vg.lvs.iter().map(|l| (l.id, l)).collect();
-    // Two 128-bit keys compare faster than 32 bytes through memcmp.
-    if let Some((id, lv)) = first_duplicate(&mut lv_ids, |(id, _)| id.sort_key()) {
-        return Err(err(lv_path(vg, lv), "id", format!("duplicate LV id {id}")));
+    // Hashing beats sorting here: LV ids are random, so a sort does its full n log n.
+    let mut lv_ids = std::collections::HashSet::with_capacity_and_hasher(
+        vg.lvs.len(),
+        foldhash::fast::RandomState::default(),
+    );
+    if let Some(lv) = vg.lvs.iter().find(|l| !lv_ids.insert(&l.id)) {
+        return Err(err(
+            lv_path(vg, lv),
+            "id",
+            format!("duplicate LV id {}", lv.id),
+        ));
     }
     let mut spares = 0;
     for lv in &vg.lvs {

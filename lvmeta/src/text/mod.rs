@@ -133,6 +133,15 @@ impl<'a> Tree<'a> {
                 .is_some_and(|b| b.iter().zip(other.as_bytes()).all(|(x, y)| x == y))
     }
 
+    /// The bytes of `s` (what key comparisons need, without `str`'s boundary checks).
+    pub fn bytes(&self, s: Str) -> &[u8] {
+        let start = s.start as usize;
+        self.buf(s)
+            .as_bytes()
+            .get(start..start + s.len())
+            .unwrap_or_default()
+    }
+
     fn buf(&self, s: Str) -> &str {
         if s.len & SIDE != 0 {
             self.side.as_str()

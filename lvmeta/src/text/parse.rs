@@ -248,6 +248,26 @@ impl<'a> Parser<'a> {
 
     fn number(&mut self) -> Result<Value, TextError> {
         let rest = self.rest();
+        // Fast path, one pass: plain decimal without a leading zero (every number lvm2
+        // writes), up to 18 digits, ending where a number ends.
+        if rest
+            .first()
+            .is_some_and(|&b| b.is_ascii_digit() && b != b'0')
+        {
+            let mut v = 0i64;
+            let mut n = 0;
+            while let Some(&d) = rest.get(n).filter(|d| d.is_ascii_digit()) {
+                if n == 18 {
+                    break;
+                }
+                v = v * 10 + i64::from(d - b'0');
+                n += 1;
+            }
+            if rest.get(n).is_none_or(|&b| class(b) & NUM == 0) {
+                self.pos += n;
+                return Ok(Value::Int(v));
+            }
+        }
         let sign = usize::from(matches!(rest.first(), Some(b'+' | b'-')));
         let (r, body) = match digits(&rest[sign..]) {
             Ok(x) => x,
@@ -278,6 +298,14 @@ impl<'a> Parser<'a> {
         let bytes = self.text.as_bytes();
         let mut i = body_start;
         let mut escaped = false;
+        // Most strings are short and plain: look at their first bytes one by one.
+        let head = &bytes[i.min(bytes.len())..bytes.len().min(i + 16)];
+        if let Some(off) = head.iter().position(|&b| b == b'"' || b == b'\\') {
+            if bytes[i + off] == b'"' {
+                self.pos = i + off + 1;
+                return Ok(Builder::src_str(body_start, off));
+            }
+        }
         // Jump from one quote or backslash to the next (SIMD through memchr).
         while let Some(off) = memchr::memchr2(b'"', b'\\', &bytes[i.min(bytes.len())..]) {
             i += off;
@@ -415,6 +443,23 @@ mod tests {
             "[\"pv0\", 0, \"pv1\", 4]"
         );
         assert_eq!(first("a = []"), "[]");
+        // Around the one-pass path for plain decimals (at most 18 digits).
+        assert_eq!(first("a = 123456789012345678"), "123456789012345678");
+        assert_eq!(first("a = 1234567890123456789"), "1234567890123456789");
+        assert_eq!(first("a = 9223372036854775807"), "9223372036854775807");
+        assert_eq!(first("a = 7\nb = 1"), "7");
+        assert_eq!(first("a = [7,8]"), "[7, 8]");
+        let t = parse("a = 12.25").expect("parses");
+        assert!(matches!(&t.top()[0].body, Body::Value(Value::Float(s)) if t.str(*s) == "12.25"));
+        assert!(parse("a = 1.2.3").is_err());
+        // Short strings, strings longer than the first look, and escapes after it.
+        assert_eq!(first("a = \"\""), "\"\"");
+        let long = "x".repeat(40);
+        assert_eq!(first(&format!("a = \"{long}\"")), format!("\"{long}\""));
+        let t = parse("a = \"0123456789abcdefgh\\\"i\"").expect("parses");
+        assert!(
+            matches!(&t.top()[0].body, Body::Value(Value::Str(s)) if t.str(*s) == "0123456789abcdefgh\"i")
+        );
     }
 
     #[test]
