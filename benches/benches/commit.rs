@@ -9,6 +9,10 @@
 //! Run: `cargo bench -p lvmeta-benches --bench commit`.
 #![allow(missing_docs)] // criterion's macros generate undocumented items
 
+/// The allocator the `lvmeta` and `csi-shim` binaries use, so the numbers are theirs.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -6,6 +6,10 @@
 //! places in LVMETA_BENCH_*); prints SKIPPED otherwise.
 #![allow(missing_docs)] // criterion's macros generate undocumented items
 
+/// The allocator the `lvmeta` and `csi-shim` binaries use, so the numbers are theirs.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
