@@ -189,10 +189,45 @@ impl Session {
             })
     }
 
+    /// lvm2's global file lock, then, where a shared VG whose lockspace this host has joined
+    /// holds the enabled global lease, that lease exclusively (lvmlockd's `lockd_global` for
+    /// the commands that change PVs and the VG namespace).
+    fn global(&self) -> Result<Global<'_>, Error> {
+        let mut g = Global {
+            lease: None,
+            _file: self.lock(Resource::Global)?,
+        };
+        if let Some(h) = &self.host {
+            let scan = self.scan();
+            for sv in scan.vgs.iter().filter(|v| v.vg.is_shared()) {
+                if let Some(r) = h.lock_gl(&sv.vg, &places(&scan, sv), lease::Mode::Exclusive)? {
+                    g.lease = Some((h, r));
+                    break;
+                }
+            }
+        }
+        Ok(g)
+    }
+
+    /// The VG lease of `vg` when it is shared (see [`VgLease`]); the caller scans again
+    /// under it.
+    fn vg_lease(&self, vg: &str) -> Result<VgLease<'_>, Error> {
+        let scan = self.scan();
+        let sv = writable(&scan, vg)?;
+        let held = match self.host_for(&sv.vg)? {
+            Some(h) => {
+                let (r, _) = h.lock_vg(&sv.vg, &places(&scan, sv))?;
+                Some((h, r))
+            }
+            None => None,
+        };
+        Ok(VgLease { held })
+    }
+
     /// `pvcreate`: labels `device` as an orphan PV. Refuses a PV of a VG; an orphan PV is
     /// re-initialised only with `force`.
     pub fn pvcreate(&self, device: &str, opts: &PvOptions, force: bool) -> Result<Uuid, Error> {
-        let _g = self.lock(Resource::Global)?;
+        let _g = self.global()?;
         let _o = self.lock(Resource::Orphans)?;
         let scan = self.scan();
         self.pvcreate_locked(&scan, device, opts, force)
@@ -256,7 +291,7 @@ impl Session {
 
     /// `pvremove`: wipes the label of an orphan PV.
     pub fn pvremove(&self, device: &str) -> Result<(), Error> {
-        let _g = self.lock(Resource::Global)?;
+        let _g = self.global()?;
         let _o = self.lock(Resource::Orphans)?;
         let scan = self.scan();
         let dev = self.dev(device)?;
@@ -314,7 +349,7 @@ impl Session {
 
     /// `vgcreate`.
     pub fn vgcreate(&self, spec: &VgSpec, devices: &[&str]) -> Result<Vg, Error> {
-        let _g = self.lock(Resource::Global)?;
+        let _g = self.global()?;
         let _v = self.lock(Resource::Vg(spec.name.clone()))?;
         let _o = self.lock(Resource::Orphans)?;
         if self.scan().vgs.iter().any(|v| v.vg.name == spec.name) {
@@ -354,10 +389,11 @@ impl Session {
 
     /// `vgextend`.
     pub fn vgextend(&self, vg: &str, devices: &[&str]) -> Result<Vg, Error> {
-        let _g = self.lock(Resource::Global)?;
+        let _g = self.global()?;
         let _v = self.lock(Resource::Vg(vg.to_owned()))?;
         let _o = self.lock(Resource::Orphans)?;
         let pvs = self.orphans(devices)?;
+        let lease = self.vg_lease(vg)?;
         let scan = self.scan();
         let sv = writable(&scan, vg)?;
         let new: Vec<NewPv> = pvs.iter().map(new_pv).collect();
@@ -367,15 +403,17 @@ impl Session {
         let joined: Vec<&ScannedPv> = pvs.iter().collect();
         all.extend(joined.iter().copied());
         self.commit(&out, &all, &joined)?;
+        lease.release(out.seqno)?;
         self.invalidate_hints()?;
         Ok(out)
     }
 
     /// `vgreduce`: removes unused PVs from the VG and makes them orphans again.
     pub fn vgreduce(&self, vg: &str, devices: &[&str]) -> Result<Vg, Error> {
-        let _g = self.lock(Resource::Global)?;
+        let _g = self.global()?;
         let _v = self.lock(Resource::Vg(vg.to_owned()))?;
         let _o = self.lock(Resource::Orphans)?;
+        let lease = self.vg_lease(vg)?;
         let scan = self.scan();
         let sv = writable(&scan, vg)?;
         let all = members(&scan, sv)?;
@@ -399,6 +437,7 @@ impl Session {
             .map(|(_, p)| *p)
             .collect();
         self.commit(&out, &keep, &[])?;
+        lease.release(out.seqno)?;
         for &i in &remove {
             self.orphan(all[i])?;
         }
@@ -409,7 +448,7 @@ impl Session {
     /// `vgremove`: clears every metadata area and makes the PVs orphans. LVs must be removed
     /// first unless `force`.
     pub fn vgremove(&self, vg: &str, force: bool) -> Result<(), Error> {
-        let _g = self.lock(Resource::Global)?;
+        let gl = self.global()?;
         let _v = self.lock(Resource::Vg(vg.to_owned()))?;
         let _o = self.lock(Resource::Orphans)?;
         let scan = self.scan();
@@ -434,6 +473,8 @@ impl Session {
         };
         let removed =
             members(&scan, sv).and_then(|pvs| pvs.iter().try_for_each(|p| self.orphan(p)));
+        // The global lease may live in this VG's lockspace, which is left below.
+        drop(gl);
         if let Some((h, r, at)) = &lease {
             let lvb = removed.as_ref().ok().map(|()| lease::Lvb {
                 flags: lease::layout::LVB_REMOVED,
@@ -695,6 +736,47 @@ impl Session {
 
 /// Where a shared VG's leases are: each PV's device, and lvmlockd's geometry for the sector
 /// size of the PV holding `lvmlock`.
+/// What [`Session::global`] holds: the global lease (released first) and the file lock.
+struct Global<'s> {
+    lease: Option<(&'s lease::Host, lease::ResourceSpec)>,
+    _file: Option<FileLock>,
+}
+
+impl Drop for Global<'_> {
+    fn drop(&mut self) {
+        if let Some((h, r)) = self.lease.take() {
+            if let Err(e) = h.manager.release(&r, None) {
+                tracing::warn!(lease = %r.name, error = %e, "releasing the global lease failed");
+            }
+        }
+    }
+}
+
+/// A shared VG's lease held for one change: [`VgLease::release`] announces the committed
+/// seqno in its value block; dropped on an error path, it is released unchanged.
+struct VgLease<'s> {
+    held: Option<(&'s lease::Host, lease::ResourceSpec)>,
+}
+
+impl VgLease<'_> {
+    fn release(mut self, seqno: u32) -> Result<(), Error> {
+        if let Some((h, r)) = self.held.take() {
+            h.manager.release(&r, Some(lease::Lvb::for_seqno(seqno)))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for VgLease<'_> {
+    fn drop(&mut self) {
+        if let Some((h, r)) = self.held.take() {
+            if let Err(e) = h.manager.release(&r, None) {
+                tracing::warn!(lease = %r.name, error = %e, "releasing the VG lease failed");
+            }
+        }
+    }
+}
+
 fn places(scan: &Scan, sv: &ScannedVg) -> lease::VgPlaces {
     let paths: Vec<Option<String>> = sv
         .pv_devices

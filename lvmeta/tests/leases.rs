@@ -176,3 +176,65 @@ fn shared_vgs_need_a_lock_manager_or_nolocking() {
     s.vgcreate(&spec, &["pv0"]).expect("--nolocking");
     create(&s, "a").expect("--nolocking change");
 }
+
+#[test]
+fn pv_and_vg_namespace_changes_hold_the_global_lease_and_vgextend_the_vg_lease() {
+    let (fake, host) = fake_host();
+    let s = Session::new(
+        ["pv0", "pv1", "pv2"]
+            .iter()
+            .map(|n| Box::new(MemDevice::new(n, 512 << 20, 512)) as Box<dyn BlockDevice>)
+            .collect(),
+    )
+    .with_host(host.clone());
+    s.vgcreate(&shared_spec(), &["pv0"])
+        .expect("vgcreate --shared");
+    let vg = s.vg("vg").expect("vg");
+    let at = places();
+    let gl = layout::gl_lease(&vg, &at.paths, layout::GL_NAME, at.geometry).expect("GL");
+    let vgl = layout::vg_lease(&vg, &at.paths, at.geometry).expect("VG lease");
+    let opts = lvmeta::layout::PvOptions::default();
+    s.pvcreate("pv2", &opts, false)
+        .expect("lockspace not joined: no GL, as with lvmlockd");
+    s.lockstart("vg").expect("lockstart");
+    // Another host holds the GL: PV changes wait, then say so.
+    fake.acquire(&gl, Mode::Exclusive, false).expect("GL");
+    let err = s.pvcreate("pv1", &opts, false).expect_err("GL held");
+    assert!(
+        err.to_string().contains("still held by another host"),
+        "{err}"
+    );
+    let err = s.pvremove("pv2").expect_err("GL held");
+    assert!(
+        err.to_string().contains("still held by another host"),
+        "{err}"
+    );
+    fake.release(&gl, None).expect("release");
+    s.pvcreate("pv1", &opts, false).expect("pvcreate");
+    // Released again afterwards.
+    fake.acquire(&gl, Mode::Exclusive, false)
+        .expect("GL free after pvcreate");
+    fake.release(&gl, None).expect("release");
+    // vgextend and vgreduce change the VG under its lease and announce the new seqno.
+    fake.acquire(&vgl, Mode::Exclusive, false)
+        .expect("VG lease");
+    let err = s.vgextend("vg", &["pv1"]).expect_err("VG lease held");
+    assert!(
+        err.to_string().contains("still held by another host"),
+        "{err}"
+    );
+    assert_eq!(s.vg("vg").expect("vg").pvs.len(), 1, "nothing written");
+    fake.release(&vgl, None).expect("release");
+    let out = s.vgextend("vg", &["pv1"]).expect("vgextend");
+    let lvb = fake.acquire(&vgl, Mode::Exclusive, true).expect("free");
+    assert_eq!(lvb, Some(layout::Lvb::for_seqno(out.seqno)));
+    fake.release(&vgl, None).expect("release");
+    let out = s.vgreduce("vg", &["pv1"]).expect("vgreduce");
+    let lvb = fake.acquire(&vgl, Mode::Exclusive, true).expect("free");
+    assert_eq!(lvb, Some(layout::Lvb::for_seqno(out.seqno)));
+    fake.release(&vgl, None).expect("release");
+    // vgremove of the VG that holds the GL: the GL is released before the lockspace is left.
+    s.vgremove("vg", false).expect("vgremove");
+    let ls = host.lockspace(&vg, &at).expect("lockspace");
+    assert_eq!(fake.joined(&ls), Ok(false));
+}

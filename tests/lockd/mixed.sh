@@ -99,6 +99,20 @@ uuid=$(lvmeta_report lvs --noheadings -o lv_uuid vga/bylvmeta | tr -d ' ')
 off=$(lvmeta_report lvs --noheadings -o lv_lock_args vga/bylvmeta | tr -d ' ' | cut -d: -f2)
 SANLOCK_RUN_DIR="$H1" sanlock direct dump "/dev/mapper/vga-lvmlock:$off:1048576" >"$WORK/dump" 2>&1
 grep -q "lvm_vga.*$uuid" "$WORK/dump" || { say "no lease named $uuid at $off:"; cat "$WORK/dump" >&2; exit 1; }
+# lvmeta names a never-held slot in place (one sector, paxos.rs): host 1's sanlock daemon must
+# acquire the lease under the LV's uuid (and refuse another name).
+acquire1() { SANLOCK_RUN_DIR="$H1" sanlock client command -r "lvm_vga:$1:/dev/mapper/vga-lvmlock:$2" -c /bin/true; }
+acquire1 "$uuid" "$off" >"$WORK/acq" 2>&1 || { say "host 1 cannot acquire $uuid at $off:"; cat "$WORK/acq" >&2; exit 1; }
+if acquire1 "#unused" "$off" >"$WORK/acq" 2>&1; then say "host 1 acquired $off as #unused"; exit 1; fi
+# A lease that was held is written whole when lvmeta frees it; a never-held one in place.
+lvmeta2 lvcreate -an -n held -L 4m vga
+hoff=$(lvmeta_report lvs --noheadings -o lv_lock_args vga/held | tr -d ' ' | cut -d: -f2)
+acquire1 "$(lvmeta_report lvs --noheadings -o lv_uuid vga/held | tr -d ' ')" "$hoff" >"$WORK/acq" 2>&1 ||
+    { cat "$WORK/acq" >&2; exit 1; }
+lvmeta2 lvremove vga/held
+SANLOCK_RUN_DIR="$H1" sanlock direct dump "/dev/mapper/vga-lvmlock:$hoff:1048576" >"$WORK/dump" 2>&1
+grep -Eq "lvm_vga +#unused +0+ +0000 +0000 +0$" "$WORK/dump" ||
+    { say "slot $hoff not a fresh #unused after lvremove:"; cat "$WORK/dump" >&2; exit 1; }
 lvmeta2 lvextend -L +4m vga/bylvm
 lvm1 lvextend -q -L +4m vga/bylvmeta
 lvmeta2 lvrename vga/bylvmeta renamed

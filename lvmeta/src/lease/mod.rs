@@ -8,6 +8,7 @@
 //! [`sanlock::SanlockLeases`], which talks to the host's sanlock daemon.
 
 pub mod layout;
+pub mod paxos;
 #[cfg(feature = "sanlock")]
 pub mod sanlock;
 
@@ -323,19 +324,52 @@ impl Host {
         self.check_joined(vg, at)?;
         let r =
             layout::vg_lease(vg, &at.paths, at.geometry).ok_or_else(|| missing(vg, "VG lease"))?;
+        let lvb = self.acquire_waiting(&vg.name, &r, Mode::Exclusive, true)?;
+        Ok((r, lvb))
+    }
+
+    /// Takes the global lease in `mode` when `vg` holds the enabled one and this host has
+    /// joined `vg`'s lockspace (lvmlockd uses the GL of a started lockspace only); `None`
+    /// when it does not.
+    pub fn lock_gl(
+        &self,
+        vg: &crate::model::Vg,
+        at: &VgPlaces,
+        mode: Mode,
+    ) -> Result<Option<ResourceSpec>, LeaseError> {
+        let Ok(ls) = self.lockspace(vg, at) else {
+            return Ok(None);
+        };
+        if !self.manager.joined(&ls)? || !self.holds_gl(vg, at)? {
+            return Ok(None);
+        }
+        let r = layout::gl_lease(vg, &at.paths, layout::GL_NAME, at.geometry)
+            .ok_or_else(|| missing(vg, "GL lease"))?;
+        self.acquire_waiting(&vg.name, &r, mode, false)?;
+        Ok(Some(r))
+    }
+
+    /// Acquires `r`, retrying while another host holds it, up to [`Host::wait`].
+    fn acquire_waiting(
+        &self,
+        vg: &str,
+        r: &ResourceSpec,
+        mode: Mode,
+        want_lvb: bool,
+    ) -> Result<Option<Lvb>, LeaseError> {
         let deadline = std::time::Instant::now() + self.wait;
         loop {
-            match self.manager.acquire(&r, Mode::Exclusive, true) {
-                Ok(lvb) => return Ok((r, lvb)),
+            match self.manager.acquire(r, mode, want_lvb) {
+                Ok(lvb) => return Ok(lvb),
                 Err(LeaseError::Busy { .. }) if std::time::Instant::now() < deadline => {
-                    tracing::debug!(vg = %vg.name, "VG lease busy; retrying");
+                    tracing::debug!(vg, lease = %r.name, "lease busy; retrying");
                     // 20-80 ms, different per process, so contending hosts do not stay in step.
                     let jitter = u64::from(std::process::id() % 61);
                     std::thread::sleep(std::time::Duration::from_millis(20 + jitter));
                 }
                 Err(LeaseError::Busy { name }) => {
                     return Err(LeaseError::Manager {
-                        what: format!("VG {} lease {name}", vg.name),
+                        what: format!("VG {vg} lease {name}"),
                         why: format!("still held by another host after {:?}", self.wait),
                     })
                 }

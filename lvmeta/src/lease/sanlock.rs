@@ -1,8 +1,10 @@
 //! [`LeaseManager`] on the host's sanlock daemon (`SANLOCK_RUN_DIR` chooses which), through
 //! `sanlock_sys::safe`. Leases live as long as this process's registration with the daemon.
 
+use std::path::Path;
 use std::sync::Mutex;
 
+use crate::dev::{BlockDevice, FileDevice};
 use sanlock_sys::safe::{self, Client, Lockspace, Resource, Rv};
 use sanlock_sys::{
     SANLK_ACQUIRE_IDLIVE, SANLK_ACQUIRE_OTHER, SANLK_ACQUIRE_OWNED, SANLK_ACQUIRE_OWNED_RETRY,
@@ -11,7 +13,7 @@ use sanlock_sys::{
     SANLK_RES_SECTOR4K, SANLK_RES_SECTOR512, SANLK_RES_SHARED,
 };
 
-use super::{Geometry, LeaseError, LeaseManager, LockspaceSpec, Lvb, Mode, ResourceSpec};
+use super::{paxos, Geometry, LeaseError, LeaseManager, LockspaceSpec, Lvb, Mode, ResourceSpec};
 
 /// Leases held through this process's registration with the sanlock daemon.
 #[derive(Debug, Default)]
@@ -91,6 +93,33 @@ impl SanlockLeases {
     }
 }
 
+/// Gives a never-held lease its new name with one synchronous sector write, the bytes
+/// `sanlock_write_resource` would have written (see [`super::paxos`]). Returns false, having
+/// written nothing, when the area is not such a lease and must be written whole.
+fn rename_in_place(r: &ResourceSpec) -> std::io::Result<bool> {
+    let dev = FileDevice::open_rw(Path::new(&r.path))?;
+    // Bounded: a lease area is 1 MiB, or 8 MiB with 4 KiB sectors (`Geometry::for_sector`).
+    let mut area = vec![
+        0u8;
+        usize::try_from(r.geometry.align)
+            .unwrap_or(usize::MAX)
+            .min(8 << 20)
+    ];
+    dev.read_at(r.offset, &mut area)?;
+    match paxos::renamed_leader(&area, r.geometry, &r.lockspace, &r.name) {
+        Ok(leader) => {
+            // FileDevice writes with O_DSYNC: durable on return, as sanlock's own writes.
+            dev.write_at(r.offset, &leader)?;
+            tracing::debug!(path = %r.path, offset = r.offset, name = %r.name, "lease renamed in place");
+            Ok(true)
+        }
+        Err(why) => {
+            tracing::debug!(path = %r.path, offset = r.offset, %why, "lease written whole");
+            Ok(false)
+        }
+    }
+}
+
 impl LeaseManager for SanlockLeases {
     fn init_lockspace(&self, s: &LockspaceSpec, io_timeout: u32) -> Result<(), LeaseError> {
         safe::write_lockspace(&ls(s), io_timeout).map_err(|rv| {
@@ -102,6 +131,14 @@ impl LeaseManager for SanlockLeases {
     }
 
     fn init_resource(&self, r: &ResourceSpec) -> Result<(), LeaseError> {
+        match rename_in_place(r) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => tracing::debug!(
+                path = %r.path, offset = r.offset, error = %e,
+                "lease area unreadable here; writing it through sanlock"
+            ),
+        }
         safe::write_resource(&res(r, Mode::Exclusive)).map_err(|rv| {
             err(
                 format!("write resource {} on {}:{}", r.name, r.path, r.offset),
