@@ -133,7 +133,8 @@ t0=$(date +%s)
 # Each host creates ROUNDS LVs and removes every other one: 4 * 1.5 * ROUNDS changes.
 ROUNDS=${MIXED_ROUNDS:-60}
 # Round i of a host: create h<host>-i; every third round also extend it by one extent and tag
-# it; every second round remove the LV of the round before.
+# it; every fifth rename it r<host>-i; every second remove the LV of the round before.
+lv_of() { if [ $(($2 % 5)) -eq 0 ]; then echo "r$1-$2"; else echo "h$1-$2"; fi; }
 work_lvm() {
     for i in $(seq "$ROUNDS"); do
         lvm1 lvcreate -q -an -Zn -n "h1-$i" -l 1 vga >/dev/null 2>&1
@@ -141,7 +142,8 @@ work_lvm() {
             lvm1 lvextend -q -l +1 "vga/h1-$i" >/dev/null 2>&1
             lvm1 lvchange -q --addtag "t$i" "vga/h1-$i" >/dev/null 2>&1
         fi
-        [ $((i % 2)) -eq 0 ] && lvm1 lvremove -q -f "vga/h1-$((i - 1))" >/dev/null 2>&1
+        [ $((i % 5)) -eq 0 ] && lvm1 lvrename -q "vga/h1-$i" "r1-$i" >/dev/null 2>&1
+        [ $((i % 2)) -eq 0 ] && lvm1 lvremove -q -f "vga/$(lv_of 1 $((i - 1)))" >/dev/null 2>&1
     done
 }
 work_lvmeta() {
@@ -152,9 +154,11 @@ work_lvmeta() {
             lvmeta_on "$h" lvextend -l +1 "vga/h$h-$i" >/dev/null
             lvmeta_on "$h" lvchange --addtag "t$i" "vga/h$h-$i" >/dev/null
         fi
-        [ $((i % 2)) -eq 0 ] && lvmeta_on "$h" lvremove "vga/h$h-$((i - 1))" >/dev/null
+        [ $((i % 5)) -eq 0 ] && lvmeta_on "$h" lvrename "vga/h$h-$i" "r$h-$i" >/dev/null
+        [ $((i % 2)) -eq 0 ] && lvmeta_on "$h" lvremove "vga/$(lv_of "$h" $((i - 1)))" >/dev/null
     done
 }
+seq_start=$(lvmeta_report vgs --noheadings -o vg_seqno vga | tr -d ' ')
 work_lvm & p1=$!
 work_lvmeta 2 & p2=$!
 work_lvmeta 3 & p3=$!
@@ -164,19 +168,25 @@ for p in $p1 $p2 $p3 $p4; do wait "$p" || fail=1; done
 [ $fail -eq 0 ] || { say "a concurrent worker failed"; exit 1; }
 say "C: the concurrent changes took $(( $(date +%s) - t0 )) s"
 same vga
-# Expected: every even round's LV, two extents and a tag where the round is a multiple of 3.
+# Expected: every even round's LV (renamed where the round is a multiple of 5), two extents
+# and a tag where the round is a multiple of 3.
 lvmeta_report lvs --noheadings --units b --nosuffix -o lv_name,lv_size,lv_tags vga \
     | awk '{print $1, $2, $3}' | sort >"$WORK/have"
 ext=$(lvmeta_report vgs --noheadings --units b --nosuffix -o vg_extent_size vga | tr -d ' ')
 for h in 1 2 3 4; do
     for i in $(seq 2 2 "$ROUNDS"); do
-        if [ $((i % 3)) -eq 0 ]; then echo "h$h-$i $((2 * ext)) t$i"; else echo "h$h-$i $ext "; fi
+        n=$(lv_of "$h" "$i")
+        if [ $((i % 3)) -eq 0 ]; then echo "$n $((2 * ext)) t$i"; else echo "$n $ext "; fi
     done
 done | sort >"$WORK/want"
-grep '^h[1-4]-' "$WORK/have" | sed 's/ $//' | diff - <(sed 's/ $//' "$WORK/want") >&2 \
+grep '^[hr][1-4]-' "$WORK/have" | sed 's/ $//' | diff - <(sed 's/ $//' "$WORK/want") >&2 \
     || { say "lost or extra changes"; exit 1; }
 seq_end=$(lvmeta_report vgs --noheadings -o vg_seqno vga | tr -d ' ')
-say "C: $((4 * (ROUNDS + ROUNDS / 2 + 2 * (ROUNDS / 3)))) concurrent changes (create, extend, tag, remove) by lvm2 and 3 lvmeta hosts, none lost, vgck clean (seqno $seq_end)"
+changes=$((4 * (ROUNDS + ROUNDS / 2 + 2 * (ROUNDS / 3) + ROUNDS / 5)))
+# Each change is one commit: the seqno moved by exactly their number.
+[ $((seq_end - seq_start)) -eq "$changes" ] ||
+    { say "seqno went from $seq_start to $seq_end for $changes changes"; exit 1; }
+say "C: $changes concurrent changes (create, extend, tag, rename, remove) by lvm2 and 3 lvmeta hosts, none lost, vgck clean (seqno $seq_end)"
 
 say "D: a writer killed while holding the VG lease"
 SANLOCK_RUN_DIR="$WORK/h3" "$HOLD" "$LUN" vga 3 >"$WORK/hold.out" 2>"$WORK/hold.err" &
