@@ -48,6 +48,21 @@ impl Backend {
         }
     }
 
+    /// The lvmeta session over the LUN.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The per-volume in-flight guard shared by every service.
+    pub fn inflight(&self) -> &InFlight {
+        &self.inflight
+    }
+
+    /// The volume `vg/name` of a served VG, or NOT_FOUND.
+    pub fn volume(&self, vg: &str, name: &str) -> Result<Volume, Status> {
+        self.existing(vg, name)
+    }
+
     /// The VGs served.
     pub fn vgs(&self) -> &[String] {
         &self.vgs

@@ -6,7 +6,7 @@ use tonic::{Request, Response, Status};
 
 use crate::controller::Backend;
 use crate::csi::identity_server::Identity;
-use crate::csi::plugin_capability::{service, Service, Type};
+use crate::csi::plugin_capability::{service, volume_expansion, Service, Type, VolumeExpansion};
 use crate::csi::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
     GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
@@ -44,8 +44,13 @@ impl Identity for IdentityService {
         let cap = |t| PluginCapability {
             r#type: Some(Type::Service(Service { r#type: t as i32 })),
         };
+        let online = PluginCapability {
+            r#type: Some(Type::VolumeExpansion(VolumeExpansion {
+                r#type: volume_expansion::Type::Online as i32,
+            })),
+        };
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: vec![cap(service::Type::ControllerService)],
+            capabilities: vec![cap(service::Type::ControllerService), online],
         }))
     }
 

@@ -7,9 +7,12 @@
 // tonic::Status is the error of every RPC; boxing it in helpers would only add conversions.
 #![allow(clippy::result_large_err)]
 
+pub mod client;
 pub mod controller;
 pub mod identity;
 pub mod inflight;
+pub mod mount;
+pub mod node;
 pub mod params;
 pub mod server;
 pub mod status;

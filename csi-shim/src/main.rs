@@ -1,7 +1,9 @@
-//! `csi-shim`: the CSI driver's controller endpoint on a unix socket.
+//! `csi-shim`: the CSI driver's endpoint on a unix socket (Identity, Controller and, with
+//! `--node-id`, Node).
 //!
 //! ```text
 //! csi-shim --endpoint /csi/csi.sock --devices /dev/mapper/lun0 --vg vg0 [--host-id N]
+//!          [--node-id NODE --kubelet-dir /var/lib/kubelet]
 //! ```
 //! The VGs served must be on the devices given; a shared VG needs this host's sanlock host id
 //! (`--host-id`, or lvm2's lvmlocal.conf) and its lockspace started (`lvmeta vgchange
@@ -22,10 +24,7 @@ use lvmeta::ops::Session;
 
 /// Command line of the driver.
 #[derive(Debug, Parser)]
-#[command(
-    version,
-    about = "Kubernetes CSI driver over lvmeta (controller endpoint)"
-)]
+#[command(version, about = "Kubernetes CSI driver over lvmeta")]
 struct Args {
     /// The unix socket to serve on.
     #[arg(long, default_value = "/csi/csi.sock")]
@@ -45,6 +44,15 @@ struct Args {
     /// Seconds to wait for a VG lease held by another host.
     #[arg(long, default_value_t = 30)]
     lock_wait: u64,
+    /// Serve the Node service as this Kubernetes node (its name).
+    #[arg(long, env = "KUBE_NODE_NAME")]
+    node_id: Option<String>,
+    /// The kubelet directory; staging and target paths must be under it.
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    kubelet_dir: PathBuf,
+    /// Most volumes staged on this node at once (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    max_volumes: i64,
     /// lvm2's lock file directory, shared with lvm commands on this host.
     #[arg(long, env = "LVMETA_LOCKING_DIR", default_value = "/run/lock/lvm")]
     locking_dir: PathBuf,
@@ -85,6 +93,24 @@ fn run(args: Args) -> Result<(), String> {
         });
     }
     let backend = Arc::new(Backend::new(session, args.vgs));
+    let node = match &args.node_id {
+        Some(id) => {
+            let activation = lvmeta::activate::loopdev::LoopBackend::probe()
+                .ok_or("the Node service needs the loop driver (/dev/loop-control)")?;
+            tracing::info!(node_id = %id, backend = "loop", "serving the Node service");
+            Some(Arc::new(csi_shim::node::Node::new(
+                backend.clone(),
+                csi_shim::node::NodeConfig {
+                    node_id: id.clone(),
+                    kubelet_dir: args.kubelet_dir.clone(),
+                    max_volumes: args.max_volumes,
+                    activation: Arc::new(activation),
+                    system: Arc::new(csi_shim::mount::Real),
+                },
+            )))
+        }
+        None => None,
+    };
     let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async {
         let listener = csi_shim::server::listen(&args.endpoint).map_err(|e| e.to_string())?;
@@ -105,7 +131,7 @@ fn run(args: Args) -> Result<(), String> {
             }
             tracing::info!("shutting down: letting calls in flight finish");
         };
-        csi_shim::server::serve(backend, listener, shutdown)
+        csi_shim::server::serve(backend, node, listener, shutdown)
             .await
             .map_err(|e| e.to_string())?;
         let _ = std::fs::remove_file(&args.endpoint);

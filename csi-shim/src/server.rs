@@ -12,7 +12,9 @@ use tokio_stream::wrappers::UnixListenerStream;
 use crate::controller::{Backend, ControllerService};
 use crate::csi::controller_server::ControllerServer;
 use crate::csi::identity_server::IdentityServer;
+use crate::csi::node_server::NodeServer;
 use crate::identity::IdentityService;
+use crate::node::{Node, NodeService};
 
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]
@@ -54,16 +56,23 @@ pub fn listen(path: &Path) -> Result<UnixListener, ServeError> {
     Ok(l)
 }
 
-/// Serves Identity and Controller for `backend` on `listener` until `shutdown` resolves.
+/// Serves Identity, Controller and, when `node` is given, Node for `backend` on `listener`
+/// until `shutdown` resolves; then the node's leases are released.
 pub async fn serve(
     backend: Arc<Backend>,
+    node: Option<Arc<Node>>,
     listener: UnixListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    tonic::transport::Server::builder()
+    let served = tonic::transport::Server::builder()
         .add_service(IdentityServer::new(IdentityService::new(backend.clone())))
         .add_service(ControllerServer::new(ControllerService::new(backend)))
+        .add_optional_service(node.clone().map(|n| NodeServer::new(NodeService::new(n))))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-        .await?;
+        .await;
+    if let Some(n) = node {
+        n.release_all();
+    }
+    served?;
     Ok(())
 }

@@ -9,15 +9,18 @@ use std::sync::Arc;
 use csi_shim::controller::Backend;
 use csi_shim::csi::controller_client::ControllerClient;
 use csi_shim::csi::identity_client::IdentityClient;
+use csi_shim::csi::node_client::NodeClient;
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
 use csi_shim::csi::*;
-use hyper_util::rt::TokioIo;
+use csi_shim::mount::Fake;
+use csi_shim::node::{Node, NodeConfig};
+use lvmeta::activate::FakeBackend;
 use lvmeta::dev::{BlockDevice, MemDevice};
 use lvmeta::edit::VgSpec;
 use lvmeta::layout::PvOptions;
 use lvmeta::ops::Session;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 use tonic::Code;
 
 const MIB: i64 = 1 << 20;
@@ -25,7 +28,12 @@ const MIB: i64 = 1 << 20;
 struct Driver {
     identity: IdentityClient<Channel>,
     controller: ControllerClient<Channel>,
+    node: NodeClient<Channel>,
     socket: std::path::PathBuf,
+    /// The kubelet directory the node service accepts paths under.
+    kubelet: std::path::PathBuf,
+    activation: Arc<FakeBackend>,
+    system: Arc<Fake>,
     _dir: tempfile::TempDir,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,
@@ -55,28 +63,36 @@ async fn serve(backend: Backend) -> Driver {
     std::os::unix::net::UnixListener::bind(&socket).expect("stale socket");
     let listener = csi_shim::server::listen(&socket).expect("listen");
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let kubelet = dir.path().join("kubelet");
+    let activation = Arc::new(FakeBackend::default());
+    let system = Arc::new(Fake::new(64 << 20));
+    let backend = Arc::new(backend);
+    let node = Arc::new(Node::new(
+        backend.clone(),
+        NodeConfig {
+            node_id: "node-1".into(),
+            kubelet_dir: kubelet.clone(),
+            max_volumes: 4,
+            activation: activation.clone(),
+            system: system.clone(),
+        },
+    ));
     let server = tokio::spawn(async move {
-        csi_shim::server::serve(Arc::new(backend), listener, async {
+        csi_shim::server::serve(backend, Some(node), listener, async {
             let _ = rx.await;
         })
         .await
         .expect("serve");
     });
-    let path = socket.clone();
-    let channel = Endpoint::try_from("http://[::]:50051")
-        .expect("endpoint")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        }))
-        .await
-        .expect("connect");
+    let channel = csi_shim::client::connect(&socket).await.expect("connect");
     Driver {
         identity: IdentityClient::new(channel.clone()),
-        controller: ControllerClient::new(channel),
+        controller: ControllerClient::new(channel.clone()),
+        node: NodeClient::new(channel),
         socket,
+        kubelet,
+        activation,
+        system,
         _dir: dir,
         stop: Some(tx),
         server,
@@ -141,7 +157,8 @@ async fn identity_and_socket() {
         .await
         .expect("caps")
         .into_inner();
-    assert_eq!(caps.capabilities.len(), 1);
+    // The controller service and online expansion.
+    assert_eq!(caps.capabilities.len(), 2);
     let probe = d.identity.probe(ProbeRequest {}).await.expect("probe");
     assert_eq!(probe.into_inner().ready, Some(true));
     // Graceful shutdown: the server ends when told to.
@@ -463,4 +480,280 @@ async fn bad_requests() {
         .expect("caps")
         .into_inner();
     assert_eq!(caps.capabilities.len(), 6);
+}
+
+fn stage(d: &Driver, id: &str, staging: &str, c: VolumeCapability) -> NodeStageVolumeRequest {
+    NodeStageVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: d.kubelet.join(staging).display().to_string(),
+        volume_capability: Some(c),
+        ..Default::default()
+    }
+}
+
+fn publish(
+    d: &Driver,
+    id: &str,
+    staging: &str,
+    target: &str,
+    c: VolumeCapability,
+) -> NodePublishVolumeRequest {
+    NodePublishVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: d.kubelet.join(staging).display().to_string(),
+        target_path: d.kubelet.join(target).display().to_string(),
+        volume_capability: Some(c),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn node_service_stages_publishes_and_refuses_what_it_cannot_do() {
+    let mut d = driver().await;
+    let info = d
+        .node
+        .node_get_info(NodeGetInfoRequest {})
+        .await
+        .expect("info")
+        .into_inner();
+    assert_eq!(
+        (info.node_id.as_str(), info.max_volumes_per_node),
+        ("node-1", 4)
+    );
+    let caps = d
+        .node
+        .node_get_capabilities(NodeGetCapabilitiesRequest {})
+        .await
+        .expect("caps")
+        .into_inner();
+    assert_eq!(caps.capabilities.len(), 6);
+    d.controller
+        .create_volume(create("thin", "thin", 8 * MIB, rwo()))
+        .await
+        .expect("thin");
+    // Last, so that it can grow in one piece (as the loop backend needs).
+    d.controller
+        .create_volume(create("lin", "linear", 8 * MIB, rwo()))
+        .await
+        .expect("lin");
+    let fs = cap(Access::SingleNodeWriter, false);
+
+    // Arguments are checked before anything is done.
+    let code = |r: Result<tonic::Response<NodeStageVolumeResponse>, tonic::Status>| {
+        r.expect_err("refused").code()
+    };
+    let mut bad = stage(&d, "vg/lin", "st/lin", fs.clone());
+    bad.volume_id.clear();
+    assert_eq!(
+        code(d.node.node_stage_volume(bad).await),
+        Code::InvalidArgument
+    );
+    for path in ["", "relative/path", "/tmp/outside-kubelet"] {
+        let mut bad = stage(&d, "vg/lin", "st/lin", fs.clone());
+        bad.staging_target_path = path.into();
+        assert_eq!(
+            code(d.node.node_stage_volume(bad).await),
+            Code::InvalidArgument,
+            "{path:?}"
+        );
+    }
+    let mut bad = stage(&d, "vg/lin", "st/lin", fs.clone());
+    bad.staging_target_path = format!("{}/st/../../../etc", d.kubelet.display());
+    assert_eq!(
+        code(d.node.node_stage_volume(bad).await),
+        Code::InvalidArgument
+    );
+    let mut bad = stage(&d, "vg/lin", "st/lin", fs.clone());
+    bad.volume_capability = None;
+    assert_eq!(
+        code(d.node.node_stage_volume(bad).await),
+        Code::InvalidArgument
+    );
+    let mut btrfs = fs.clone();
+    btrfs.access_type = Some(AccessType::Mount(MountVolume {
+        fs_type: "btrfs".into(),
+        ..Default::default()
+    }));
+    assert_eq!(
+        code(
+            d.node
+                .node_stage_volume(stage(&d, "vg/lin", "st/lin", btrfs))
+                .await
+        ),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(
+            d.node
+                .node_stage_volume(stage(&d, "vg/nope", "st/nope", fs.clone()))
+                .await
+        ),
+        Code::NotFound
+    );
+    // RWX on a filesystem is refused.
+    assert_eq!(
+        code(
+            d.node
+                .node_stage_volume(stage(
+                    &d,
+                    "vg/lin",
+                    "st/lin",
+                    cap(Access::MultiNodeMultiWriter, false)
+                ))
+                .await
+        ),
+        Code::InvalidArgument
+    );
+
+    // Stage: activated, formatted (blank), mounted; again: fine; elsewhere: ALREADY_EXISTS.
+    d.node
+        .node_stage_volume(stage(&d, "vg/lin", "st/lin", fs.clone()))
+        .await
+        .expect("stage");
+    assert_eq!(d.activation.state("vg", "lin"), Some(false));
+    assert_eq!(d.system.mounts(), vec![d.kubelet.join("st/lin")]);
+    d.node
+        .node_stage_volume(stage(&d, "vg/lin", "st/lin", fs.clone()))
+        .await
+        .expect("again");
+    assert_eq!(
+        code(
+            d.node
+                .node_stage_volume(stage(&d, "vg/lin", "st/other", fs.clone()))
+                .await
+        ),
+        Code::AlreadyExists
+    );
+    // Thin volumes need dm-thin-pool, which the fake (like the loop backend) lacks.
+    let e = d
+        .node
+        .node_stage_volume(stage(&d, "vg/thin", "st/thin", fs.clone()))
+        .await
+        .expect_err("thin");
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(e.message().contains("dm-thin-pool"), "{}", e.message());
+
+    // Publish: not staged is FAILED_PRECONDITION; published twice is fine.
+    let e = d
+        .node
+        .node_publish_volume(publish(&d, "vg/thin", "st/thin", "pods/a/thin", fs.clone()))
+        .await
+        .expect_err("not staged");
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    let mut outside = publish(&d, "vg/lin", "st/lin", "pods/a/lin", fs.clone());
+    outside.target_path = "/var/tmp/elsewhere".into();
+    assert_eq!(
+        d.node
+            .node_publish_volume(outside)
+            .await
+            .expect_err("outside")
+            .code(),
+        Code::InvalidArgument
+    );
+    for _ in 0..2 {
+        d.node
+            .node_publish_volume(publish(&d, "vg/lin", "st/lin", "pods/a/lin", fs.clone()))
+            .await
+            .expect("publish");
+    }
+    assert!(d.kubelet.join("pods/a/lin").is_dir());
+    assert_eq!(d.system.mounts().len(), 2);
+
+    // Stats: bytes and inodes of the mount; a path that is not there is NOT_FOUND.
+    let stats = d
+        .node
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: "vg/lin".into(),
+            volume_path: d.kubelet.join("pods/a/lin").display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("stats")
+        .into_inner();
+    assert_eq!(stats.usage.len(), 2);
+    assert_eq!(stats.usage[0].total, 64 << 20);
+    assert_eq!(stats.volume_condition.map(|c| c.abnormal), Some(false));
+    let e = d
+        .node
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: "vg/lin".into(),
+            volume_path: d.kubelet.join("pods/none").display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no path");
+    assert_eq!(e.code(), Code::NotFound);
+
+    // Expansion: the controller grows the LV, the node the filesystem.
+    d.controller
+        .controller_expand_volume(ControllerExpandVolumeRequest {
+            volume_id: "vg/lin".into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 16 * MIB,
+                limit_bytes: 0,
+            }),
+            volume_capability: Some(fs.clone()),
+            ..Default::default()
+        })
+        .await
+        .expect("controller expand");
+    let grown = d
+        .node
+        .node_expand_volume(NodeExpandVolumeRequest {
+            volume_id: "vg/lin".into(),
+            volume_path: d.kubelet.join("pods/a/lin").display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("node expand")
+        .into_inner();
+    assert_eq!(grown.capacity_bytes, 16 * MIB);
+    assert_eq!(d.system.grown(), 1);
+
+    // Block volumes: the device bind-mounted on a file.
+    d.controller
+        .create_volume(create(
+            "blk",
+            "linear",
+            4 * MIB,
+            vec![cap(Access::MultiNodeMultiWriter, true)],
+        ))
+        .await
+        .expect("blk");
+    let rwx = cap(Access::MultiNodeMultiWriter, true);
+    d.node
+        .node_stage_volume(stage(&d, "vg/blk", "st/blk", rwx.clone()))
+        .await
+        .expect("stage blk");
+    d.node
+        .node_publish_volume(publish(&d, "vg/blk", "st/blk", "pods/b/dev", rwx.clone()))
+        .await
+        .expect("publish blk");
+    assert!(d.kubelet.join("pods/b/dev").is_file());
+
+    // Undo everything, twice.
+    for _ in 0..2 {
+        for (id, target) in [("vg/lin", "pods/a/lin"), ("vg/blk", "pods/b/dev")] {
+            d.node
+                .node_unpublish_volume(NodeUnpublishVolumeRequest {
+                    volume_id: id.into(),
+                    target_path: d.kubelet.join(target).display().to_string(),
+                })
+                .await
+                .expect("unpublish");
+        }
+        for (id, staging) in [("vg/lin", "st/lin"), ("vg/blk", "st/blk")] {
+            d.node
+                .node_unstage_volume(NodeUnstageVolumeRequest {
+                    volume_id: id.into(),
+                    staging_target_path: d.kubelet.join(staging).display().to_string(),
+                })
+                .await
+                .expect("unstage");
+        }
+    }
+    assert!(d.system.mounts().is_empty());
+    assert!(!d.kubelet.join("pods/a/lin").exists());
+    assert_eq!(d.activation.state("vg", "lin"), None);
+    assert_eq!(d.activation.state("vg", "blk"), None);
 }

@@ -69,6 +69,9 @@ pub enum Error {
     /// A lease could not be taken, given back or written.
     #[error("{0}")]
     Lease(#[from] crate::lease::LeaseError),
+    /// Activating or deactivating an LV on this host failed.
+    #[error(transparent)]
+    Activate(#[from] crate::activate::ActivateError),
     /// A change to a shared VG without a lock manager.
     #[error("VG {0} is shared: start its lockspace with a host id (--host-id N, vgchange --lockstart) or pass --nolocking")]
     SharedWithoutLeases(String),

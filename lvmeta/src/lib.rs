@@ -7,6 +7,7 @@
 //! [`lockfile`] (lvm2's host-local locks), [`ops`] (the verbs with their I/O) and [`report`]
 //! (lvm2-style `pvs`/`vgs`/`lvs`).
 
+pub mod activate;
 pub mod alloc;
 pub mod commit;
 pub mod crc;

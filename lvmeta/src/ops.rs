@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use crate::activate::{self, Activation, Backend, Placement};
 use crate::commit::{self, flush, io_err, write, Area, LabelWrite};
 use crate::dev::BlockDevice;
 use crate::edit::{self, EditError, NewPv, VgSpec};
@@ -216,12 +217,132 @@ impl Session {
         let sv = writable(&scan, vg)?;
         let held = match self.host_for(&sv.vg)? {
             Some(h) => {
-                let (r, _) = h.lock_vg(&sv.vg, &places(&scan, sv))?;
+                let (r, _) = h.lock_vg(&sv.vg, &places(&scan, sv), lease::Mode::Exclusive)?;
                 Some((h, r))
             }
             None => None,
         };
         Ok(VgLease { held })
+    }
+
+    /// Scans for a report the way lvmlockd's reporting commands read: the global lease shared
+    /// when `vgs` is empty (every VG is read), each selected shared VG's lease shared where
+    /// this host has joined its lockspace, then a fresh scan under them. The returned
+    /// [`ReadLocks`] releases the leases when dropped and names the shared VGs read without
+    /// one (lockspace not started, no lvmlock LV, or no lease manager).
+    pub fn read_locked(&self, vgs: &[&str]) -> Result<(Scan, ReadLocks<'_>), Error> {
+        let scan = self.scan();
+        let mut locks = ReadLocks {
+            held: Vec::new(),
+            unlocked: Vec::new(),
+        };
+        let selected = |n: &str| vgs.is_empty() || vgs.contains(&n);
+        let shared: Vec<&ScannedVg> = scan
+            .vgs
+            .iter()
+            .filter(|v| v.vg.is_shared() && selected(&v.vg.name))
+            .collect();
+        let Some(h) = &self.host else {
+            locks.unlocked = shared.iter().map(|v| v.vg.name.clone()).collect();
+            return Ok((scan, locks));
+        };
+        if vgs.is_empty() {
+            for sv in &shared {
+                if let Some(r) = h.lock_gl(&sv.vg, &places(&scan, sv), lease::Mode::Shared)? {
+                    locks.held.push((h, r));
+                    break;
+                }
+            }
+        }
+        for sv in &shared {
+            let at = places(&scan, sv);
+            if h.lockspace(&sv.vg, &at).is_err() {
+                locks.unlocked.push(sv.vg.name.clone());
+                continue;
+            }
+            match h.lock_vg(&sv.vg, &at, lease::Mode::Shared) {
+                Ok((r, _)) => locks.held.push((h, r)),
+                Err(lease::LeaseError::NotJoined { .. }) => locks.unlocked.push(sv.vg.name.clone()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if locks.held.is_empty() {
+            return Ok((scan, locks));
+        }
+        Ok((self.scan(), locks))
+    }
+
+    /// Activates LV `lv` of `vg` on this host through `backend`, as `lvchange -ay` (`-asy`
+    /// with `shared`) does with lvmlockd: the VG read under its lease shared, the LV's lease
+    /// (a thin LV's: its pool's) taken exclusively, or shared for shared activation, and held
+    /// by the returned [`Activation`] for as long as it lives. A lease another host holds in a
+    /// conflicting mode fails at once with [`lease::LeaseError::Busy`].
+    pub fn activate(
+        &self,
+        vg: &str,
+        lv: &str,
+        shared: bool,
+        read_only: bool,
+        backend: &dyn Backend,
+    ) -> Result<Activation, Error> {
+        let (scan, locks) = self.read_locked(&[vg])?;
+        let sv = scan.vg(vg)?;
+        let at = places(&scan, sv);
+        let placement = activate::place(&sv.vg, lv, &at.paths)?;
+        let mode = if shared {
+            lease::Mode::Shared
+        } else {
+            lease::Mode::Exclusive
+        };
+        let lease = match self.host_for(&sv.vg)? {
+            Some(h) => {
+                h.check_joined(&sv.vg, &at)?;
+                let owner = lease_owner(&sv.vg, lv);
+                let r = lease::layout::lv_lease(&sv.vg, &at.paths, owner, at.geometry).ok_or_else(
+                    || lease::LeaseError::Manager {
+                        what: format!("LV {vg}/{owner}"),
+                        why: "has no lease (lock_args) in a shared VG".into(),
+                    },
+                )?;
+                h.manager.acquire(&r, mode, false)?;
+                Some((h.clone(), r, mode))
+            }
+            None => None,
+        };
+        drop(locks);
+        let device = backend.activate(&placement, read_only)?;
+        Ok(Activation::new(placement, device, lease))
+    }
+
+    /// Removes LV `lv`'s device on this host, found from the metadata (an activation whose
+    /// [`Activation`] is gone, as after a restart). Holds no lease.
+    pub fn deactivate(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<(), Error> {
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        let placement = activate::place(&sv.vg, lv, &places(&scan, sv).paths)?;
+        Ok(backend.deactivate(&placement)?)
+    }
+
+    /// The device of LV `lv` when it is active on this host.
+    pub fn active_device(
+        &self,
+        vg: &str,
+        lv: &str,
+        backend: &dyn Backend,
+    ) -> Result<Option<PathBuf>, Error> {
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        let placement = activate::place(&sv.vg, lv, &places(&scan, sv).paths)?;
+        Ok(backend.active(&placement)?)
+    }
+
+    /// Tells an active LV's device that the LV has grown (after `lvextend`).
+    pub fn refresh(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Placement, Error> {
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        let placement = activate::place(&sv.vg, lv, &places(&scan, sv).paths)?;
+        backend.refresh(&placement)?;
+        Ok(placement)
     }
 
     /// `pvcreate`: labels `device` as an orphan PV. Refuses a PV of a VG; an orphan PV is
@@ -466,7 +587,7 @@ impl Session {
         let lease = match self.host_for(&sv.vg)? {
             Some(h) => {
                 let at = places(&scan, sv);
-                let (r, _) = h.lock_vg(&sv.vg, &at)?;
+                let (r, _) = h.lock_vg(&sv.vg, &at, lease::Mode::Exclusive)?;
                 Some((h, r, at))
             }
             None => None,
@@ -518,7 +639,7 @@ impl Session {
             Some(h) => {
                 let sv = writable(&first, vg)?;
                 let at = places(&first, sv);
-                let (r, _) = h.lock_vg(&sv.vg, &at)?;
+                let (r, _) = h.lock_vg(&sv.vg, &at, lease::Mode::Exclusive)?;
                 Some((h, r, at))
             }
             None => None,
@@ -734,6 +855,17 @@ impl Session {
     }
 }
 
+/// The LV whose lease covers `lv`: a thin LV's pool, else `lv` itself.
+fn lease_owner<'v>(vg: &'v Vg, lv: &'v str) -> &'v str {
+    let thin_pool = vg.lv(lv).and_then(|l| {
+        l.segments.iter().find_map(|s| match &s.kind {
+            crate::model::SegKind::Thin(t) => Some(t.thin_pool.as_str()),
+            _ => None,
+        })
+    });
+    thin_pool.unwrap_or(lv)
+}
+
 /// Where a shared VG's leases are: each PV's device, and lvmlockd's geometry for the sector
 /// size of the PV holding `lvmlock`.
 /// What [`Session::global`] holds: the global lease (released first) and the file lock.
@@ -747,6 +879,24 @@ impl Drop for Global<'_> {
         if let Some((h, r)) = self.lease.take() {
             if let Err(e) = h.manager.release(&r, None) {
                 tracing::warn!(lease = %r.name, error = %e, "releasing the global lease failed");
+            }
+        }
+    }
+}
+
+/// The shared leases a report holds while it reads (see [`Session::read_locked`]); released,
+/// last taken first, when dropped.
+pub struct ReadLocks<'s> {
+    held: Vec<(&'s lease::Host, lease::ResourceSpec)>,
+    /// Shared VGs read without a lease: their view may be stale.
+    pub unlocked: Vec<String>,
+}
+
+impl Drop for ReadLocks<'_> {
+    fn drop(&mut self) {
+        while let Some((h, r)) = self.held.pop() {
+            if let Err(e) = h.manager.release(&r, None) {
+                tracing::warn!(lease = %r.name, error = %e, "releasing a read lease failed");
             }
         }
     }

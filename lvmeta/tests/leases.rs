@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lvmeta::activate::Backend;
 use lvmeta::dev::{BlockDevice, MemDevice};
 use lvmeta::edit::{self, LvSpec, SharedVg, Stamp, VgSpec};
 use lvmeta::lease::{layout, FakeLeases, Host, LeaseError, LeaseManager, Mode, VgPlaces};
@@ -237,4 +238,101 @@ fn pv_and_vg_namespace_changes_hold_the_global_lease_and_vgextend_the_vg_lease()
     s.vgremove("vg", false).expect("vgremove");
     let ls = host.lockspace(&vg, &at).expect("lockspace");
     assert_eq!(fake.joined(&ls), Ok(false));
+}
+
+#[test]
+fn reports_read_under_shared_global_and_vg_leases() {
+    let (s, fake, host) = setup();
+    let at = places();
+    // Lockspace not started: read without a lease, and named as such.
+    let (_, locks) = s.read_locked(&[]).expect("read");
+    assert_eq!(locks.unlocked, vec!["vg".to_owned()]);
+    drop(locks);
+    s.lockstart("vg").expect("lockstart");
+    let vg = create(&s, "a").expect("create");
+    let vgl = layout::vg_lease(&vg, &at.paths, at.geometry).expect("VG lease");
+    let gl = layout::gl_lease(&vg, &at.paths, layout::GL_NAME, at.geometry).expect("GL");
+    // Every VG: GL and VG lease shared while the report reads; writers wait, readers do not.
+    let (scan, locks) = s.read_locked(&[]).expect("read");
+    assert!(locks.unlocked.is_empty());
+    assert!(scan.vg("vg").expect("vg").vg.lv("a").is_some());
+    for r in [&vgl, &gl] {
+        assert!(matches!(
+            fake.acquire(r, Mode::Exclusive, false),
+            Err(LeaseError::Busy { .. })
+        ));
+    }
+    fake.acquire(&vgl, Mode::Shared, false)
+        .expect("second reader");
+    fake.release(&vgl, None).expect("release");
+    drop(locks);
+    for r in [&vgl, &gl] {
+        fake.acquire(r, Mode::Exclusive, false)
+            .expect("free after the report");
+        fake.release(r, None).expect("release");
+    }
+    // A named VG: its lease only, not the GL.
+    let (_, locks) = s.read_locked(&["vg"]).expect("read");
+    fake.acquire(&gl, Mode::Exclusive, false)
+        .expect("GL not taken");
+    fake.release(&gl, None).expect("release");
+    drop(locks);
+    // A writer holding the VG lease makes the report wait, then fail clearly.
+    fake.acquire(&vgl, Mode::Exclusive, false).expect("writer");
+    let err = s.read_locked(&["vg"]).err().expect("held");
+    assert!(err.to_string().contains("still held"), "{err}");
+    fake.release(&vgl, None).expect("release");
+    host.stop(&vg, &at).expect("lockstop");
+    let (_, locks) = s.read_locked(&["vg"]).expect("read");
+    assert_eq!(locks.unlocked, vec!["vg".to_owned()]);
+}
+
+#[test]
+fn activation_holds_the_lv_lease_exclusive_or_shared() {
+    let (s, fake, _host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    let vg = create(&s, "a").expect("create");
+    let at = places();
+    let lease = layout::lv_lease(&vg, &at.paths, "a", at.geometry).expect("LV lease");
+    let backend = lvmeta::activate::FakeBackend::default();
+    // Exclusive: another holder is refused at once, in both directions.
+    let act = s
+        .activate("vg", "a", false, false, &backend)
+        .expect("activate");
+    assert_eq!(act.mode, Some(Mode::Exclusive));
+    assert!(matches!(
+        fake.acquire(&lease, Mode::Shared, false),
+        Err(LeaseError::Busy { .. })
+    ));
+    assert!(matches!(
+        s.activate("vg", "a", true, false, &backend),
+        Err(Error::Lease(LeaseError::Busy { .. }))
+    ));
+    act.deactivate(&backend).expect("deactivate");
+    drop(act);
+    assert_eq!(backend.state("vg", "a"), None);
+    // Shared: other shared holders are fine, an exclusive one is not.
+    let sh = s
+        .activate("vg", "a", true, false, &backend)
+        .expect("shared");
+    fake.acquire(&lease, Mode::Shared, false)
+        .expect("second shared");
+    fake.release(&lease, None).expect("release");
+    assert!(matches!(
+        fake.acquire(&lease, Mode::Exclusive, false),
+        Err(LeaseError::Busy { .. })
+    ));
+    drop(sh);
+    fake.acquire(&lease, Mode::Exclusive, false)
+        .expect("released with the activation");
+    // Held elsewhere: activation fails at once, nothing is activated.
+    backend
+        .deactivate(&lvmeta::activate::place(&vg, "a", &at.paths).expect("place"))
+        .expect("off");
+    assert!(matches!(
+        s.activate("vg", "a", false, false, &backend),
+        Err(Error::Lease(LeaseError::Busy { .. }))
+    ));
+    assert_eq!(backend.state("vg", "a"), None);
+    fake.release(&lease, None).expect("release");
 }

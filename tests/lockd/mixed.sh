@@ -188,17 +188,25 @@ changes=$((4 * (ROUNDS + ROUNDS / 2 + 2 * (ROUNDS / 3) + ROUNDS / 5)))
     { say "seqno went from $seq_start to $seq_end for $changes changes"; exit 1; }
 say "C: $changes concurrent changes (create, extend, tag, rename, remove) by lvm2 and 3 lvmeta hosts, none lost, vgck clean (seqno $seq_end)"
 
-say "D: a writer killed while holding the VG lease"
+say "D: a writer killed while holding the VG lease; a writer and a report wait for it"
 SANLOCK_RUN_DIR="$WORK/h3" "$HOLD" "$LUN" vga 3 >"$WORK/hold.out" 2>"$WORK/hold.err" &
 holder=$!
 for _ in $(seq 100); do grep -q held "$WORK/hold.out" && break; sleep 0.1; done
 grep -q held "$WORK/hold.out" || { cat "$WORK/hold.err" >&2; exit 1; }
 lvmeta_on 2 lvcreate -an -n afterkill -L 4m vga >/dev/null &
 waiter=$!
+# A report with a host id reads under the VG lease shared, as lvmlockd's lvs does: it waits too.
+SANLOCK_RUN_DIR="$H2" "$LVMETA" lvs --devices "$LUN" --host-id 2 --noheadings -o lv_name vga \
+    >"$WORK/reader.out" 2>"$WORK/reader.err" &
+reader=$!
 sleep 2
 kill -0 "$waiter" 2>/dev/null || { say "the writer did not wait for the held VG lease"; exit 1; }
+kill -0 "$reader" 2>/dev/null || { say "the report did not wait for the held VG lease"; exit 1; }
 kill -9 "$holder"
 wait "$waiter" || { say "the writer failed after the holder died"; exit 1; }
+wait "$reader" || { cat "$WORK/reader.err" >&2; say "the report failed after the holder died"; exit 1; }
+grep -q . "$WORK/reader.out" || { say "the locked report is empty"; exit 1; }
+if grep -q "without a lock" "$WORK/reader.err"; then say "a locked report warned"; exit 1; fi
 has_lv vga afterkill
 same vga
 

@@ -480,3 +480,22 @@ pub fn create_remove_lv(s: &lvmeta::ops::Session, vg: &str, extents: u32) {
     s.update(vg, "lvremove", |v| edit::lv::remove(v, "bench", false))
         .expect("remove");
 }
+
+/// Unbinds, when dropped (also when a test fails), every loop device bound over `0` (a LUN),
+/// unmounting it first: what lvmeta's loop activation left behind.
+pub struct UnbindOver(pub String);
+
+impl Drop for UnbindOver {
+    fn drop(&mut self) {
+        let Ok(out) = Command::new("losetup")
+            .args(["-j", &self.0, "-O", "NAME", "-n"])
+            .output()
+        else {
+            return;
+        };
+        for dev in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            let _ = Command::new("umount").args(["-A", dev]).status();
+            let _ = Command::new("losetup").args(["-d", dev]).status();
+        }
+    }
+}

@@ -314,17 +314,19 @@ impl Host {
         self.manager.leave(&self.lockspace(vg, at)?)
     }
 
-    /// Takes `vg`'s VG lease exclusively, retrying while another host holds it, up to
-    /// [`Host::wait`]. Returns the lease and the seqno its value block announces.
+    /// Takes `vg`'s VG lease in `mode` (exclusive to change the VG, shared to read it),
+    /// retrying while another host holds it in a conflicting mode, up to [`Host::wait`].
+    /// Returns the lease and the seqno its value block announces.
     pub fn lock_vg(
         &self,
         vg: &crate::model::Vg,
         at: &VgPlaces,
+        mode: Mode,
     ) -> Result<(ResourceSpec, Option<Lvb>), LeaseError> {
         self.check_joined(vg, at)?;
         let r =
             layout::vg_lease(vg, &at.paths, at.geometry).ok_or_else(|| missing(vg, "VG lease"))?;
-        let lvb = self.acquire_waiting(&vg.name, &r, Mode::Exclusive, true)?;
+        let lvb = self.acquire_waiting(&vg.name, &r, mode, true)?;
         Ok((r, lvb))
     }
 

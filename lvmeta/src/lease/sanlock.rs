@@ -194,7 +194,10 @@ impl LeaseManager for SanlockLeases {
                     || rv == SANLK_ACQUIRE_OWNED_RETRY
                     || rv == SANLK_ACQUIRE_SHRETRY
                     || rv == SANLK_ACQUIRE_OTHER
-                    || rv == -libc::EAGAIN =>
+                    || rv == -libc::EAGAIN
+                    // Another process of this host holds or is acquiring it.
+                    || rv == -libc::EBUSY
+                    || rv == -libc::EEXIST =>
             {
                 Err(LeaseError::Busy {
                     name: r.name.clone(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::lease::{sanlock::SanlockLeases, Geometry, Host, VgPlaces};
+use lvmeta::lease::{sanlock::SanlockLeases, Geometry, Host, Mode, VgPlaces};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -36,7 +36,9 @@ fn main() {
         io_timeout: 2,
         wait: Duration::from_secs(60),
     };
-    let _held = host.lock_vg(&sv.vg, &at).expect("VG lease");
+    let _held = host
+        .lock_vg(&sv.vg, &at, Mode::Exclusive)
+        .expect("VG lease");
     println!("held");
     loop {
         std::thread::sleep(Duration::from_secs(3600));

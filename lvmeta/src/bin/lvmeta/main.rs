@@ -49,6 +49,8 @@ struct DeviceArgs {
 struct ReportArgs {
     #[command(flatten)]
     dev: DeviceArgs,
+    #[command(flatten)]
+    lock: write::LockArgs,
     /// Show hidden LVs too.
     #[arg(short = 'a', long = "all")]
     all: bool,
@@ -178,7 +180,21 @@ fn report_cmd(kind: Kind, a: &ReportArgs, segments: bool) -> CmdResult {
             ))
         }
     };
-    let scan = scan_devices(&a.dev);
+    let selected: Vec<&str> = a
+        .names
+        .iter()
+        .map(|n| n.split('/').next().unwrap_or(n))
+        .collect();
+    let host = a.lock.host()?;
+    let session = host.map(|h| lvmeta::ops::Session::new(open_devices(&a.dev)).with_host(h));
+    let (scan, locks) = match &session {
+        Some(s) => {
+            let (scan, locks) = s.read_locked(&selected).map_err(failed)?;
+            print_warnings(&scan);
+            (scan, Some(locks))
+        }
+        None => (scan_devices(&a.dev), None),
+    };
     for name in &a.names {
         let vg = name.split('/').next().unwrap_or(name);
         scan.vg(vg).map_err(failed)?;
@@ -191,18 +207,19 @@ fn report_cmd(kind: Kind, a: &ReportArgs, segments: bool) -> CmdResult {
             }
         }
     }
-    for svg in &scan.vgs {
-        if svg.vg.is_shared()
-            && (a.names.is_empty()
-                || a.names
-                    .iter()
-                    .any(|n| n.split('/').next() == Some(&svg.vg.name)))
-        {
-            eprintln!(
-                "  WARNING: Reading VG {} without a lock; the view may be stale.",
-                svg.vg.name
-            );
-        }
+    let unlocked: Vec<&str> = match &locks {
+        Some(l) => l.unlocked.iter().map(String::as_str).collect(),
+        None => scan
+            .vgs
+            .iter()
+            .filter(|v| {
+                v.vg.is_shared() && (selected.is_empty() || selected.contains(&&*v.vg.name))
+            })
+            .map(|v| v.vg.name.as_str())
+            .collect(),
+    };
+    for vg in unlocked {
+        eprintln!("  WARNING: Reading VG {vg} without a lock; the view may be stale.");
     }
     let req = Request {
         kind,
@@ -220,29 +237,40 @@ fn report_cmd(kind: Kind, a: &ReportArgs, segments: bool) -> CmdResult {
     Ok(())
 }
 
-/// Opens the given devices (or every block device), scans them, prints the warnings.
-fn scan_devices(args: &DeviceArgs) -> Scan {
+/// Opens the given devices (or every block device) read-only, saying why one that was named
+/// does not open.
+fn open_devices(args: &DeviceArgs) -> Vec<Box<dyn BlockDevice>> {
     let explicit = !args.devices.is_empty();
     let paths = if explicit {
         args.devices.clone()
     } else {
         system_block_devices()
     };
-    let mut devs: Vec<FileDevice> = Vec::new();
+    let mut devs: Vec<Box<dyn BlockDevice>> = Vec::new();
     for p in &paths {
         match FileDevice::open(p) {
-            Ok(d) if d.size() > 0 => devs.push(d),
+            Ok(d) if d.size() > 0 => devs.push(Box::new(d)),
             Ok(_) => {}
             Err(e) if explicit => eprintln!("  WARNING: {e}"),
             Err(e) => tracing::debug!(device = %p.display(), error = %e, "skipping device"),
         }
     }
-    let refs: Vec<&dyn BlockDevice> = devs.iter().map(|d| d as &dyn BlockDevice).collect();
+    devs
+}
+
+/// Opens and scans the given devices (or every block device), prints the warnings.
+fn scan_devices(args: &DeviceArgs) -> Scan {
+    let devs = open_devices(args);
+    let refs: Vec<&dyn BlockDevice> = devs.iter().map(|d| d.as_ref()).collect();
     let scan = scan::scan(&refs);
+    print_warnings(&scan);
+    scan
+}
+
+fn print_warnings(scan: &Scan) {
     for w in &scan.warnings {
         eprintln!("  WARNING: {w}");
     }
-    scan
 }
 
 /// `/dev/<name>` for every block device the kernel lists.

@@ -14,6 +14,30 @@ use lvmeta::ops::Session;
 
 use super::{failed, system_block_devices, CmdResult, DeviceArgs, EINVALID_CMD_LINE};
 
+/// How this host takes leases in shared VGs (writing verbs and reports).
+#[derive(Args, Clone)]
+pub struct LockArgs {
+    /// This host's id in shared VGs' lockspaces (default: lvmlocal.conf `local/host_id`).
+    #[arg(long = "host-id", env = "LVMETA_HOST_ID")]
+    host_id: Option<u64>,
+    /// Seconds to wait for a lease held by another host.
+    #[arg(long = "lock-wait", default_value_t = 60)]
+    lock_wait: u64,
+    /// io_timeout of lockspaces this host creates or joins (sanlock's default: 10).
+    #[arg(long = "io-timeout", default_value_t = 10)]
+    io_timeout: u32,
+}
+
+impl LockArgs {
+    /// This host's lease manager, when a host id is given (or in lvmlocal.conf).
+    pub fn host(&self) -> Result<Option<lvmeta::lease::Host>, (u8, String)> {
+        self.host_id
+            .or_else(lvmlocal_host_id)
+            .map(|id| lease_host(id, self))
+            .transpose()
+    }
+}
+
 /// Options every writing verb shares.
 #[derive(Args, Clone)]
 pub struct WriteArgs {
@@ -25,18 +49,11 @@ pub struct WriteArgs {
     /// lvm2's run directory, where `newhints` tells lvm2 to rescan for PVs.
     #[arg(long = "rundir", env = "LVMETA_RUN_DIR", default_value = "/run/lvm")]
     run_dir: PathBuf,
-    /// This host's id in shared VGs' lockspaces (default: lvmlocal.conf `local/host_id`).
-    #[arg(long = "host-id", env = "LVMETA_HOST_ID")]
-    host_id: Option<u64>,
+    #[command(flatten)]
+    lock: LockArgs,
     /// Change shared VGs without taking leases (only safe when no other host uses them).
     #[arg(long = "nolocking")]
     nolocking: bool,
-    /// Seconds a change waits for a VG lease held by another host.
-    #[arg(long = "lock-wait", default_value_t = 60)]
-    lock_wait: u64,
-    /// io_timeout of lockspaces this host creates or joins (sanlock's default: 10).
-    #[arg(long = "io-timeout", default_value_t = 10)]
-    io_timeout: u32,
     /// Answer yes to every question (lvmeta never asks; accepted for lvm2 compatibility).
     #[arg(short = 'y', long = "yes")]
     yes: bool,
@@ -408,8 +425,8 @@ fn session(w: &WriteArgs, extra: &[PathBuf]) -> Result<Session, (u8, String)> {
     if w.nolocking {
         s = s.without_locking();
     }
-    if let Some(host_id) = w.host_id.or_else(lvmlocal_host_id) {
-        s = s.with_host(lease_host(host_id, w)?);
+    if let Some(host) = w.lock.host()? {
+        s = s.with_host(host);
     }
     for warn in &s.scan().warnings {
         eprintln!("  WARNING: {warn}");
@@ -429,7 +446,7 @@ fn lvmlocal_host_id() -> Option<u64> {
 }
 
 #[cfg(feature = "sanlock")]
-fn lease_host(host_id: u64, w: &WriteArgs) -> Result<lvmeta::lease::Host, (u8, String)> {
+fn lease_host(host_id: u64, w: &LockArgs) -> Result<lvmeta::lease::Host, (u8, String)> {
     if !(1..=2000).contains(&host_id) {
         return Err(usage(format!("--host-id {host_id}: must be 1..2000")));
     }
@@ -442,7 +459,7 @@ fn lease_host(host_id: u64, w: &WriteArgs) -> Result<lvmeta::lease::Host, (u8, S
 }
 
 #[cfg(not(feature = "sanlock"))]
-fn lease_host(_host_id: u64, _w: &WriteArgs) -> Result<lvmeta::lease::Host, (u8, String)> {
+fn lease_host(_host_id: u64, _w: &LockArgs) -> Result<lvmeta::lease::Host, (u8, String)> {
     Err(usage(
         "this lvmeta was built without the sanlock feature: shared VGs need --nolocking",
     ))

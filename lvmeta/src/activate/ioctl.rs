@@ -1,0 +1,134 @@
+//! The loop driver's ioctls (linux/loop.h), the only `unsafe` of lvmeta: each call passes a
+//! file descriptor this module's caller owns and, where the kernel reads or writes a
+//! structure, a pointer to a live, correctly laid out `repr(C)` value.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+
+const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
+const LOOP_SET_STATUS64: libc::c_ulong = 0x4C04;
+const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
+const LOOP_SET_CAPACITY: libc::c_ulong = 0x4C07;
+const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+
+/// `LO_FLAGS_READ_ONLY`.
+pub const READ_ONLY: u32 = 1;
+/// `LO_FLAGS_DIRECT_IO`.
+pub const DIRECT_IO: u32 = 16;
+
+/// `struct loop_info64`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+/// `struct loop_config`.
+#[repr(C)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    info: LoopInfo64,
+    reserved: [u64; 8],
+}
+
+const _: () = assert!(std::mem::size_of::<LoopInfo64>() == 232);
+const _: () = assert!(std::mem::size_of::<LoopConfig>() == 304);
+
+fn zero_info() -> LoopInfo64 {
+    LoopInfo64 {
+        lo_device: 0,
+        lo_inode: 0,
+        lo_rdevice: 0,
+        lo_offset: 0,
+        lo_sizelimit: 0,
+        lo_number: 0,
+        lo_encrypt_type: 0,
+        lo_encrypt_key_size: 0,
+        lo_flags: 0,
+        lo_file_name: [0; 64],
+        lo_crypt_name: [0; 64],
+        lo_encrypt_key: [0; 32],
+        lo_init: [0; 2],
+    }
+}
+
+fn check(rv: libc::c_int) -> io::Result<libc::c_int> {
+    if rv < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rv)
+    }
+}
+
+/// The number of a free loop device (`/dev/loop-control`, `LOOP_CTL_GET_FREE`).
+pub fn get_free(control: &File) -> io::Result<u32> {
+    // SAFETY: LOOP_CTL_GET_FREE takes no argument; the descriptor is open for the call.
+    let n = check(unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE) })?;
+    u32::try_from(n).map_err(|_| io::Error::other("negative loop number"))
+}
+
+/// Binds `dev` to `len` bytes of `backing` at `offset` in one step (`LOOP_CONFIGURE`), with
+/// `flags` and `name` as the device's file name (what `losetup -l` shows).
+pub fn configure(
+    dev: &File,
+    backing: &File,
+    offset: u64,
+    len: u64,
+    flags: u32,
+    name: &str,
+) -> io::Result<()> {
+    let mut info = zero_info();
+    info.lo_offset = offset;
+    info.lo_sizelimit = len;
+    info.lo_flags = flags;
+    let n = name.len().min(63);
+    info.lo_file_name[..n].copy_from_slice(&name.as_bytes()[..n]);
+    let fd = u32::try_from(backing.as_raw_fd()).map_err(|_| io::Error::other("bad fd"))?;
+    let config = LoopConfig {
+        fd,
+        block_size: 0,
+        info,
+        reserved: [0; 8],
+    };
+    // SAFETY: `config` is a live `struct loop_config` the kernel only reads; both
+    // descriptors are open for the call.
+    check(unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_CONFIGURE, &config) })?;
+    Ok(())
+}
+
+/// Unbinds `dev` (`LOOP_CLR_FD`).
+pub fn clear(dev: &File) -> io::Result<()> {
+    // SAFETY: LOOP_CLR_FD takes no argument; the descriptor is open for the call.
+    check(unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_CLR_FD) })?;
+    Ok(())
+}
+
+/// Sets the size limit of a bound `dev` and makes the kernel take the new size.
+pub fn resize(dev: &File, len: u64) -> io::Result<()> {
+    let mut info = zero_info();
+    // SAFETY: the kernel writes a `struct loop_info64` into `info`, which is live and
+    // correctly laid out; the descriptor is open for the call.
+    check(unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_GET_STATUS64, &mut info) })?;
+    info.lo_sizelimit = len;
+    // SAFETY: as above; the kernel only reads `info`.
+    check(unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_SET_STATUS64, &info) })?;
+    // SAFETY: LOOP_SET_CAPACITY takes no argument; the descriptor is open for the call.
+    check(unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_SET_CAPACITY) })?;
+    Ok(())
+}

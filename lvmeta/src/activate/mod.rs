@@ -1,0 +1,207 @@
+//! Activation: making an LV's blocks a block device on this host, without lvm.
+//!
+//! [`plan`] (pure) turns an LV into byte ranges of the PVs' devices; a [`Backend`] makes a
+//! device of them. [`loopdev::LoopBackend`] exposes one-piece linear LVs as
+//! loop devices over the PV's device (offset and size limit, direct I/O, read-only when
+//! asked), for kernels without device-mapper; [`FakeBackend`] keeps activations in memory for
+//! tests. Leases are not taken here: [`crate::ops::Session::activate`] takes the LV's lease
+//! around a backend call.
+
+mod ioctl;
+pub mod loopdev;
+pub mod plan;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+pub use plan::{place, Layout, Piece, Placement};
+
+/// Why an LV could not be activated or deactivated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ActivateError {
+    /// The LV is not in the VG.
+    #[error("LV {vg}/{lv} not found")]
+    NoLv {
+        /// The VG.
+        vg: String,
+        /// The LV.
+        lv: String,
+    },
+    /// A PV the LV uses is not visible on this host.
+    #[error("LV {vg}/{lv}: PV #{pv} of the VG is not visible on this host")]
+    MissingPv {
+        /// The VG.
+        vg: String,
+        /// The LV.
+        lv: String,
+        /// Index of the PV in the VG.
+        pv: usize,
+    },
+    /// The backend cannot build this layout: the kernel feature that would.
+    #[error("LV {lv}: {why}")]
+    Unsupported {
+        /// `vg/lv`.
+        lv: String,
+        /// What is missing (the kernel feature).
+        why: String,
+    },
+    /// A system call failed.
+    #[error("{device}: {why}")]
+    Io {
+        /// The device or control file.
+        device: String,
+        /// What failed.
+        why: String,
+    },
+}
+
+/// Makes LVs block devices on this host.
+pub trait Backend: Send + Sync {
+    /// A short name for logs and messages (`loop`, `fake`).
+    fn name(&self) -> &'static str;
+    /// The device of `p` when it is active on this host.
+    fn active(&self, p: &Placement) -> Result<Option<PathBuf>, ActivateError>;
+    /// Makes `p` a device (read-only when asked) and returns its path; an LV already active
+    /// with the same access is returned as is.
+    fn activate(&self, p: &Placement, read_only: bool) -> Result<PathBuf, ActivateError>;
+    /// Removes `p`'s device; nothing to do when it is not active.
+    fn deactivate(&self, p: &Placement) -> Result<(), ActivateError>;
+    /// Tells the device that `p` has grown (the LV was extended in place).
+    fn refresh(&self, p: &Placement) -> Result<(), ActivateError>;
+}
+
+/// Activations in memory: one-piece linear LVs only, as the loop backend (tests).
+#[derive(Debug, Default)]
+pub struct FakeBackend {
+    active: Mutex<HashMap<(String, String), (Placement, bool)>>,
+}
+
+impl FakeBackend {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Placement, bool)>> {
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Is `vg/lv` active, and read-only?
+    pub fn state(&self, vg: &str, lv: &str) -> Option<bool> {
+        self.map()
+            .get(&(vg.to_owned(), lv.to_owned()))
+            .map(|(_, ro)| *ro)
+    }
+}
+
+fn fake_path(p: &Placement) -> PathBuf {
+    PathBuf::from(format!("/dev/fake/{}/{}", p.vg, p.lv))
+}
+
+/// The error a one-piece backend gives for any other layout.
+pub fn needs_device_mapper(p: &Placement) -> ActivateError {
+    let why = match &p.layout {
+        Layout::Linear(pieces) => format!(
+            "{} pieces need device-mapper's linear target (dm-linear), which this kernel lacks",
+            pieces.len()
+        ),
+        Layout::Other(t) if t == "thin" || t == "thin-pool" => {
+            "thin LVs need device-mapper's thin-pool target (dm-thin-pool), which this kernel lacks"
+                .into()
+        }
+        Layout::Other(t) => format!(
+            "{t} LVs need device-mapper (dm-{}), which this kernel lacks",
+            t.split(' ').next().unwrap_or(t)
+        ),
+    };
+    ActivateError::Unsupported {
+        lv: format!("{}/{}", p.vg, p.lv),
+        why,
+    }
+}
+
+impl Backend for FakeBackend {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+    fn active(&self, p: &Placement) -> Result<Option<PathBuf>, ActivateError> {
+        Ok(self.state(&p.vg, &p.lv).map(|_| fake_path(p)))
+    }
+    fn activate(&self, p: &Placement, read_only: bool) -> Result<PathBuf, ActivateError> {
+        if p.single().is_none() {
+            return Err(needs_device_mapper(p));
+        }
+        self.map()
+            .entry((p.vg.clone(), p.lv.clone()))
+            .or_insert((p.clone(), read_only));
+        Ok(fake_path(p))
+    }
+    fn deactivate(&self, p: &Placement) -> Result<(), ActivateError> {
+        self.map().remove(&(p.vg.clone(), p.lv.clone()));
+        Ok(())
+    }
+    fn refresh(&self, p: &Placement) -> Result<(), ActivateError> {
+        if let Some(e) = self.map().get_mut(&(p.vg.clone(), p.lv.clone())) {
+            if p.single().is_none() {
+                return Err(needs_device_mapper(p));
+            }
+            e.0 = p.clone();
+        }
+        Ok(())
+    }
+}
+
+/// An LV active on this host: its device, and the LV lease held for as long as it is active
+/// (released when this is dropped).
+pub struct Activation {
+    /// Where the LV's bytes are.
+    pub placement: Placement,
+    /// Its block device.
+    pub device: PathBuf,
+    /// Lease mode held (`None` outside shared VGs).
+    pub mode: Option<crate::lease::Mode>,
+    lease: Option<(crate::lease::Host, crate::lease::ResourceSpec)>,
+}
+
+impl std::fmt::Debug for Activation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Activation")
+            .field("placement", &self.placement)
+            .field("device", &self.device)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Activation {
+    /// An activation holding `lease` (in `mode`) for `placement` at `device`.
+    pub fn new(
+        placement: Placement,
+        device: PathBuf,
+        lease: Option<(
+            crate::lease::Host,
+            crate::lease::ResourceSpec,
+            crate::lease::Mode,
+        )>,
+    ) -> Self {
+        let mode = lease.as_ref().map(|l| l.2);
+        Self {
+            placement,
+            device,
+            mode,
+            lease: lease.map(|(h, r, _)| (h, r)),
+        }
+    }
+
+    /// Removes the device through `backend`; drop the activation afterwards to release the
+    /// lease. Fails (lease still held) while the device is in use.
+    pub fn deactivate(&self, backend: &dyn Backend) -> Result<(), ActivateError> {
+        backend.deactivate(&self.placement)
+    }
+}
+
+impl Drop for Activation {
+    fn drop(&mut self) {
+        if let Some((h, r)) = self.lease.take() {
+            if let Err(e) = h.manager.release(&r, None) {
+                tracing::warn!(lease = %r.name, error = %e, "releasing an LV lease failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Where an LV's blocks are on this host's devices: its segments as byte ranges of the PVs,
+//! the input of every activation backend. Pure.
+
+use crate::model::{Area, SegKind, Vg};
+
+use super::ActivateError;
+
+/// One contiguous run of an LV's bytes on one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    /// The device (as the scan named it).
+    pub device: String,
+    /// Byte offset on the device.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// How an LV's bytes are laid out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// Linear: pieces in LV order (adjacent pieces on one device merged).
+    Linear(Vec<Piece>),
+    /// Anything that needs a device-mapper target other than linear: the segment type.
+    Other(String),
+}
+
+/// An LV to activate: which one, its size and its layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The VG.
+    pub vg: String,
+    /// The LV.
+    pub lv: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Where its bytes are.
+    pub layout: Layout,
+}
+
+impl Placement {
+    /// The single piece of a one-piece linear LV.
+    pub fn single(&self) -> Option<&Piece> {
+        match &self.layout {
+            Layout::Linear(p) if p.len() == 1 => p.first(),
+            _ => None,
+        }
+    }
+}
+
+/// Places LV `lv` of `vg`; `paths[i]` is the device of the VG's PV `i` on this host.
+pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, ActivateError> {
+    let l = vg.lv(lv).ok_or_else(|| ActivateError::NoLv {
+        vg: vg.name.clone(),
+        lv: lv.into(),
+    })?;
+    let ext = u64::from(vg.extent_size) * 512;
+    let mut pieces: Vec<Piece> = Vec::new();
+    let mut other = None;
+    for seg in &l.segments {
+        let area = match &seg.kind {
+            SegKind::Striped(st) => match st.areas.as_slice() {
+                [a] => a,
+                _ => {
+                    other = Some("striped".to_owned());
+                    break;
+                }
+            },
+            k => {
+                other = Some(k.type_name().to_owned());
+                break;
+            }
+        };
+        let Area::Pv { pv, pe } = area else {
+            other = Some("striped over LVs".to_owned());
+            break;
+        };
+        let missing = || ActivateError::MissingPv {
+            vg: vg.name.clone(),
+            lv: lv.into(),
+            pv: *pv,
+        };
+        let device = paths.get(*pv).cloned().flatten().ok_or_else(missing)?;
+        let pe_start = vg.pvs.get(*pv).ok_or_else(missing)?.pe_start * 512;
+        let piece = Piece {
+            device,
+            offset: pe_start + u64::from(*pe) * ext,
+            len: u64::from(seg.extent_count) * ext,
+        };
+        match pieces.last_mut() {
+            Some(last) if last.device == piece.device && last.offset + last.len == piece.offset => {
+                last.len += piece.len
+            }
+            _ => pieces.push(piece),
+        }
+    }
+    let bytes = l
+        .segments
+        .iter()
+        .map(|s| u64::from(s.extent_count) * ext)
+        .sum();
+    Ok(Placement {
+        vg: vg.name.clone(),
+        lv: lv.into(),
+        bytes,
+        layout: other.map_or(Layout::Linear(pieces), Layout::Other),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dev::{BlockDevice, MemDevice};
+    use crate::edit::{self, LvSpec, PoolSpec, Stamp, ThinSpec, VgSpec};
+    use crate::ops::Session;
+
+    fn stamp() -> Stamp {
+        Stamp {
+            time: 1_800_000_000,
+            host: "t".into(),
+        }
+    }
+
+    fn vg() -> Vg {
+        let s = Session::new(vec![
+            Box::new(MemDevice::new("pv0", 64 << 20, 512)) as Box<dyn BlockDevice>,
+            Box::new(MemDevice::new("pv1", 64 << 20, 512)) as Box<dyn BlockDevice>,
+        ]);
+        let spec = VgSpec {
+            name: "vg".into(),
+            extent_size: 8192,
+            tags: vec![],
+            shared: None,
+        };
+        s.vgcreate(&spec, &["pv0", "pv1"]).expect("vgcreate");
+        s.update("vg", "t", |v| {
+            let v = edit::lv::create(v, &LvSpec::linear("a", 2, stamp()))?.0;
+            let v = edit::lv::create(v, &LvSpec::linear("b", 1, stamp()))?.0;
+            let v = edit::lv::resize(v, "a", 5, None, false)?;
+            let v = edit::lv::create(v, &LvSpec::linear("big", 14, stamp()))?.0;
+            let pool = PoolSpec {
+                data: LvSpec::linear("pool", 1, stamp()),
+                chunk_size: None,
+                metadata_extents: None,
+                discards: "passdown".into(),
+                zero: true,
+            };
+            let (v, pool) = edit::thin::create_pool(v, &pool)?;
+            let thin = ThinSpec {
+                name: Some("t".into()),
+                pool,
+                extents: 1,
+                origin: None,
+                tags: vec![],
+                activation_skip: None,
+                stamp: stamp(),
+            };
+            Ok(edit::thin::create_thin(v, &thin)?.0)
+        })
+        .expect("lvs");
+        s.vg("vg").expect("vg")
+    }
+
+    #[test]
+    fn linear_lvs_become_pieces_of_the_pvs() {
+        let vg = vg();
+        let paths = [Some("d0".to_owned()), Some("d1".to_owned())];
+        let pe0 = vg.pvs[0].pe_start * 512;
+        let b = place(&vg, "b", &paths).expect("b");
+        assert_eq!(b.bytes, 4 << 20);
+        let piece = b.single().expect("one piece");
+        assert_eq!(
+            (piece.device.as_str(), piece.offset),
+            ("d0", pe0 + (8 << 20))
+        );
+        // a: extents 0-1, then 3 more after b's extent: two pieces.
+        let a = place(&vg, "a", &paths).expect("a");
+        assert_eq!(a.bytes, 20 << 20);
+        let Layout::Linear(p) = &a.layout else {
+            panic!("linear")
+        };
+        assert_eq!(p.len(), 2);
+        assert_eq!((p[0].offset, p[0].len), (pe0, 8 << 20));
+        assert_eq!((p[1].offset, p[1].len), (pe0 + (12 << 20), 12 << 20));
+        assert!(a.single().is_none());
+        // Spanning both PVs.
+        let big = place(&vg, "big", &paths).expect("big");
+        let Layout::Linear(p) = &big.layout else {
+            panic!("linear")
+        };
+        assert_eq!(p.iter().map(|x| x.len).sum::<u64>(), big.bytes);
+        assert!(p.iter().any(|x| x.device == "d1"));
+        // Thin and missing.
+        assert_eq!(
+            place(&vg, "t", &paths).expect("t").layout,
+            Layout::Other("thin".into())
+        );
+        assert!(matches!(
+            place(&vg, "nope", &paths),
+            Err(ActivateError::NoLv { .. })
+        ));
+        assert!(matches!(
+            place(&vg, "b", &[None, None]),
+            Err(ActivateError::MissingPv { pv: 0, .. })
+        ));
+    }
+}

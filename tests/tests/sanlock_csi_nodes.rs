@@ -1,0 +1,480 @@
+//! Privileged, end to end: two simulated nodes (each its own sanlock daemon and host id, each
+//! a `csi-shim` process serving Controller and Node on its own socket) on one loop-device LUN
+//! holding a shared VG. Volumes are created, staged, published, written, read back (also by
+//! the other node after a hand-over), expanded online and deleted through gRPC; an RWO volume
+//! staged on one node is refused on the other (its LV lease), an RWX block volume is shared
+//! by both (the lease shared), thin volumes are refused naming the missing kernel feature, and
+//! stock lvm2 finds the VG clean afterwards.
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use csi_shim::csi::controller_client::ControllerClient;
+use csi_shim::csi::identity_client::IdentityClient;
+use csi_shim::csi::node_client::NodeClient;
+use csi_shim::csi::volume_capability::access_mode::Mode as Access;
+use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+use csi_shim::csi::*;
+use lvmeta_tests::sandbox::Sandbox;
+use lvmeta_tests::{lvmeta_bin, privileged, workspace_bin, UnbindOver};
+use tonic::transport::Channel;
+use tonic::Code;
+
+const MIB: i64 = 1 << 20;
+
+/// A child process killed (and reaped) when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A sanlock daemon for one simulated host, as tests/lockd/lib.sh starts them.
+fn sanlock(dir: &Path, name: &str) -> Killed {
+    std::fs::create_dir_all(dir).expect("run dir");
+    let child = Command::new("sanlock")
+        .args([
+            "daemon", "-D", "-w", "0", "-U", "root", "-G", "root", "-L", "-1", "-S", "-1", "-e",
+            name,
+        ])
+        .env("SANLOCK_RUN_DIR", dir)
+        .env("SANLOCK_PRIVILEGED", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start sanlock");
+    let sock = dir.join("sanlock.sock");
+    let t = Instant::now();
+    while !sock.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(sock.exists(), "sanlock daemon {name} did not start");
+    Killed(child)
+}
+
+/// One simulated node: its sanlock daemon, host id and csi-shim.
+struct NodeHost {
+    controller: ControllerClient<Channel>,
+    node: NodeClient<Channel>,
+    identity: IdentityClient<Channel>,
+    kubelet: PathBuf,
+    shim: Killed,
+    _sanlock: Killed,
+}
+
+fn lvmeta_as(lun: &str, run: &Path, host_id: u32, args: &[&str]) {
+    let out = Command::new(lvmeta_bin())
+        .arg(args[0])
+        .args([
+            "--devices",
+            lun,
+            "--host-id",
+            &host_id.to_string(),
+            "--io-timeout",
+            "2",
+        ])
+        .args(["--lockingdir"])
+        .arg(run.join("lock"))
+        .args(["--rundir"])
+        .arg(run.join("run"))
+        .args(&args[1..])
+        .env("SANLOCK_RUN_DIR", run)
+        .output()
+        .expect("lvmeta");
+    assert!(
+        out.status.success(),
+        "lvmeta {args:?} as host {host_id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+async fn connect(socket: &Path) -> Channel {
+    let t = Instant::now();
+    while !socket.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no socket {}",
+            socket.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    csi_shim::client::connect(socket).await.expect("connect")
+}
+
+async fn node_host(dir: &Path, lun: &str, host_id: u32, sanlock: Killed) -> NodeHost {
+    let run = dir.join(format!("h{host_id}"));
+    let kubelet = dir.join(format!("kubelet{host_id}"));
+    std::fs::create_dir_all(&kubelet).expect("kubelet dir");
+    let socket = run.join("csi.sock");
+    let shim = Command::new(workspace_bin("csi-shim", "csi-shim"))
+        .arg("--endpoint")
+        .arg(&socket)
+        .args([
+            "--devices",
+            lun,
+            "--vg",
+            "vg",
+            "--host-id",
+            &host_id.to_string(),
+        ])
+        .args(["--node-id", &format!("node-{host_id}"), "--lock-wait", "20"])
+        .arg("--kubelet-dir")
+        .arg(&kubelet)
+        .arg("--locking-dir")
+        .arg(run.join("lock"))
+        .env("SANLOCK_RUN_DIR", &run)
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(run.join("csi-shim.log")).expect("log"))
+        .spawn()
+        .expect("start csi-shim");
+    let channel = connect(&socket).await;
+    NodeHost {
+        controller: ControllerClient::new(channel.clone()),
+        node: NodeClient::new(channel.clone()),
+        identity: IdentityClient::new(channel),
+        kubelet,
+        shim: Killed(shim),
+        _sanlock: sanlock,
+    }
+}
+
+fn cap(access: Access, fs: Option<&str>) -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access as i32,
+        }),
+        access_type: Some(match fs {
+            None => AccessType::Block(BlockVolume {}),
+            Some(f) => AccessType::Mount(MountVolume {
+                fs_type: f.into(),
+                ..Default::default()
+            }),
+        }),
+    }
+}
+
+async fn create(
+    h: &mut NodeHost,
+    name: &str,
+    mode: &str,
+    bytes: i64,
+    c: &VolumeCapability,
+) -> String {
+    h.controller
+        .create_volume(CreateVolumeRequest {
+            name: name.into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: bytes,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![c.clone()],
+            parameters: HashMap::from([
+                ("vg".to_owned(), "vg".to_owned()),
+                ("mode".to_owned(), mode.to_owned()),
+            ]),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateVolume")
+        .into_inner()
+        .volume
+        .expect("volume")
+        .volume_id
+}
+
+fn paths(h: &NodeHost, id: &str, pod: &str) -> (String, String) {
+    let key = id.replace('/', "-");
+    (
+        h.kubelet.join("staging").join(&key).display().to_string(),
+        h.kubelet
+            .join("pods")
+            .join(pod)
+            .join(&key)
+            .display()
+            .to_string(),
+    )
+}
+
+async fn stage(h: &mut NodeHost, id: &str, c: &VolumeCapability) -> Result<(), tonic::Status> {
+    let (staging, _) = paths(h, id, "");
+    h.node
+        .node_stage_volume(NodeStageVolumeRequest {
+            volume_id: id.into(),
+            staging_target_path: staging,
+            volume_capability: Some(c.clone()),
+            ..Default::default()
+        })
+        .await
+        .map(drop)
+}
+
+async fn publish(h: &mut NodeHost, id: &str, pod: &str, c: &VolumeCapability) -> PathBuf {
+    let (staging, target) = paths(h, id, pod);
+    h.node
+        .node_publish_volume(NodePublishVolumeRequest {
+            volume_id: id.into(),
+            staging_target_path: staging,
+            target_path: target.clone(),
+            volume_capability: Some(c.clone()),
+            ..Default::default()
+        })
+        .await
+        .expect("NodePublishVolume");
+    PathBuf::from(target)
+}
+
+async fn unpublish_unstage(h: &mut NodeHost, id: &str, pod: &str) {
+    let (staging, target) = paths(h, id, pod);
+    h.node
+        .node_unpublish_volume(NodeUnpublishVolumeRequest {
+            volume_id: id.into(),
+            target_path: target,
+        })
+        .await
+        .expect("NodeUnpublishVolume");
+    h.node
+        .node_unstage_volume(NodeUnstageVolumeRequest {
+            volume_id: id.into(),
+            staging_target_path: staging,
+        })
+        .await
+        .expect("NodeUnstageVolume");
+}
+
+async fn fs_bytes(h: &mut NodeHost, id: &str, path: &Path) -> i64 {
+    let stats = h
+        .node
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: id.into(),
+            volume_path: path.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("NodeGetVolumeStats")
+        .into_inner();
+    assert_eq!(stats.volume_condition.map(|c| c.abnormal), Some(false));
+    stats.usage[0].total
+}
+
+#[test]
+fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
+    let tools = [
+        "losetup",
+        "sanlock",
+        "mkfs.ext4",
+        "mkfs.xfs",
+        "blkid",
+        "mount",
+        "lvs",
+        "vgck",
+    ];
+    if !privileged(
+        "sanlock_csi_nodes_share_exclude_and_hand_over_volumes",
+        &tools,
+    ) {
+        return;
+    }
+    let sb = Sandbox::new(&[1200 << 20], 512);
+    let lun = sb.loops[0].clone();
+    let dir = tempfile::tempdir().expect("dir");
+    let unbind = UnbindOver(lun.clone());
+    let s2 = sanlock(&dir.path().join("h2"), "csi-node-2");
+    let s3 = sanlock(&dir.path().join("h3"), "csi-node-3");
+    lvmeta_as(
+        &lun,
+        &dir.path().join("h2"),
+        2,
+        &["vgcreate", "--shared", "-s", "4m", "vg", &lun],
+    );
+    let start3 = {
+        let (lun, run) = (lun.clone(), dir.path().join("h3"));
+        std::thread::spawn(move || lvmeta_as(&lun, &run, 3, &["vgchange", "--lockstart", "vg"]))
+    };
+    lvmeta_as(
+        &lun,
+        &dir.path().join("h2"),
+        2,
+        &["vgchange", "--lockstart", "vg"],
+    );
+    start3.join().expect("lockstart host 3");
+
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let mut a = node_host(dir.path(), &lun, 2, s2).await;
+        let mut b = node_host(dir.path(), &lun, 3, s3).await;
+        for h in [&mut a, &mut b] {
+            let ready = h
+                .identity
+                .probe(ProbeRequest {})
+                .await
+                .expect("probe")
+                .into_inner();
+            assert_eq!(ready.ready, Some(true));
+        }
+        let rwo4 = cap(Access::SingleNodeWriter, Some("ext4"));
+        let rwx_block = cap(Access::MultiNodeMultiWriter, None);
+        let rwo_xfs = cap(Access::SingleNodeWriter, Some("xfs"));
+        let ext4 = create(&mut a, "pvc-ext4", "linear", 64 * MIB, &rwo4).await;
+        let blk = create(&mut b, "pvc-block", "linear", 16 * MIB, &rwx_block).await;
+        let thin = create(&mut a, "pvc-thin", "thin", 64 * MIB, &rwo4).await;
+        // Last, so it can grow in one piece (the loop backend needs that).
+        let xfs = create(&mut b, "pvc-xfs", "linear", 320 * MIB, &rwo_xfs).await;
+
+        // ext4 on node A: formatted, mounted, written.
+        stage(&mut a, &ext4, &rwo4).await.expect("stage ext4 on A");
+        let target = publish(&mut a, &ext4, "pod-a", &rwo4).await;
+        std::fs::write(target.join("hello.txt"), b"written on node A\n").expect("write");
+        assert_eq!(
+            std::fs::read(target.join("hello.txt")).expect("read"),
+            b"written on node A\n"
+        );
+        // RWO: node B is refused while A holds the LV lease.
+        let e = stage(&mut b, &ext4, &rwo4)
+            .await
+            .expect_err("RWO on a second node");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+        assert!(
+            e.message().contains("held by another node"),
+            "{}",
+            e.message()
+        );
+
+        // RWX block: both nodes stage it (lease shared); A writes, B reads.
+        stage(&mut a, &blk, &rwx_block)
+            .await
+            .expect("stage block on A");
+        stage(&mut b, &blk, &rwx_block)
+            .await
+            .expect("stage block on B");
+        let dev_a = publish(&mut a, &blk, "pod-a", &rwx_block).await;
+        let dev_b = publish(&mut b, &blk, "pod-b", &rwx_block).await;
+        let block: Vec<u8> = (0..65536u32).map(|i| (i % 251) as u8).collect();
+        {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&dev_a)
+                .expect("dev A");
+            f.seek(SeekFrom::Start(1 << 20)).expect("seek");
+            f.write_all(&block).expect("write block");
+            f.sync_all().expect("sync");
+        }
+        let mut back = vec![0u8; block.len()];
+        {
+            let mut f = std::fs::File::open(&dev_b).expect("dev B");
+            f.seek(SeekFrom::Start(1 << 20)).expect("seek");
+            f.read_exact(&mut back).expect("read block");
+        }
+        assert_eq!(back, block, "node B does not see node A's block writes");
+
+        // Thin volumes need dm-thin-pool.
+        let e = stage(&mut a, &thin, &rwo4).await.expect_err("thin");
+        assert_eq!(e.code(), Code::FailedPrecondition);
+        assert!(e.message().contains("dm-thin-pool"), "{}", e.message());
+
+        // xfs on node B, grown online.
+        stage(&mut b, &xfs, &rwo_xfs).await.expect("stage xfs on B");
+        let xt = publish(&mut b, &xfs, "pod-b", &rwo_xfs).await;
+        std::fs::write(xt.join("data"), vec![7u8; 1 << 20]).expect("write xfs");
+        let before = fs_bytes(&mut b, &xfs, &xt).await;
+        let grown = b
+            .controller
+            .controller_expand_volume(ControllerExpandVolumeRequest {
+                volume_id: xfs.clone(),
+                capacity_range: Some(CapacityRange {
+                    required_bytes: 400 * MIB,
+                    limit_bytes: 0,
+                }),
+                volume_capability: Some(rwo_xfs.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("ControllerExpandVolume")
+            .into_inner();
+        assert!(grown.node_expansion_required);
+        b.node
+            .node_expand_volume(NodeExpandVolumeRequest {
+                volume_id: xfs.clone(),
+                volume_path: xt.display().to_string(),
+                ..Default::default()
+            })
+            .await
+            .expect("NodeExpandVolume");
+        let after = fs_bytes(&mut b, &xfs, &xt).await;
+        assert!(
+            after > before + 60 * MIB,
+            "xfs did not grow: {before} -> {after}"
+        );
+        assert_eq!(
+            std::fs::read(xt.join("data")).expect("read xfs").len(),
+            1 << 20
+        );
+
+        // Hand-over: A lets go of the ext4 volume; B stages it and reads A's file.
+        unpublish_unstage(&mut a, &ext4, "pod-a").await;
+        stage(&mut b, &ext4, &rwo4)
+            .await
+            .expect("stage ext4 on B after A");
+        let tb = publish(&mut b, &ext4, "pod-b", &rwo4).await;
+        assert_eq!(
+            std::fs::read(tb.join("hello.txt")).expect("read on B"),
+            b"written on node A\n"
+        );
+
+        // Undo everything (twice: idempotent), delete, shut down cleanly.
+        for _ in 0..2 {
+            unpublish_unstage(&mut b, &ext4, "pod-b").await;
+            unpublish_unstage(&mut b, &xfs, "pod-b").await;
+            unpublish_unstage(&mut b, &blk, "pod-b").await;
+            unpublish_unstage(&mut a, &blk, "pod-a").await;
+        }
+        for id in [&ext4, &blk, &thin, &xfs] {
+            a.controller
+                .delete_volume(DeleteVolumeRequest {
+                    volume_id: id.clone(),
+                    ..Default::default()
+                })
+                .await
+                .expect("DeleteVolume");
+        }
+        for h in [&mut a, &mut b] {
+            let pid = h.shim.0.id().to_string();
+            let st = Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .expect("kill");
+            assert!(st.success());
+            let t = Instant::now();
+            let code = loop {
+                if let Some(s) = h.shim.0.try_wait().expect("wait") {
+                    break s;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "csi-shim did not stop on SIGTERM"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            assert!(code.success(), "csi-shim exit {code:?}");
+        }
+    });
+    drop(unbind);
+    // Stock lvm2 finds the VG clean, only its lvmlock LV left.
+    let lockd = "global/use_lvmlockd=1";
+    sb.vgck_clean("vg", Some(lockd));
+    let out = sb.lvm_ok(
+        &["lvs", "--noheadings", "-a", "-o", "lv_name", "vg"],
+        Some(lockd),
+    );
+    let names = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        names.split_whitespace().collect::<Vec<_>>(),
+        ["[lvmlock]"],
+        "{names}"
+    );
+}
