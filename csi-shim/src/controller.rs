@@ -63,6 +63,19 @@ impl Backend {
         self.existing(vg, name)
     }
 
+    /// The VGs served whose every PV this host sees.
+    pub fn visible_vgs(&self) -> Vec<String> {
+        let scan = self.session.scan();
+        self.vgs
+            .iter()
+            .filter(|vg| {
+                scan.vg(vg)
+                    .is_ok_and(|sv| sv.pv_devices.iter().all(Option::is_some))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// The VGs served.
     pub fn vgs(&self) -> &[String] {
         &self.vgs
@@ -158,6 +171,7 @@ fn csi_volume(v: &Volume) -> crate::csi::Volume {
             mode: v.mode,
         }
         .context(),
+        accessible_topology: params::topology(&v.vg).into_iter().collect(),
         ..Default::default()
     }
 }
@@ -187,6 +201,15 @@ impl Controller for ControllerService {
             ));
         }
         let size = size_range(req.capacity_range.as_ref())?;
+        if !params::topology_allows(req.accessibility_requirements.as_ref(), &class.vg) {
+            return Err(Status::resource_exhausted(format!(
+                "VG {} is not reachable in the topology asked for (segment {}={})",
+                class.vg,
+                params::topology_key(&class.vg)
+                    .unwrap_or_else(|| "<none: VG name is not a label>".into()),
+                params::TOPOLOGY_VALUE
+            )));
+        }
         tracing::info!(name = %req.name, vg = %class.vg, mode = class.mode.as_str(), required = size.required, "CreateVolume");
         let v = self
             .blocking(move |b| {
@@ -354,12 +377,21 @@ impl Controller for ControllerService {
                 return Ok(Response::new(GetCapacityResponse::default()));
             }
         }
+        let topology = req.accessible_topology;
         let (free, largest) = self
             .blocking(move |b| {
-                let vgs: Vec<String> = match &class {
+                let mut vgs: Vec<String> = match &class {
                     Some(c) => vec![c.vg.clone()],
                     None => b.vgs.clone(),
                 };
+                // Only the VGs whose segment is the one asked about.
+                if let Some(t) = &topology {
+                    vgs.retain(|vg| {
+                        params::topology_key(vg).is_some_and(|k| {
+                            t.segments.get(&k).map(String::as_str) == Some(params::TOPOLOGY_VALUE)
+                        })
+                    });
+                }
                 let (mut sum, mut largest) = (0u64, 0u64);
                 for vg in vgs {
                     let f = b.volumes(&vg)?.free_bytes().map_err(from_volume)?;

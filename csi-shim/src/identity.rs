@@ -50,7 +50,11 @@ impl Identity for IdentityService {
             })),
         };
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: vec![cap(service::Type::ControllerService), online],
+            capabilities: vec![
+                cap(service::Type::ControllerService),
+                cap(service::Type::VolumeAccessibilityConstraints),
+                online,
+            ],
         }))
     }
 

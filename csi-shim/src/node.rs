@@ -634,10 +634,18 @@ impl NodeRpc for NodeService {
         &self,
         _: Request<NodeGetInfoRequest>,
     ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        let vgs = self.blocking(|n| Ok(n.backend.visible_vgs())).await?;
+        let mut segments = HashMap::new();
+        for vg in vgs {
+            if let Some(k) = params::topology_key(&vg) {
+                segments.insert(k, params::TOPOLOGY_VALUE.to_owned());
+            }
+        }
         Ok(Response::new(NodeGetInfoResponse {
             node_id: self.node.config.node_id.clone(),
             max_volumes_per_node: self.node.config.max_volumes,
-            accessible_topology: None,
+            // One segment: every VG served whose PVs this node sees.
+            accessible_topology: Some(crate::csi::Topology { segments }),
         }))
     }
 }

@@ -83,6 +83,49 @@ fn check_fs(fs: &str) -> Result<(), Status> {
     }
 }
 
+/// The topology key saying "this node sees every PV of VG `vg`": `lvmeta.csi.k8s.io/vg-<vg>`
+/// (value `yes`). `None` for VG names that cannot be a Kubernetes label name (`+`, or longer
+/// than 60 characters): such VGs get no topology.
+pub fn topology_key(vg: &str) -> Option<String> {
+    let ok = vg.len() <= 60
+        && vg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && vg.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+    ok.then(|| format!("{}/vg-{vg}", crate::DRIVER_NAME))
+}
+
+/// The value of every topology key.
+pub const TOPOLOGY_VALUE: &str = "yes";
+
+/// The topology segment of the nodes that see VG `vg`.
+pub fn topology(vg: &str) -> Option<crate::csi::Topology> {
+    topology_key(vg).map(|k| crate::csi::Topology {
+        segments: HashMap::from([(k, TOPOLOGY_VALUE.to_owned())]),
+    })
+}
+
+/// Whether accessibility requirements can be met by a volume of VG `vg`: with requisite
+/// segments, one of them must be `vg`'s; with preferred ones only, likewise.
+pub fn topology_allows(req: Option<&crate::csi::TopologyRequirement>, vg: &str) -> bool {
+    let Some(r) = req else {
+        return true;
+    };
+    let list = if r.requisite.is_empty() {
+        &r.preferred
+    } else {
+        &r.requisite
+    };
+    if list.is_empty() {
+        return true;
+    }
+    let Some(key) = topology_key(vg) else {
+        return false;
+    };
+    list.iter()
+        .any(|t| t.segments.get(&key).map(String::as_str) == Some(TOPOLOGY_VALUE))
+}
+
 /// A volume id: `<vg>/<lv>`.
 pub fn volume_id(vg: &str, name: &str) -> String {
     format!("{vg}/{name}")
@@ -146,4 +189,47 @@ pub fn check_capabilities(caps: &[VolumeCapability], mode: Mode) -> Result<(), S
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csi::{Topology, TopologyRequirement};
+
+    #[test]
+    fn topology_keys_and_requirements() {
+        assert_eq!(
+            topology_key("vg0").as_deref(),
+            Some("lvmeta.csi.k8s.io/vg-vg0")
+        );
+        assert_eq!(topology_key("a+b"), None);
+        assert_eq!(topology_key("ends-"), None);
+        assert_eq!(topology_key(&"v".repeat(61)), None);
+        let seg = |vg: &str| Topology {
+            segments: HashMap::from([(format!("lvmeta.csi.k8s.io/vg-{vg}"), "yes".into())]),
+        };
+        let other = Topology {
+            segments: HashMap::from([("kubernetes.io/hostname".into(), "n1".into())]),
+        };
+        let req = |requisite: Vec<Topology>, preferred: Vec<Topology>| TopologyRequirement {
+            requisite,
+            preferred,
+        };
+        assert!(topology_allows(None, "vg0"));
+        assert!(topology_allows(Some(&req(vec![], vec![])), "vg0"));
+        assert!(topology_allows(
+            Some(&req(vec![other.clone(), seg("vg0")], vec![])),
+            "vg0"
+        ));
+        assert!(!topology_allows(
+            Some(&req(vec![seg("vg1")], vec![seg("vg0")])),
+            "vg0"
+        ));
+        assert!(topology_allows(Some(&req(vec![], vec![seg("vg0")])), "vg0"));
+        assert!(!topology_allows(Some(&req(vec![other], vec![])), "vg0"));
+        assert!(!topology_allows(
+            Some(&req(vec![seg("a+b")], vec![])),
+            "a+b"
+        ));
+    }
 }

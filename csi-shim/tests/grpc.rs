@@ -157,8 +157,8 @@ async fn identity_and_socket() {
         .await
         .expect("caps")
         .into_inner();
-    // The controller service and online expansion.
-    assert_eq!(caps.capabilities.len(), 2);
+    // The controller service, topology and online expansion.
+    assert_eq!(caps.capabilities.len(), 3);
     let probe = d.identity.probe(ProbeRequest {}).await.expect("probe");
     assert_eq!(probe.into_inner().ready, Some(true));
     // Graceful shutdown: the server ends when told to.
@@ -520,6 +520,60 @@ async fn node_service_stages_publishes_and_refuses_what_it_cannot_do() {
         (info.node_id.as_str(), info.max_volumes_per_node),
         ("node-1", 4)
     );
+    // This node sees every PV of vg (and vg "gone" does not exist).
+    let segment = info.accessible_topology.expect("topology").segments;
+    assert_eq!(
+        segment,
+        HashMap::from([("lvmeta.csi.k8s.io/vg-vg".to_owned(), "yes".to_owned())])
+    );
+    // CreateVolume honours the topology asked for, and says where its volume is reachable.
+    let elsewhere = Topology {
+        segments: HashMap::from([("lvmeta.csi.k8s.io/vg-other".to_owned(), "yes".to_owned())]),
+    };
+    let mut req = create("topo", "linear", 4 * MIB, rwo());
+    req.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![elsewhere.clone()],
+        preferred: vec![],
+    });
+    let e = d
+        .controller
+        .create_volume(req.clone())
+        .await
+        .expect_err("other VG's segment");
+    assert_eq!(e.code(), Code::ResourceExhausted);
+    let here = Topology { segments: segment };
+    req.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![elsewhere.clone(), here.clone()],
+        preferred: vec![here.clone()],
+    });
+    let v = d
+        .controller
+        .create_volume(req)
+        .await
+        .expect("topology met")
+        .into_inner();
+    assert_eq!(
+        v.volume.expect("volume").accessible_topology,
+        vec![here.clone()]
+    );
+    let cap_at = |t: Topology| GetCapacityRequest {
+        accessible_topology: Some(t),
+        ..Default::default()
+    };
+    let none = d
+        .controller
+        .get_capacity(cap_at(elsewhere))
+        .await
+        .expect("capacity")
+        .into_inner();
+    assert_eq!(none.available_capacity, 0);
+    let some = d
+        .controller
+        .get_capacity(cap_at(here))
+        .await
+        .expect("capacity")
+        .into_inner();
+    assert!(some.available_capacity > 0);
     let caps = d
         .node
         .node_get_capabilities(NodeGetCapabilitiesRequest {})

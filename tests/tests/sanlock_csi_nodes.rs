@@ -316,6 +316,17 @@ fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
                 .expect("probe")
                 .into_inner();
             assert_eq!(ready.ready, Some(true));
+            let info = h
+                .node
+                .node_get_info(NodeGetInfoRequest {})
+                .await
+                .expect("info")
+                .into_inner();
+            let segments = info.accessible_topology.expect("topology").segments;
+            assert_eq!(
+                segments.get("lvmeta.csi.k8s.io/vg-vg").map(String::as_str),
+                Some("yes")
+            );
         }
         let rwo4 = cap(Access::SingleNodeWriter, Some("ext4"));
         let rwx_block = cap(Access::MultiNodeMultiWriter, None);
