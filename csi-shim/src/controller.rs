@@ -7,15 +7,16 @@
 use std::sync::Arc;
 
 use lvmeta::ops::Session;
-use lvmeta::volume::{SizeRange, Volume, VolumeError, Volumes};
+use lvmeta::volume::{Content, SizeRange, Snapshot, Volume, VolumeError, Volumes};
 use tonic::{Request, Response, Status};
 
 use crate::csi::controller_server::Controller;
 use crate::csi::controller_service_capability::{rpc, Rpc, Type as CapType};
 use crate::csi::volume_capability::AccessType;
 use crate::csi::{
-    controller_get_volume_response, list_volumes_response, validate_volume_capabilities_response,
-    CapacityRange, ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
+    controller_get_volume_response, list_snapshots_response, list_volumes_response,
+    validate_volume_capabilities_response, volume_content_source, CapacityRange,
+    ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
     ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
     ControllerGetVolumeRequest, ControllerGetVolumeResponse, ControllerModifyVolumeRequest,
     ControllerModifyVolumeResponse, ControllerPublishVolumeRequest,
@@ -25,7 +26,7 @@ use crate::csi::{
     DeleteVolumeRequest, DeleteVolumeResponse, GetCapacityRequest, GetCapacityResponse,
     GetSnapshotRequest, GetSnapshotResponse, ListSnapshotsRequest, ListSnapshotsResponse,
     ListVolumesRequest, ListVolumesResponse, ValidateVolumeCapabilitiesRequest,
-    ValidateVolumeCapabilitiesResponse,
+    ValidateVolumeCapabilitiesResponse, VolumeContentSource,
 };
 use crate::inflight::InFlight;
 use crate::params::{self, Class};
@@ -176,6 +177,83 @@ fn csi_volume(v: &Volume) -> crate::csi::Volume {
     }
 }
 
+/// A content source of a new volume, by name in its VG.
+enum Source {
+    Snapshot(String),
+    Volume(String),
+}
+
+/// The source of a CreateVolume: it must be in the VG the volume is made in.
+fn content_source(src: Option<&VolumeContentSource>, vg: &str) -> Result<Option<Source>, Status> {
+    let Some(t) = src.and_then(|s| s.r#type.as_ref()) else {
+        return Ok(None);
+    };
+    let (id, snapshot) = match t {
+        volume_content_source::Type::Snapshot(s) => (&s.snapshot_id, true),
+        volume_content_source::Type::Volume(v) => (&v.volume_id, false),
+    };
+    let (src_vg, name) = params::parse_volume_id(id)?;
+    if src_vg != vg {
+        return Err(Status::invalid_argument(format!(
+            "the source {id} is in VG {src_vg}, the new volume in VG {vg}: sources must be in the same VG"
+        )));
+    }
+    Ok(Some(if snapshot {
+        Source::Snapshot(name)
+    } else {
+        Source::Volume(name)
+    }))
+}
+
+fn csi_snapshot(s: &Snapshot) -> crate::csi::Snapshot {
+    crate::csi::Snapshot {
+        size_bytes: i64::try_from(s.bytes).unwrap_or(i64::MAX),
+        snapshot_id: params::volume_id(&s.vg, &s.name),
+        source_volume_id: params::volume_id(&s.vg, &s.source),
+        creation_time: s.created.map(|t| prost_types::Timestamp {
+            seconds: i64::try_from(t).unwrap_or(i64::MAX),
+            nanos: 0,
+        }),
+        // Thin snapshots are complete the moment they are committed.
+        ready_to_use: true,
+        group_snapshot_id: String::new(),
+    }
+}
+
+/// One page of `len` entries: the range to return and the next token (empty at the end).
+/// A token that is not a position inside the list is ABORTED, as the spec asks.
+fn page(
+    len: usize,
+    max_entries: i32,
+    token: &str,
+) -> Result<(std::ops::Range<usize>, String), Status> {
+    let max = usize::try_from(max_entries)
+        .map_err(|_| Status::invalid_argument("max_entries is negative"))?;
+    let start: usize = if token.is_empty() {
+        0
+    } else {
+        token
+            .parse()
+            .map_err(|_| Status::aborted(format!("starting_token {token:?} is not valid")))?
+    };
+    if start > len {
+        return Err(Status::aborted(format!(
+            "starting_token {start} is past the end ({len} entries)"
+        )));
+    }
+    let end = if max == 0 {
+        len
+    } else {
+        (start + max).min(len)
+    };
+    let next = if end < len {
+        end.to_string()
+    } else {
+        String::new()
+    };
+    Ok((start..end, next))
+}
+
 fn required(field: &str, value: &str) -> Result<(), Status> {
     if value.is_empty() {
         Err(Status::invalid_argument(format!("{field} is required")))
@@ -195,11 +273,7 @@ impl Controller for ControllerService {
         let class = Class::parse(&req.parameters)?;
         params::check_capabilities(&req.volume_capabilities, class.mode)
             .map_err(Status::invalid_argument)?;
-        if req.volume_content_source.is_some() {
-            return Err(Status::invalid_argument(
-                "volume content sources (snapshots, clones) are not supported by this driver version",
-            ));
-        }
+        let source = content_source(req.volume_content_source.as_ref(), &class.vg)?;
         let size = size_range(req.capacity_range.as_ref())?;
         if !params::topology_allows(req.accessibility_requirements.as_ref(), &class.vg) {
             return Err(Status::resource_exhausted(format!(
@@ -215,12 +289,27 @@ impl Controller for ControllerService {
             .blocking(move |b| {
                 let vols = b.volumes(&class.vg)?;
                 let _g = b.inflight.enter(&params::volume_id(&class.vg, &req.name))?;
-                vols.create(&req.name, class.mode, size)
+                let content = match &source {
+                    None => Content::Empty,
+                    Some(Source::Snapshot(n)) => {
+                        vols.get_snapshot(n).map_err(from_volume)?.ok_or_else(|| {
+                            Status::not_found(format!("snapshot {}/{n} not found", class.vg))
+                        })?;
+                        Content::Snapshot(n)
+                    }
+                    Some(Source::Volume(n)) => {
+                        b.existing(&class.vg, n)?;
+                        Content::Volume(n)
+                    }
+                };
+                vols.create_from(&req.name, class.mode, size, content)
                     .map_err(from_volume)
             })
             .await?;
+        let mut volume = csi_volume(&v);
+        volume.content_source = req.volume_content_source;
         Ok(Response::new(CreateVolumeResponse {
-            volume: Some(csi_volume(&v)),
+            volume: Some(volume),
         }))
     }
 
@@ -319,31 +408,9 @@ impl Controller for ControllerService {
         request: Request<ListVolumesRequest>,
     ) -> Result<Response<ListVolumesResponse>, Status> {
         let req = request.into_inner();
-        let max = usize::try_from(req.max_entries)
-            .map_err(|_| Status::invalid_argument("max_entries is negative"))?;
-        let start: usize = if req.starting_token.is_empty() {
-            0
-        } else {
-            req.starting_token.parse().map_err(|_| {
-                Status::aborted(format!(
-                    "starting_token {:?} is not valid",
-                    req.starting_token
-                ))
-            })?
-        };
         let all = self.blocking(|b| b.all().map_err(from_volume)).await?;
-        if start > all.len() {
-            return Err(Status::aborted(format!(
-                "starting_token {start} is past the end ({} volumes)",
-                all.len()
-            )));
-        }
-        let end = if max == 0 {
-            all.len()
-        } else {
-            (start + max).min(all.len())
-        };
-        let entries = all[start..end]
+        let (range, next_token) = page(all.len(), req.max_entries, &req.starting_token)?;
+        let entries = all[range]
             .iter()
             .map(|v| list_volumes_response::Entry {
                 volume: Some(csi_volume(v)),
@@ -352,11 +419,7 @@ impl Controller for ControllerService {
             .collect();
         Ok(Response::new(ListVolumesResponse {
             entries,
-            next_token: if end < all.len() {
-                end.to_string()
-            } else {
-                String::new()
-            },
+            next_token,
         }))
     }
 
@@ -420,6 +483,10 @@ impl Controller for ControllerService {
             rpc::Type::ExpandVolume,
             rpc::Type::GetVolume,
             rpc::Type::SingleNodeMultiWriter,
+            rpc::Type::CreateDeleteSnapshot,
+            rpc::Type::ListSnapshots,
+            rpc::Type::GetSnapshot,
+            rpc::Type::CloneVolume,
         ];
         Ok(Response::new(ControllerGetCapabilitiesResponse {
             capabilities: caps
@@ -433,38 +500,106 @@ impl Controller for ControllerService {
 
     async fn create_snapshot(
         &self,
-        _: Request<CreateSnapshotRequest>,
+        request: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
-        Err(Status::unimplemented(
-            "snapshots are not offered by this driver version",
-        ))
+        let req = request.into_inner();
+        required("name", &req.name)?;
+        required("source_volume_id", &req.source_volume_id)?;
+        params::check_snapshot_parameters(&req.parameters)?;
+        let (vg, source) = params::parse_volume_id(&req.source_volume_id)?;
+        tracing::info!(name = %req.name, source = %req.source_volume_id, "CreateSnapshot");
+        let snap = self
+            .blocking(move |b| {
+                b.existing(&vg, &source)?;
+                let vols = b.volumes_of_id(&vg)?;
+                let _g = b.inflight.enter(&params::volume_id(&vg, &req.name))?;
+                vols.snapshot(&req.name, &source).map_err(from_volume)
+            })
+            .await?;
+        Ok(Response::new(CreateSnapshotResponse {
+            snapshot: Some(csi_snapshot(&snap)),
+        }))
     }
 
     async fn delete_snapshot(
         &self,
-        _: Request<DeleteSnapshotRequest>,
+        request: Request<DeleteSnapshotRequest>,
     ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-        Err(Status::unimplemented(
-            "snapshots are not offered by this driver version",
-        ))
+        let id = request.into_inner().snapshot_id;
+        required("snapshot_id", &id)?;
+        let Ok((vg, name)) = params::parse_volume_id(&id) else {
+            // An id this driver cannot have made names no snapshot: deleting it succeeds.
+            return Ok(Response::new(DeleteSnapshotResponse {}));
+        };
+        tracing::info!(snapshot_id = %id, "DeleteSnapshot");
+        self.blocking(move |b| {
+            if !b.vgs.contains(&vg) {
+                return Ok(false);
+            }
+            let _g = b.inflight.enter(&id)?;
+            Volumes::new(&b.session, &vg)
+                .delete_snapshot(&name)
+                .map_err(from_volume)
+        })
+        .await?;
+        Ok(Response::new(DeleteSnapshotResponse {}))
     }
 
     async fn list_snapshots(
         &self,
-        _: Request<ListSnapshotsRequest>,
+        request: Request<ListSnapshotsRequest>,
     ) -> Result<Response<ListSnapshotsResponse>, Status> {
-        Err(Status::unimplemented(
-            "snapshots are not offered by this driver version",
-        ))
+        let req = request.into_inner();
+        let (snapshot_id, source_id) = (req.snapshot_id.clone(), req.source_volume_id.clone());
+        let all = self
+            .blocking(move |b| {
+                let mut out = Vec::new();
+                for vg in &b.vgs {
+                    out.extend(
+                        Volumes::new(&b.session, vg)
+                            .snapshots()
+                            .map_err(from_volume)?,
+                    );
+                }
+                out.retain(|s| {
+                    (snapshot_id.is_empty() || params::volume_id(&s.vg, &s.name) == snapshot_id)
+                        && (source_id.is_empty()
+                            || params::volume_id(&s.vg, &s.source) == source_id)
+                });
+                out.sort_by(|a, b| (&a.vg, &a.name).cmp(&(&b.vg, &b.name)));
+                Ok(out)
+            })
+            .await?;
+        let (range, next_token) = page(all.len(), req.max_entries, &req.starting_token)?;
+        Ok(Response::new(ListSnapshotsResponse {
+            entries: all[range]
+                .iter()
+                .map(|s| list_snapshots_response::Entry {
+                    snapshot: Some(csi_snapshot(s)),
+                })
+                .collect(),
+            next_token,
+        }))
     }
 
     async fn get_snapshot(
         &self,
-        _: Request<GetSnapshotRequest>,
+        request: Request<GetSnapshotRequest>,
     ) -> Result<Response<GetSnapshotResponse>, Status> {
-        Err(Status::unimplemented(
-            "snapshots are not offered by this driver version",
-        ))
+        let id = request.into_inner().snapshot_id;
+        required("snapshot_id", &id)?;
+        let (vg, name) = params::parse_volume_id(&id)?;
+        let snap = self
+            .blocking(move |b| {
+                b.volumes_of_id(&vg)?
+                    .get_snapshot(&name)
+                    .map_err(from_volume)?
+                    .ok_or_else(|| Status::not_found(format!("snapshot {vg}/{name} not found")))
+            })
+            .await?;
+        Ok(Response::new(GetSnapshotResponse {
+            snapshot: Some(csi_snapshot(&snap)),
+        }))
     }
 
     async fn controller_expand_volume(

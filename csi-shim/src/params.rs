@@ -22,6 +22,24 @@ const EXTRA_METADATA: &[&str] = &[
     "csi.storage.k8s.io/pvc/namespace",
     "csi.storage.k8s.io/pv/name",
 ];
+/// Names external-snapshotter adds with `--extra-create-metadata`; the only snapshot
+/// parameters accepted (and ignored).
+const SNAPSHOT_METADATA: &[&str] = &[
+    "csi.storage.k8s.io/volumesnapshot/name",
+    "csi.storage.k8s.io/volumesnapshot/namespace",
+    "csi.storage.k8s.io/volumesnapshotcontent/name",
+];
+
+/// Checks VolumeSnapshotClass parameters: none are known, so any other is INVALID_ARGUMENT.
+pub fn check_snapshot_parameters(p: &HashMap<String, String>) -> Result<(), Status> {
+    match p.keys().find(|k| !SNAPSHOT_METADATA.contains(&k.as_str())) {
+        Some(k) => Err(Status::invalid_argument(format!(
+            "unknown snapshot parameter {k:?} (snapshots take none)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Filesystems the node formats.
 pub const FILESYSTEMS: &[&str] = &["ext4", "xfs"];
 

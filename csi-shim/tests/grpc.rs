@@ -472,14 +472,234 @@ async fn bad_requests() {
     let e = c
         .create_snapshot(CreateSnapshotRequest::default())
         .await
-        .expect_err("not offered");
-    assert_eq!(e.code(), Code::Unimplemented);
+        .expect_err("no name");
+    assert_eq!(e.code(), Code::InvalidArgument);
     let caps = c
         .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
         .await
         .expect("caps")
         .into_inner();
-    assert_eq!(caps.capabilities.len(), 6);
+    assert_eq!(caps.capabilities.len(), 10);
+}
+
+fn snap_req(name: &str, source: &str) -> CreateSnapshotRequest {
+    CreateSnapshotRequest {
+        name: name.into(),
+        source_volume_id: source.into(),
+        ..Default::default()
+    }
+}
+
+fn from(name: &str, bytes: i64, src: volume_content_source::Type) -> CreateVolumeRequest {
+    let mut r = create(name, "thin", bytes, rwo());
+    r.volume_content_source = Some(VolumeContentSource { r#type: Some(src) });
+    r
+}
+
+fn of_snapshot(id: &str) -> volume_content_source::Type {
+    volume_content_source::Type::Snapshot(volume_content_source::SnapshotSource {
+        snapshot_id: id.into(),
+    })
+}
+
+fn of_volume(id: &str) -> volume_content_source::Type {
+    volume_content_source::Type::Volume(volume_content_source::VolumeSource {
+        volume_id: id.into(),
+    })
+}
+
+#[tokio::test]
+async fn snapshots_restores_and_clones_of_thin_volumes() {
+    let mut d = driver().await;
+    let c = &mut d.controller;
+    c.create_volume(create("src", "thin", 8 * MIB, rwo()))
+        .await
+        .expect("thin");
+    c.create_volume(create("lin", "linear", 8 * MIB, rwo()))
+        .await
+        .expect("linear");
+    // Errors first: what the spec prescribes.
+    let code = |r: Result<tonic::Response<CreateSnapshotResponse>, tonic::Status>| {
+        r.expect_err("refused").code()
+    };
+    assert_eq!(
+        code(c.create_snapshot(snap_req("", "vg/src")).await),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(c.create_snapshot(snap_req("s1", "")).await),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(c.create_snapshot(snap_req("s1", "vg/none")).await),
+        Code::NotFound
+    );
+    assert_eq!(
+        code(c.create_snapshot(snap_req("s1", "vg/lin")).await),
+        Code::FailedPrecondition
+    );
+    let mut bad = snap_req("s1", "vg/src");
+    bad.parameters.insert("color".into(), "red".into());
+    assert_eq!(code(c.create_snapshot(bad).await), Code::InvalidArgument);
+
+    let s = c
+        .create_snapshot(snap_req("s1", "vg/src"))
+        .await
+        .expect("snapshot")
+        .into_inner();
+    let s = s.snapshot.expect("snapshot");
+    assert_eq!(
+        (s.snapshot_id.as_str(), s.source_volume_id.as_str()),
+        ("vg/s1", "vg/src")
+    );
+    assert_eq!(s.size_bytes, 8 * MIB);
+    assert!(s.ready_to_use && s.creation_time.is_some());
+    // Idempotent; the same name for another source is ALREADY_EXISTS.
+    let again = c
+        .create_snapshot(snap_req("s1", "vg/src"))
+        .await
+        .expect("again")
+        .into_inner();
+    assert_eq!(again.snapshot, Some(s.clone()));
+    c.create_volume(create("src2", "thin", 8 * MIB, rwo()))
+        .await
+        .expect("thin 2");
+    assert_eq!(
+        code(c.create_snapshot(snap_req("s1", "vg/src2")).await),
+        Code::AlreadyExists
+    );
+    c.create_snapshot(snap_req("s2", "vg/src2"))
+        .await
+        .expect("s2");
+
+    // Get and list (by id, by source, paginated).
+    let got = c
+        .get_snapshot(GetSnapshotRequest {
+            snapshot_id: "vg/s1".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(got.snapshot, Some(s.clone()));
+    let e = c
+        .get_snapshot(GetSnapshotRequest {
+            snapshot_id: "vg/none".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("missing");
+    assert_eq!(e.code(), Code::NotFound);
+    let lister = c.clone();
+    let list = |r: ListSnapshotsRequest| {
+        let mut c = lister.clone();
+        async move { c.list_snapshots(r).await.expect("list").into_inner() }
+    };
+    let all = list(ListSnapshotsRequest::default()).await;
+    assert_eq!(all.entries.len(), 2);
+    let one = list(ListSnapshotsRequest {
+        max_entries: 1,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!((one.entries.len(), one.next_token.as_str()), (1, "1"));
+    let rest = list(ListSnapshotsRequest {
+        starting_token: "1".into(),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!((rest.entries.len(), rest.next_token.as_str()), (1, ""));
+    let by_id = list(ListSnapshotsRequest {
+        snapshot_id: "vg/s2".into(),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(by_id.entries.len(), 1);
+    let by_src = list(ListSnapshotsRequest {
+        source_volume_id: "vg/src".into(),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        by_src.entries[0]
+            .snapshot
+            .as_ref()
+            .map(|s| s.snapshot_id.as_str()),
+        Some("vg/s1")
+    );
+    let none = list(ListSnapshotsRequest {
+        snapshot_id: "vg/nothing".into(),
+        ..Default::default()
+    })
+    .await;
+    assert!(none.entries.is_empty());
+    let e = c
+        .list_snapshots(ListSnapshotsRequest {
+            starting_token: "x".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("bad token");
+    assert_eq!(e.code(), Code::Aborted);
+
+    // New volumes from the snapshot and from the volume.
+    let v = c
+        .create_volume(from("restored", 16 * MIB, of_snapshot("vg/s1")))
+        .await
+        .expect("restore");
+    let v = v.into_inner().volume.expect("volume");
+    assert_eq!(v.capacity_bytes, 16 * MIB);
+    assert!(v.content_source.is_some());
+    c.create_volume(from("cloned", 0, of_volume("vg/src")))
+        .await
+        .expect("clone");
+    let e = c
+        .create_volume(from("small", 4 * MIB, of_volume("vg/src")))
+        .await
+        .expect_err("small");
+    assert_eq!(e.code(), Code::OutOfRange);
+    let e = c
+        .create_volume(from("x", 0, of_snapshot("vg/none")))
+        .await
+        .expect_err("no snap");
+    assert_eq!(e.code(), Code::NotFound);
+    let e = c
+        .create_volume(from("y", 0, of_volume("vg/none")))
+        .await
+        .expect_err("no vol");
+    assert_eq!(e.code(), Code::NotFound);
+    let e = c
+        .create_volume(from("z", 0, of_volume("other/src")))
+        .await
+        .expect_err("other VG");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let mut lin_clone = from("w", 0, of_volume("vg/lin"));
+    lin_clone.parameters.insert("mode".into(), "linear".into());
+    let e = c.create_volume(lin_clone).await.expect_err("linear clone");
+    assert_eq!(e.code(), Code::InvalidArgument);
+
+    // Deleting the source keeps its snapshot; deleting twice is fine.
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: "vg/src".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("delete source");
+    assert_eq!(list(ListSnapshotsRequest::default()).await.entries.len(), 2);
+    for _ in 0..2 {
+        for id in ["vg/s1", "vg/s2", "bad id"] {
+            c.delete_snapshot(DeleteSnapshotRequest {
+                snapshot_id: id.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("delete snapshot");
+        }
+    }
+    assert!(list(ListSnapshotsRequest::default())
+        .await
+        .entries
+        .is_empty());
 }
 
 fn stage(d: &Driver, id: &str, staging: &str, c: VolumeCapability) -> NodeStageVolumeRequest {

@@ -15,6 +15,9 @@ use crate::ops::Session;
 /// The tag prefix marking a volume's LV and telling its mode.
 pub const MODE_TAG: &str = "lvmeta.csi/mode=";
 
+/// The tag marking a snapshot LV and naming the volume it was taken of.
+pub const SNAPSHOT_TAG: &str = "lvmeta.csi/snapshot-of=";
+
 /// How a volume's blocks are provided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -61,6 +64,33 @@ impl Volume {
     pub fn pool_name(name: &str) -> String {
         format!("{name}-pool")
     }
+}
+
+/// A snapshot of a thin volume: a thin snapshot LV in the volume's pool, named as the
+/// orchestrator named it, tagged with its source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The VG.
+    pub vg: String,
+    /// The snapshot's (and its LV's) name.
+    pub name: String,
+    /// The volume it was taken of.
+    pub source: String,
+    /// Size in bytes (the source's size when taken).
+    pub bytes: u64,
+    /// When it was taken (seconds since the epoch).
+    pub created: Option<u64>,
+}
+
+/// What a new volume starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Content<'a> {
+    /// Nothing (zeroes).
+    Empty,
+    /// The data of this snapshot.
+    Snapshot(&'a str),
+    /// The data of this volume, now.
+    Volume(&'a str),
 }
 
 /// A size request: at least `required` bytes, at most `limit` (0: no limit).
@@ -202,6 +232,37 @@ impl<'s> Volumes<'s> {
 
     /// Creates `name`, or returns it when it exists in this mode with a size in `size`.
     pub fn create(&self, name: &str, mode: Mode, size: SizeRange) -> Result<Volume, VolumeError> {
+        self.create_from(name, mode, size, Content::Empty)
+    }
+
+    /// Creates `name` holding `content`: a snapshot's or a thin volume's data become a thin
+    /// snapshot of it in the same pool (which grows by the new volume's size, so that the
+    /// pool is never overcommitted). Returns the volume when it exists already.
+    pub fn create_from(
+        &self,
+        name: &str,
+        mode: Mode,
+        size: SizeRange,
+        content: Content<'_>,
+    ) -> Result<Volume, VolumeError> {
+        if content != Content::Empty && mode != Mode::Thin {
+            return Err(VolumeError::Invalid(
+                "volumes from a snapshot or a volume must be thin (mode thin): linear volumes would need a full data copy".into(),
+            ));
+        }
+        if let Content::Snapshot(src) | Content::Volume(src) = content {
+            let vg = self.vg()?;
+            let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * extent_bytes(&vg);
+            let asked = match size.required {
+                0 => src_bytes,
+                _ => u64::from(size.extents(extent_bytes(&vg))?) * extent_bytes(&vg),
+            };
+            if asked < src_bytes || (size.limit != 0 && src_bytes > size.limit) {
+                return Err(VolumeError::OutOfRange(format!(
+                    "the source {src} has {src_bytes} bytes, more than the size asked for"
+                )));
+            }
+        }
         crate::names::check_new_lv_name(&self.vg, name)
             .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         if mode == Mode::Thin {
@@ -222,13 +283,26 @@ impl<'s> Volumes<'s> {
                 if let Some(v) = existing(&vg, name, mode, size)? {
                     return Ok((vg, v));
                 }
-                let vg = match mode {
-                    Mode::Linear => {
+                let vg = match (mode, content) {
+                    (_, Content::Snapshot(src) | Content::Volume(src)) => {
+                        let source_ok = match content {
+                            Content::Snapshot(_) => snapshot_of(&vg, src).is_some(),
+                            _ => volume_of(&vg, src).is_some_and(|v| v.mode == Mode::Thin),
+                        };
+                        if !source_ok {
+                            return Err(EditError::NoLv {
+                                vg: vg.name.clone(),
+                                lv: src.to_owned(),
+                            });
+                        }
+                        thin_copy(vg, name, src, size, tags, stamp)?
+                    }
+                    (Mode::Linear, Content::Empty) => {
                         let mut spec = LvSpec::linear(name, extents, stamp);
                         spec.tags = tags;
                         edit::lv::create(vg, &spec)?.0
                     }
-                    Mode::Thin => {
+                    (Mode::Thin, Content::Empty) => {
                         let pool = PoolSpec {
                             data: LvSpec::linear(&Volume::pool_name(name), extents, stamp.clone()),
                             chunk_size: None,
@@ -257,6 +331,93 @@ impl<'s> Volumes<'s> {
             .map_err(VolumeError::from)
     }
 
+    /// Every snapshot, by name.
+    pub fn snapshots(&self) -> Result<Vec<Snapshot>, VolumeError> {
+        let vg = self.vg()?;
+        let mut out: Vec<Snapshot> = vg
+            .lvs
+            .iter()
+            .filter_map(|l| snapshot_of(&vg, &l.name))
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The snapshot `name`, if it exists.
+    pub fn get_snapshot(&self, name: &str) -> Result<Option<Snapshot>, VolumeError> {
+        Ok(snapshot_of(&self.vg()?, name))
+    }
+
+    /// Takes snapshot `name` of thin volume `source` (a thin snapshot in its pool, which grows
+    /// by the source's size); returns it when it exists already of the same source.
+    pub fn snapshot(&self, name: &str, source: &str) -> Result<Snapshot, VolumeError> {
+        crate::names::check_new_lv_name(&self.vg, name)
+            .map_err(|e| VolumeError::Invalid(e.to_string()))?;
+        let stamp = Stamp::now();
+        self.session
+            .update(&self.vg, "lvcreate", |vg| {
+                if let Some(s) = snapshot_of(&vg, name) {
+                    if s.source == source {
+                        return Ok((vg, s));
+                    }
+                    return Err(EditError::Exists {
+                        what: "Snapshot (of another volume)",
+                        name: format!("{name} (of {})", s.source),
+                        vg: vg.name.clone(),
+                    });
+                }
+                if vg.lv(name).is_some() {
+                    return Err(EditError::Exists {
+                        what: "Logical Volume (not a snapshot)",
+                        name: name.to_owned(),
+                        vg: vg.name.clone(),
+                    });
+                }
+                let v = volume_of(&vg, source).ok_or_else(|| EditError::NoLv {
+                    vg: vg.name.clone(),
+                    lv: source.to_owned(),
+                })?;
+                if v.mode != Mode::Thin {
+                    return Err(edit::refused(
+                        source,
+                        "snapshots are taken of thin volumes only (mode thin)",
+                    ));
+                }
+                let pool = pool_of(&vg, source).unwrap_or_default();
+                let more = vg.lv(source).map_or(0, |l| l.extents());
+                let vg = grow_by(vg, &pool, more)?;
+                let thin = ThinSpec {
+                    name: Some(name.to_owned()),
+                    pool,
+                    extents: 0,
+                    origin: Some(source.to_owned()),
+                    tags: vec![format!("{SNAPSHOT_TAG}{source}")],
+                    activation_skip: Some(true),
+                    stamp,
+                };
+                let (vg, _) = edit::thin::create_thin(vg, &thin)?;
+                let s = snapshot_of(&vg, name).ok_or_else(|| {
+                    edit::refused(name, "the new LV is not a snapshot (internal error)")
+                })?;
+                Ok((vg, s))
+            })
+            .map_err(VolumeError::from)
+    }
+
+    /// Removes snapshot `name` (and its pool when nothing else is left in it). Returns false
+    /// when there was no such snapshot.
+    pub fn delete_snapshot(&self, name: &str) -> Result<bool, VolumeError> {
+        if snapshot_of(&self.vg()?, name).is_none() {
+            return Ok(false);
+        }
+        self.session
+            .update(&self.vg, "lvremove", |vg| match snapshot_of(&vg, name) {
+                None => Ok((vg, false)),
+                Some(_) => Ok((remove_thin(vg, name)?, true)),
+            })
+            .map_err(VolumeError::from)
+    }
+
     /// Removes `name` (a thin volume with its pool and any snapshots in it). Returns false
     /// when there was no such volume.
     pub fn delete(&self, name: &str) -> Result<bool, VolumeError> {
@@ -270,7 +431,7 @@ impl<'s> Volumes<'s> {
                 Some(v) => {
                     let vg = match v.mode {
                         Mode::Linear => edit::lv::remove(vg, name, false)?,
-                        Mode::Thin => edit::lv::remove(vg, &Volume::pool_name(name), true)?,
+                        Mode::Thin => remove_thin(vg, name)?,
                     };
                     Ok((vg, true))
                 }
@@ -299,8 +460,10 @@ impl<'s> Volumes<'s> {
                 let vg = match v.mode {
                     Mode::Linear => edit::lv::resize(vg, name, extents, None, false)?,
                     Mode::Thin => {
-                        let pool = Volume::pool_name(name);
-                        let vg = grow_to(vg, &pool, extents)?;
+                        let pool = pool_of(&vg, name).unwrap_or_default();
+                        let more = u64::from(extents)
+                            .saturating_sub(vg.lv(name).map_or(0, |l| l.extents()));
+                        let vg = grow_by(vg, &pool, more)?;
                         edit::lv::resize(vg, name, extents, None, false)?
                     }
                 };
@@ -313,13 +476,106 @@ impl<'s> Volumes<'s> {
     }
 }
 
-/// Grows `lv` to `extents` unless it is already at least that large.
-fn grow_to(vg: Vg, lv: &str, extents: u32) -> Result<Vg, EditError> {
-    let current = vg.lv(lv).map_or(0, |l| l.extents());
-    if current >= u64::from(extents) {
+/// Grows the pool `pool` by `more` extents.
+fn grow_by(vg: Vg, pool: &str, more: u64) -> Result<Vg, EditError> {
+    if more == 0 {
         return Ok(vg);
     }
-    edit::lv::resize(vg, lv, extents, None, false)
+    let current = vg.lv(pool).map_or(0, |l| l.extents());
+    let to = u32::try_from(current + more)
+        .map_err(|_| edit::refused(pool, "the pool would be too large"))?;
+    edit::lv::resize(vg, pool, to, None, false)
+}
+
+/// The pool of thin LV `lv`.
+fn pool_of(vg: &Vg, lv: &str) -> Option<String> {
+    match &vg.lv(lv)?.segments.first()?.kind {
+        SegKind::Thin(t) => Some(t.thin_pool.clone()),
+        _ => None,
+    }
+}
+
+/// Removes thin LV `name`, and its pool once no thin LV is left in it.
+fn remove_thin(vg: Vg, name: &str) -> Result<Vg, EditError> {
+    let pool = pool_of(&vg, name);
+    let vg = edit::lv::remove(vg, name, false)?;
+    match pool {
+        Some(p)
+            if !vg
+                .lvs
+                .iter()
+                .any(|l| pool_of(&vg, &l.name).as_deref() == Some(&p)) =>
+        {
+            edit::lv::remove(vg, &p, false)
+        }
+        _ => Ok(vg),
+    }
+}
+
+/// A new thin volume `name` holding thin LV `src`'s data: a thin snapshot of it in its pool,
+/// at least `size` (and at least `src`'s size), with the pool grown by that much.
+fn thin_copy(
+    vg: Vg,
+    name: &str,
+    src: &str,
+    size: SizeRange,
+    tags: Vec<String>,
+    stamp: Stamp,
+) -> Result<Vg, EditError> {
+    let pool = pool_of(&vg, src).ok_or_else(|| edit::refused(src, "is not a thin LV"))?;
+    let src_extents = vg.lv(src).map_or(0, |l| l.extents());
+    let ext = extent_bytes(&vg);
+    let want = if size.required == 0 {
+        src_extents
+    } else {
+        u64::from(
+            size.extents(ext)
+                .map_err(|e| edit::refused(name, e.to_string()))?,
+        )
+    };
+    if want < src_extents || (size.limit != 0 && src_extents * ext > size.limit) {
+        return Err(edit::refused(
+            name,
+            format!(
+                "the source {src} has {} bytes, more than the size asked for",
+                src_extents * ext
+            ),
+        ));
+    }
+    let vg = grow_by(vg, &pool, want)?;
+    let thin = ThinSpec {
+        name: Some(name.to_owned()),
+        pool,
+        extents: 0,
+        origin: Some(src.to_owned()),
+        tags,
+        activation_skip: Some(false),
+        stamp,
+    };
+    let (vg, _) = edit::thin::create_thin(vg, &thin)?;
+    if want > src_extents {
+        let to = u32::try_from(want).map_err(|_| edit::refused(name, "too large"))?;
+        return edit::lv::resize(vg, name, to, None, false);
+    }
+    Ok(vg)
+}
+
+/// The snapshot `name` of `vg`: a thin LV carrying the snapshot tag.
+fn snapshot_of(vg: &Vg, name: &str) -> Option<Snapshot> {
+    let lv = vg.lv(name)?;
+    let source = lv
+        .tags
+        .iter()
+        .find_map(|t| t.strip_prefix(SNAPSHOT_TAG))?
+        .to_owned();
+    pool_of(vg, name)?;
+    Some(Snapshot {
+        vg: vg.name.clone(),
+        name: name.to_owned(),
+        source,
+        bytes: lv.extents() * extent_bytes(vg),
+        created: lv.creation.as_ref().map(|c| c.0),
+    })
 }
 
 fn extent_bytes(vg: &Vg) -> u64 {
@@ -335,7 +591,7 @@ fn volume_of(vg: &Vg, name: &str) -> Option<Volume> {
         .find_map(|t| Mode::parse(t.strip_prefix(MODE_TAG)?))?;
     let shape_ok = match (mode, &lv.segments.first()?.kind) {
         (Mode::Linear, SegKind::Striped(_)) => true,
-        (Mode::Thin, SegKind::Thin(t)) => t.thin_pool == Volume::pool_name(name),
+        (Mode::Thin, SegKind::Thin(t)) => vg.lv(&t.thin_pool).is_some(),
         _ => false,
     };
     shape_ok.then(|| Volume {

@@ -4,7 +4,7 @@
 
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::ops::Session;
-use lvmeta::volume::{Mode, SizeRange, Volumes};
+use lvmeta::volume::{Content, Mode, SizeRange, Volumes};
 use lvmeta_tests::privileged;
 use lvmeta_tests::sandbox::Sandbox;
 
@@ -72,7 +72,95 @@ fn lvm2_judges_csi_volumes() {
         String::from_utf8_lossy(&out.stdout).trim(),
         (32 * MIB).to_string()
     );
+    // Snapshots and clones of the thin volume: thin snapshots in its pool, which grows by
+    // each one's size; lvm2 sees the origins.
+    let pool_bytes = |sb: &Sandbox| -> u64 {
+        let out = sb.lvm_ok(
+            &[
+                "lvs",
+                "--noheadings",
+                "--units",
+                "b",
+                "--nosuffix",
+                "-o",
+                "lv_size",
+                "vg/pvc-thin-pool",
+            ],
+            None,
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("pool size")
+    };
+    let before = pool_bytes(&sb);
+    let snap = vols.snapshot("snap-1", "pvc-thin").expect("snapshot");
+    assert_eq!((snap.source.as_str(), snap.bytes), ("pvc-thin", 40 * MIB));
+    assert_eq!(vols.snapshot("snap-1", "pvc-thin").expect("again"), snap);
+    assert!(vols.snapshot("snap-1", "pvc-lin").is_err());
+    assert!(
+        vols.snapshot("snap-lin", "pvc-lin").is_err(),
+        "linear volumes have no snapshots"
+    );
+    judge("snapshot");
+    assert_eq!(pool_bytes(&sb), before + 40 * MIB);
+    let from_snap = vols
+        .create_from(
+            "pvc-restored",
+            Mode::Thin,
+            size(48),
+            Content::Snapshot("snap-1"),
+        )
+        .expect("from snapshot");
+    assert_eq!(from_snap.bytes, 48 * MIB);
+    let clone = vols
+        .create_from(
+            "pvc-clone",
+            Mode::Thin,
+            size(0),
+            Content::Volume("pvc-thin"),
+        )
+        .expect("clone");
+    assert_eq!(clone.bytes, 40 * MIB);
+    assert!(vols
+        .create_from(
+            "pvc-small",
+            Mode::Thin,
+            size(8),
+            Content::Volume("pvc-thin")
+        )
+        .is_err());
+    assert!(vols
+        .create_from("pvc-x", Mode::Linear, size(0), Content::Volume("pvc-lin"))
+        .is_err());
+    judge("restored and cloned");
+    let out = sb.lvm_ok(
+        &["lvs", "--noheadings", "-o", "lv_name,origin,pool_lv", "vg"],
+        None,
+    );
+    let rows = String::from_utf8_lossy(&out.stdout).to_string();
+    for want in [
+        ["snap-1", "pvc-thin", "pvc-thin-pool"],
+        ["pvc-restored", "snap-1", "pvc-thin-pool"],
+        ["pvc-clone", "pvc-thin", "pvc-thin-pool"],
+    ] {
+        assert!(
+            rows.lines()
+                .any(|l| l.split_whitespace().eq(want.iter().copied())),
+            "{want:?} not in {rows}"
+        );
+    }
+    assert_eq!(vols.snapshots().expect("list").len(), 1);
+    assert_eq!(vols.list().expect("list").len(), 4);
+    // The source goes; its snapshot and clones stay (and keep the pool).
     assert!(vols.delete("pvc-thin").expect("delete thin"));
+    judge("source deleted");
+    assert!(vols.get_snapshot("snap-1").expect("get").is_some());
+    assert!(vols.delete_snapshot("snap-1").expect("delete snapshot"));
+    assert!(!vols.delete_snapshot("snap-1").expect("again"));
+    assert!(vols.delete("pvc-restored").expect("delete restored"));
+    assert!(vols.delete("pvc-clone").expect("delete clone"));
+    judge("thin volumes deleted");
     assert!(vols.delete("pvc-lin").expect("delete linear"));
     assert!(!vols.delete("pvc-lin").expect("delete again"));
     judge("deleted");
