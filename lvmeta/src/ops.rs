@@ -297,7 +297,8 @@ impl Session {
         let lease = match self.host_for(&sv.vg)? {
             Some(h) => {
                 h.check_joined(&sv.vg, &at)?;
-                let owner = lease_owner(&sv.vg, lv);
+                // A thin LV is covered by its pool's lease.
+                let owner = sv.vg.lv(lv).and_then(|l| l.thin_pool()).unwrap_or(lv);
                 let r = lease::layout::lv_lease(&sv.vg, &at.paths, owner, at.geometry).ok_or_else(
                     || lease::LeaseError::Manager {
                         what: format!("LV {vg}/{owner}"),
@@ -314,13 +315,17 @@ impl Session {
         Ok(Activation::new(placement, device, lease))
     }
 
+    /// Where LV `lv` of `vg` is on this host's devices, from a fresh scan.
+    fn placement(&self, vg: &str, lv: &str) -> Result<Placement, Error> {
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        Ok(activate::place(&sv.vg, lv, &places(&scan, sv).paths)?)
+    }
+
     /// Removes LV `lv`'s device on this host, found from the metadata (an activation whose
     /// [`Activation`] is gone, as after a restart). Holds no lease.
     pub fn deactivate(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<(), Error> {
-        let scan = self.scan();
-        let sv = scan.vg(vg)?;
-        let placement = activate::place(&sv.vg, lv, &places(&scan, sv).paths)?;
-        Ok(backend.deactivate(&placement)?)
+        Ok(backend.deactivate(&self.placement(vg, lv)?)?)
     }
 
     /// The device of LV `lv` when it is active on this host.
@@ -330,17 +335,12 @@ impl Session {
         lv: &str,
         backend: &dyn Backend,
     ) -> Result<Option<PathBuf>, Error> {
-        let scan = self.scan();
-        let sv = scan.vg(vg)?;
-        let placement = activate::place(&sv.vg, lv, &places(&scan, sv).paths)?;
-        Ok(backend.active(&placement)?)
+        Ok(backend.active(&self.placement(vg, lv)?)?)
     }
 
     /// Tells an active LV's device that the LV has grown (after `lvextend`).
     pub fn refresh(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Placement, Error> {
-        let scan = self.scan();
-        let sv = scan.vg(vg)?;
-        let placement = activate::place(&sv.vg, lv, &places(&scan, sv).paths)?;
+        let placement = self.placement(vg, lv)?;
         backend.refresh(&placement)?;
         Ok(placement)
     }
@@ -855,17 +855,6 @@ impl Session {
     }
 }
 
-/// The LV whose lease covers `lv`: a thin LV's pool, else `lv` itself.
-fn lease_owner<'v>(vg: &'v Vg, lv: &'v str) -> &'v str {
-    let thin_pool = vg.lv(lv).and_then(|l| {
-        l.segments.iter().find_map(|s| match &s.kind {
-            crate::model::SegKind::Thin(t) => Some(t.thin_pool.as_str()),
-            _ => None,
-        })
-    });
-    thin_pool.unwrap_or(lv)
-}
-
 /// Where a shared VG's leases are: each PV's device, and lvmlockd's geometry for the sector
 /// size of the PV holding `lvmlock`.
 /// What [`Session::global`] holds: the global lease (released first) and the file lock.
@@ -877,9 +866,7 @@ struct Global<'s> {
 impl Drop for Global<'_> {
     fn drop(&mut self) {
         if let Some((h, r)) = self.lease.take() {
-            if let Err(e) = h.manager.release(&r, None) {
-                tracing::warn!(lease = %r.name, error = %e, "releasing the global lease failed");
-            }
+            h.release_or_warn(&r, "global");
         }
     }
 }
@@ -895,9 +882,7 @@ pub struct ReadLocks<'s> {
 impl Drop for ReadLocks<'_> {
     fn drop(&mut self) {
         while let Some((h, r)) = self.held.pop() {
-            if let Err(e) = h.manager.release(&r, None) {
-                tracing::warn!(lease = %r.name, error = %e, "releasing a read lease failed");
-            }
+            h.release_or_warn(&r, "read");
         }
     }
 }
@@ -920,9 +905,7 @@ impl VgLease<'_> {
 impl Drop for VgLease<'_> {
     fn drop(&mut self) {
         if let Some((h, r)) = self.held.take() {
-            if let Err(e) = h.manager.release(&r, None) {
-                tracing::warn!(lease = %r.name, error = %e, "releasing the VG lease failed");
-            }
+            h.release_or_warn(&r, "VG");
         }
     }
 }

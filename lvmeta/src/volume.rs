@@ -383,19 +383,9 @@ impl<'s> Volumes<'s> {
                         "snapshots are taken of thin volumes only (mode thin)",
                     ));
                 }
-                let pool = pool_of(&vg, source).unwrap_or_default();
                 let more = vg.lv(source).map_or(0, |l| l.extents());
-                let vg = grow_by(vg, &pool, more)?;
-                let thin = ThinSpec {
-                    name: Some(name.to_owned()),
-                    pool,
-                    extents: 0,
-                    origin: Some(source.to_owned()),
-                    tags: vec![format!("{SNAPSHOT_TAG}{source}")],
-                    activation_skip: Some(true),
-                    stamp,
-                };
-                let (vg, _) = edit::thin::create_thin(vg, &thin)?;
+                let tags = vec![format!("{SNAPSHOT_TAG}{source}")];
+                let vg = snapshot_in_pool(vg, name, source, more, tags, true, stamp)?;
                 let s = snapshot_of(&vg, name).ok_or_else(|| {
                     edit::refused(name, "the new LV is not a snapshot (internal error)")
                 })?;
@@ -489,10 +479,7 @@ fn grow_by(vg: Vg, pool: &str, more: u64) -> Result<Vg, EditError> {
 
 /// The pool of thin LV `lv`.
 fn pool_of(vg: &Vg, lv: &str) -> Option<String> {
-    match &vg.lv(lv)?.segments.first()?.kind {
-        SegKind::Thin(t) => Some(t.thin_pool.clone()),
-        _ => None,
-    }
+    vg.lv(lv)?.thin_pool().map(str::to_owned)
 }
 
 /// Removes thin LV `name`, and its pool once no thin LV is left in it.
@@ -500,12 +487,7 @@ fn remove_thin(vg: Vg, name: &str) -> Result<Vg, EditError> {
     let pool = pool_of(&vg, name);
     let vg = edit::lv::remove(vg, name, false)?;
     match pool {
-        Some(p)
-            if !vg
-                .lvs
-                .iter()
-                .any(|l| pool_of(&vg, &l.name).as_deref() == Some(&p)) =>
-        {
+        Some(p) if !vg.lvs.iter().any(|l| l.thin_pool() == Some(p.as_str())) => {
             edit::lv::remove(vg, &p, false)
         }
         _ => Ok(vg),
@@ -522,7 +504,6 @@ fn thin_copy(
     tags: Vec<String>,
     stamp: Stamp,
 ) -> Result<Vg, EditError> {
-    let pool = pool_of(&vg, src).ok_or_else(|| edit::refused(src, "is not a thin LV"))?;
     let src_extents = vg.lv(src).map_or(0, |l| l.extents());
     let ext = extent_bytes(&vg);
     let want = if size.required == 0 {
@@ -542,22 +523,37 @@ fn thin_copy(
             ),
         ));
     }
-    let vg = grow_by(vg, &pool, want)?;
+    let vg = snapshot_in_pool(vg, name, src, want, tags, false, stamp)?;
+    if want > src_extents {
+        let to = u32::try_from(want).map_err(|_| edit::refused(name, "too large"))?;
+        return edit::lv::resize(vg, name, to, None, false);
+    }
+    Ok(vg)
+}
+
+/// Thin snapshot `name` of thin LV `src` in `src`'s pool, which first grows by `grow`
+/// extents (what the snapshot may come to use: the pool is never overcommitted).
+fn snapshot_in_pool(
+    vg: Vg,
+    name: &str,
+    src: &str,
+    grow: u64,
+    tags: Vec<String>,
+    activation_skip: bool,
+    stamp: Stamp,
+) -> Result<Vg, EditError> {
+    let pool = pool_of(&vg, src).ok_or_else(|| edit::refused(src, "is not a thin LV"))?;
+    let vg = grow_by(vg, &pool, grow)?;
     let thin = ThinSpec {
         name: Some(name.to_owned()),
         pool,
         extents: 0,
         origin: Some(src.to_owned()),
         tags,
-        activation_skip: Some(false),
+        activation_skip: Some(activation_skip),
         stamp,
     };
-    let (vg, _) = edit::thin::create_thin(vg, &thin)?;
-    if want > src_extents {
-        let to = u32::try_from(want).map_err(|_| edit::refused(name, "too large"))?;
-        return edit::lv::resize(vg, name, to, None, false);
-    }
-    Ok(vg)
+    Ok(edit::thin::create_thin(vg, &thin)?.0)
 }
 
 /// The snapshot `name` of `vg`: a thin LV carrying the snapshot tag.

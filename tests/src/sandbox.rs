@@ -111,6 +111,26 @@ impl Sandbox {
         out
     }
 
+    /// The words of a stock lvm2 report (`cmd`: `lvs`, `pvs`, `vgs`) of `fields` for `names`,
+    /// sizes in bytes without a suffix, no heading.
+    pub fn report_words(&self, cmd: &str, fields: &str, names: &[&str]) -> Vec<String> {
+        let mut args = vec![
+            cmd,
+            "--noheadings",
+            "--units",
+            "b",
+            "--nosuffix",
+            "-o",
+            fields,
+        ];
+        args.extend_from_slice(names);
+        let out = self.lvm_ok(&args, None);
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Runs `lvmeta VERB --devices <loops> ARGS...`.
     pub fn lvmeta(&self, verb: &str, args: &[&str]) -> Output {
         Command::new(lvmeta_bin())

@@ -55,41 +55,15 @@ fn lvm2_judges_csi_volumes() {
     vols.expand("pvc-thin", size(40)).expect("expand thin");
     vols.expand("pvc-lin", size(30)).expect("expand linear");
     judge("expanded");
-    let out = sb.lvm_ok(
-        &[
-            "lvs",
-            "--noheadings",
-            "--units",
-            "b",
-            "--nosuffix",
-            "-o",
-            "lv_size",
-            "vg/pvc-lin",
-        ],
-        None,
-    );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        (32 * MIB).to_string()
+        sb.report_words("lvs", "lv_size", &["vg/pvc-lin"]),
+        [(32 * MIB).to_string()]
     );
     // Snapshots and clones of the thin volume: thin snapshots in its pool, which grows by
     // each one's size; lvm2 sees the origins.
     let pool_bytes = |sb: &Sandbox| -> u64 {
-        let out = sb.lvm_ok(
-            &[
-                "lvs",
-                "--noheadings",
-                "--units",
-                "b",
-                "--nosuffix",
-                "-o",
-                "lv_size",
-                "vg/pvc-thin-pool",
-            ],
-            None,
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
+        sb.report_words("lvs", "lv_size", &["vg/pvc-thin-pool"])
+            .concat()
             .parse()
             .expect("pool size")
     };

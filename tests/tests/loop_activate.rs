@@ -30,21 +30,8 @@ fn dev_bytes(dev: &Path) -> u64 {
 
 /// First byte of `vg/lv` on its PV, from stock lvm2's reports.
 fn lvm2_offset(sb: &Sandbox, lv: &str) -> u64 {
-    let out = sb.lvm_ok(
-        &[
-            "lvs",
-            "--noheadings",
-            "--units",
-            "b",
-            "--nosuffix",
-            "-o",
-            "seg_pe_ranges,vg_extent_size",
-            lv,
-        ],
-        None,
-    );
-    let row = String::from_utf8_lossy(&out.stdout).to_string();
-    let mut words = row.split_whitespace();
+    let row = sb.report_words("lvs", "seg_pe_ranges,vg_extent_size", &[lv]);
+    let mut words = row.iter();
     let range = words.next().expect("pe range");
     let ext: u64 = words.next().expect("extent size").parse().expect("extent");
     let first_pe: u64 = range
@@ -54,20 +41,9 @@ fn lvm2_offset(sb: &Sandbox, lv: &str) -> u64 {
         .expect("first pe")
         .parse()
         .expect("pe");
-    let out = sb.lvm_ok(
-        &[
-            "pvs",
-            "--noheadings",
-            "--units",
-            "b",
-            "--nosuffix",
-            "-o",
-            "pe_start",
-        ],
-        None,
-    );
-    let pe_start: u64 = String::from_utf8_lossy(&out.stdout)
-        .trim()
+    let pe_start: u64 = sb
+        .report_words("pvs", "pe_start", &[])
+        .concat()
         .parse()
         .expect("pe_start");
     pe_start + first_pe * ext

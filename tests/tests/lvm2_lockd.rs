@@ -4,7 +4,7 @@
 //! lvmlockd looks for them), and a shared VG made by lvmeta (lockspace, GL/VG leases, free LV
 //! slots) is started and changed by lvmlockd; each side sees the other's changes, reports
 //! agree and `vgck` stays clean. Then lvm2 and three lvmeta hosts change one VG concurrently
-//! without losing an update (504 changes), a writer killed while holding the VG lease does not
+//! without losing an update (568 changes), a writer killed while holding the VG lease does not
 //! block the next one, and the VG lease of a host whose sanlock daemon died is taken over only
 //! after sanlock's host-dead time (76 s at io_timeout 2).
 

@@ -199,9 +199,7 @@ impl Activation {
 impl Drop for Activation {
     fn drop(&mut self) {
         if let Some((h, r)) = self.lease.take() {
-            if let Err(e) = h.manager.release(&r, None) {
-                tracing::warn!(lease = %r.name, error = %e, "releasing an LV lease failed");
-            }
+            h.release_or_warn(&r, "LV");
         }
     }
 }

@@ -351,6 +351,14 @@ impl Host {
         Ok(Some(r))
     }
 
+    /// Gives `r` back unchanged where nothing can be done about a failure (guards being
+    /// dropped): logs it, naming the `kind` of lease.
+    pub fn release_or_warn(&self, r: &ResourceSpec, kind: &str) {
+        if let Err(e) = self.manager.release(r, None) {
+            tracing::warn!(lease = %r.name, kind, error = %e, "releasing a lease failed");
+        }
+    }
+
     /// Acquires `r`, retrying while another host holds it, up to [`Host::wait`].
     fn acquire_waiting(
         &self,

@@ -108,6 +108,14 @@ pub struct Lv {
 }
 
 impl Lv {
+    /// The pool of a thin LV (`None` for other LVs).
+    pub fn thin_pool(&self) -> Option<&str> {
+        self.segments.iter().find_map(|s| match &s.kind {
+            SegKind::Thin(t) => Some(t.thin_pool.as_str()),
+            _ => None,
+        })
+    }
+
     /// True when `VISIBLE` is in the status.
     pub fn is_visible(&self) -> bool {
         self.status.iter().any(|s| s == "VISIBLE")

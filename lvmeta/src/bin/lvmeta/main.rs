@@ -185,16 +185,13 @@ fn report_cmd(kind: Kind, a: &ReportArgs, segments: bool) -> CmdResult {
         .iter()
         .map(|n| n.split('/').next().unwrap_or(n))
         .collect();
-    let host = a.lock.host()?;
-    let session = host.map(|h| lvmeta::ops::Session::new(open_devices(&a.dev)).with_host(h));
-    let (scan, locks) = match &session {
-        Some(s) => {
-            let (scan, locks) = s.read_locked(&selected).map_err(failed)?;
-            print_warnings(&scan);
-            (scan, Some(locks))
-        }
-        None => (scan_devices(&a.dev), None),
-    };
+    let mut session = lvmeta::ops::Session::new(open_devices(&a.dev));
+    if let Some(h) = a.lock.host()? {
+        session = session.with_host(h);
+    }
+    // Without a host id nothing is locked, and every shared VG read is named below.
+    let (scan, locks) = session.read_locked(&selected).map_err(failed)?;
+    print_warnings(&scan);
     for name in &a.names {
         let vg = name.split('/').next().unwrap_or(name);
         scan.vg(vg).map_err(failed)?;
@@ -207,18 +204,7 @@ fn report_cmd(kind: Kind, a: &ReportArgs, segments: bool) -> CmdResult {
             }
         }
     }
-    let unlocked: Vec<&str> = match &locks {
-        Some(l) => l.unlocked.iter().map(String::as_str).collect(),
-        None => scan
-            .vgs
-            .iter()
-            .filter(|v| {
-                v.vg.is_shared() && (selected.is_empty() || selected.contains(&&*v.vg.name))
-            })
-            .map(|v| v.vg.name.as_str())
-            .collect(),
-    };
-    for vg in unlocked {
+    for vg in &locks.unlocked {
         eprintln!("  WARNING: Reading VG {vg} without a lock; the view may be stale.");
     }
     let req = Request {
