@@ -9,6 +9,7 @@
 
 pub mod client;
 pub mod controller;
+pub mod demo;
 pub mod identity;
 pub mod inflight;
 pub mod mount;

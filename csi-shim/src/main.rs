@@ -5,6 +5,8 @@
 //! csi-shim --endpoint /csi/csi.sock --devices /dev/mapper/lun0 --vg vg0 [--host-id N]
 //!          [--node-id NODE --kubelet-dir /var/lib/kubelet]
 //! ```
+//! `csi-shim demo` runs the driver's whole job on this machine (see [`csi_shim::demo`]).
+//!
 //! The VGs served must be on the devices given; a shared VG needs this host's sanlock host id
 //! (`--host-id`, or lvm2's lvmlocal.conf) and its lockspace started (`lvmeta vgchange
 //! --lockstart`); the Probe RPC says not ready until it is.
@@ -22,9 +24,44 @@ use csi_shim::controller::Backend;
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::ops::Session;
 
-/// Command line of the driver.
+/// Command line of the driver: serve (the default), or a subcommand.
 #[derive(Debug, Parser)]
-#[command(version, about = "Kubernetes CSI driver over lvmeta")]
+#[command(
+    version,
+    about = "Kubernetes CSI driver over lvmeta",
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    serve: Args,
+}
+
+/// What else the binary does.
+#[derive(Debug, clap::Subcommand)]
+enum Cmd {
+    /// As root: a LUN file on a loop device, a VG, the CSI server, and a scenario driven
+    /// through its socket with a table of timings; everything is removed at the end.
+    Demo {
+        /// Where the scratch directory is made.
+        #[arg(long, default_value = "/var/tmp")]
+        dir: PathBuf,
+        /// The LUN's size in MiB.
+        #[arg(long, default_value_t = 2048)]
+        lun_size: u64,
+        /// sanlock io_timeout in seconds (a lockspace join takes about 2.5 times this).
+        #[arg(long, default_value_t = 2)]
+        io_timeout: u32,
+        /// A local VG under lvm2's file locks even when sanlock is installed.
+        #[arg(long)]
+        no_sanlock: bool,
+    },
+}
+
+/// Serving the CSI endpoint.
+#[derive(Debug, clap::Args)]
 struct Args {
     /// The unix socket to serve on.
     #[arg(long, default_value = "/csi/csi.sock")]
@@ -63,8 +100,22 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
-    match run(args) {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Some(Cmd::Demo {
+            dir,
+            lun_size,
+            io_timeout,
+            no_sanlock,
+        }) => csi_shim::demo::run(&csi_shim::demo::Options {
+            parent: dir,
+            lun_mib: lun_size,
+            io_timeout,
+            sanlock: !no_sanlock,
+        }),
+        None => run(cli.serve),
+    };
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("csi-shim: {e}");

@@ -311,8 +311,10 @@ impl Session {
             None => None,
         };
         drop(locks);
-        let device = backend.activate(&placement, read_only)?;
-        Ok(Activation::new(placement, device, lease))
+        // The activation owns the lease from here: a backend failure releases it.
+        let mut held = Activation::new(placement, PathBuf::new(), lease);
+        held.device = backend.activate(&held.placement, read_only)?;
+        Ok(held)
     }
 
     /// Where LV `lv` of `vg` is on this host's devices, from a fresh scan.

@@ -336,3 +336,30 @@ fn activation_holds_the_lv_lease_exclusive_or_shared() {
     assert_eq!(backend.state("vg", "a"), None);
     fake.release(&lease, None).expect("release");
 }
+
+#[test]
+fn a_failed_activation_releases_the_lease() {
+    let (s, fake, _host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    let vols = lvmeta::volume::Volumes::new(&s, "vg");
+    let size = lvmeta::volume::SizeRange {
+        required: 8 << 20,
+        limit: 0,
+    };
+    vols.create("t", lvmeta::volume::Mode::Thin, size)
+        .expect("thin volume");
+    let vg = s.vg("vg").expect("vg");
+    let pool = vg.lv("t").and_then(|l| l.thin_pool()).expect("pool");
+    let at = places();
+    let lease = layout::lv_lease(&vg, &at.paths, pool, at.geometry).expect("pool lease");
+    // The fake backend, as the loop one, cannot make thin LVs: the pool lease taken for the
+    // attempt must be given back.
+    let backend = lvmeta::activate::FakeBackend::default();
+    assert!(matches!(
+        s.activate("vg", "t", false, false, &backend),
+        Err(Error::Activate(_))
+    ));
+    fake.acquire(&lease, Mode::Exclusive, false)
+        .expect("the pool lease was released");
+    fake.release(&lease, None).expect("release");
+}

@@ -84,19 +84,26 @@ fn piece(p: &Placement) -> Result<&Piece, ActivateError> {
     p.single().ok_or_else(|| needs_device_mapper(p))
 }
 
-fn bind(p: &Placement, piece: &Piece, read_only: bool) -> Result<PathBuf, ActivateError> {
-    let backing = OpenOptions::new()
+/// Binds a free loop device to `len` bytes of `backing` at `offset`, named `name`.
+fn bind_file(
+    backing: &Path,
+    offset: u64,
+    len: u64,
+    read_only: bool,
+    name: &str,
+) -> Result<PathBuf, ActivateError> {
+    let shown = backing.display().to_string();
+    let file = OpenOptions::new()
         .read(true)
         .write(!read_only)
-        .open(&piece.device)
-        .map_err(|e| io(&piece.device, "open", e))?;
+        .open(backing)
+        .map_err(|e| io(&shown, "open", e))?;
     let control =
         File::open("/dev/loop-control").map_err(|e| io("/dev/loop-control", "open", e))?;
     let mut flags = ioctl::DIRECT_IO;
     if read_only {
         flags |= ioctl::READ_ONLY;
     }
-    let name = format!("lvmeta:{}/{}", p.vg, p.lv);
     // Another process may take the free device between asking and binding: ask again.
     let mut last = None;
     for _ in 0..8 {
@@ -110,9 +117,9 @@ fn bind(p: &Placement, piece: &Piece, read_only: bool) -> Result<PathBuf, Activa
                 continue;
             }
         };
-        match ioctl::configure(&dev, &backing, piece.offset, piece.len, flags, &name) {
+        match ioctl::configure(&dev, &file, offset, len, flags, name) {
             Ok(()) => {
-                tracing::info!(lv = %name, device = %path.display(), offset = piece.offset, bytes = piece.len, read_only, "loop device bound");
+                tracing::info!(name, device = %path.display(), backing = %shown, offset, bytes = len, read_only, "loop device bound");
                 return Ok(path);
             }
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
@@ -125,6 +132,43 @@ fn bind(p: &Placement, piece: &Piece, read_only: bool) -> Result<PathBuf, Activa
         device: "/dev/loop-control".into(),
         why: "no free loop device".into(),
     }))
+}
+
+fn bind(p: &Placement, piece: &Piece, read_only: bool) -> Result<PathBuf, ActivateError> {
+    let name = format!("lvmeta:{}/{}", p.vg, p.lv);
+    bind_file(
+        Path::new(&piece.device),
+        piece.offset,
+        piece.len,
+        read_only,
+        &name,
+    )
+}
+
+/// Unbinds the loop device `dev`; refused while it is mounted or held open exclusively.
+fn unbind(dev: &Path) -> Result<(), ActivateError> {
+    let shown = dev.display().to_string();
+    // O_EXCL on a block device fails while it is mounted or held open exclusively.
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(dev)
+        .map_err(|e| io(&shown, "still in use (mounted?)", e))?;
+    ioctl::clear(&f).map_err(|e| io(&shown, "LOOP_CLR_FD", e))
+}
+
+/// Exposes the whole file `image` as a loop device with direct I/O (a LUN made of a file,
+/// as `losetup -f --show --direct-io` does).
+pub fn attach(image: &Path) -> Result<PathBuf, ActivateError> {
+    let name = format!("lvmeta:{}", image.display());
+    bind_file(image, 0, 0, false, &name)
+}
+
+/// Unbinds a loop device made by [`attach`].
+pub fn detach(dev: &Path) -> Result<(), ActivateError> {
+    unbind(dev)?;
+    tracing::info!(device = %dev.display(), "loop device unbound");
+    Ok(())
 }
 
 impl Backend for LoopBackend {
@@ -161,15 +205,8 @@ impl Backend for LoopBackend {
         let Some(b) = p.single().and_then(find) else {
             return Ok(());
         };
-        let shown = b.dev.display().to_string();
-        // O_EXCL on a block device fails while it is mounted or held open exclusively.
-        let dev = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_EXCL)
-            .open(&b.dev)
-            .map_err(|e| io(&shown, "still in use (mounted?)", e))?;
-        ioctl::clear(&dev).map_err(|e| io(&shown, "LOOP_CLR_FD", e))?;
-        tracing::info!(lv = %format!("{}/{}", p.vg, p.lv), device = %shown, "loop device unbound");
+        unbind(&b.dev)?;
+        tracing::info!(lv = %format!("{}/{}", p.vg, p.lv), device = %b.dev.display(), "loop device unbound");
         Ok(())
     }
 

@@ -34,6 +34,16 @@ pub struct SharedVg {
     pub lock_lv_size: u64,
 }
 
+impl SharedVg {
+    /// What lvmlockd sizes `lvmlock` at for devices of `sector`-byte logical sectors: 256 MiB,
+    /// or 1 GiB when leases are 4K-sector sized.
+    pub fn for_sector(sector: u32) -> Self {
+        Self {
+            lock_lv_size: if sector > 512 { 1 << 30 } else { 256 << 20 },
+        }
+    }
+}
+
 /// What `vgcreate` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VgSpec {

@@ -601,17 +601,18 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                     u32::try_from(b / 512).map_err(|_| usage("-s: too large"))
                 })?;
             let s = session(&w, &pvs)?;
-            let big = s.devices().iter().any(|d| {
-                pvs.iter().any(|p| p.display().to_string() == d.name())
-                    && d.logical_sector_size() > 512
-            });
+            let sector = s
+                .devices()
+                .iter()
+                .filter(|d| pvs.iter().any(|p| p.display().to_string() == d.name()))
+                .map(|d| d.logical_sector_size())
+                .max()
+                .unwrap_or(512);
             let spec = VgSpec {
                 name: vg.clone(),
                 extent_size: ext,
                 tags,
-                shared: shared.then_some(SharedVg {
-                    lock_lv_size: if big { 1 << 30 } else { 256 << 20 },
-                }),
+                shared: shared.then(|| SharedVg::for_sector(sector)),
             };
             s.vgcreate(&spec, &refs(&names(&pvs))).map_err(failed)?;
             println!("  Volume group \"{vg}\" successfully created");

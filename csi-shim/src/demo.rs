@@ -1,0 +1,1041 @@
+//! `csi-shim demo`: the driver's whole job on one machine, in one command.
+//!
+//! As root it makes a sparse LUN file and a loop device over it, creates a VG with lvmeta
+//! (shared, with a private sanlock daemon, when sanlock is installed; otherwise a local VG
+//! under lvm2's file locks, and it says which), serves the CSI services on a unix socket and
+//! drives a scenario through that socket: a thin volume, its snapshot and a restore; a linear
+//! filesystem volume (xfs, or ext4 without xfsprogs) staged, published, written, grown online, unstaged, staged again and read
+//! back; stock `lvs` (when installed) judging the volumes; everything deleted. Each step is
+//! printed with its time as it ends, then a table of all. Everything made is removed at the
+//! end, also after Ctrl-C or SIGTERM (the step running finishes first).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lvmeta::activate::loopdev::{self, LoopBackend};
+use lvmeta::dev::{BlockDevice, FileDevice};
+use lvmeta::edit::{SharedVg, VgSpec};
+use lvmeta::ops::Session;
+use tonic::transport::Channel;
+
+use crate::controller::Backend;
+use crate::csi::controller_client::ControllerClient;
+use crate::csi::identity_client::IdentityClient;
+use crate::csi::node_client::NodeClient;
+use crate::csi::volume_capability::access_mode::Mode as Access;
+use crate::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+use crate::csi::volume_content_source::{SnapshotSource, Type as Source};
+use crate::csi::*;
+use crate::node::{Node, NodeConfig};
+
+const MIB: u64 = 1 << 20;
+/// The demo's VG.
+const VG: &str = "demo";
+/// The sanlock host id the demo joins the lockspace with.
+const HOST_ID: u64 = 1;
+/// What the pod writes and reads back.
+const PAYLOAD: &[u8] = b"written through a CSI volume carved from one shared LUN\n";
+
+/// What the demo is told.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The directory the scratch directory is made in.
+    pub parent: PathBuf,
+    /// The LUN's size in MiB.
+    pub lun_mib: u64,
+    /// sanlock io_timeout in seconds written into the lockspace (a join takes about 2.5x).
+    pub io_timeout: u32,
+    /// Make a shared VG with a private sanlock daemon when sanlock is installed (otherwise, or
+    /// when false, a local VG under lvm2's file locks).
+    pub sanlock: bool,
+}
+
+/// Runs the demo; `Err` says which step failed and why (everything is cleaned up either way).
+pub fn run(o: &Options) -> Result<(), String> {
+    preflight()?;
+    let dir = o.parent.join(format!("lvmeta-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let sanlock = o.sanlock && on_path("sanlock");
+    if sanlock {
+        // Before any thread exists: libsanlock reads this to find the private daemon.
+        std::env::set_var("SANLOCK_RUN_DIR", dir.join("sanlock"));
+    }
+    let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio runtime: {e}"))?;
+    rt.block_on(async {
+        let stop = Arc::new(AtomicBool::new(false));
+        tokio::spawn(watch_signals(stop.clone()));
+        let mut steps = Steps {
+            rows: Vec::new(),
+            stop,
+        };
+        let mut lab = Lab {
+            dir,
+            lun: None,
+            sanlock: None,
+            backend: None,
+            node: None,
+            server: None,
+        };
+        println!("lvmeta CSI demo in {}", lab.dir.display());
+        let result = scenario(&mut lab, &mut steps, o, sanlock).await;
+        if let Err(e) = &result {
+            println!("stopped: {e}");
+        }
+        lab.stop_server().await;
+        let cleaned = steps
+            .step(
+                "clean up (VG, lockspace, sanlock, loop devices, files)",
+                async { blocking(move || lab.clean()).await },
+            )
+            .await;
+        steps.table();
+        result.and(cleaned)
+    })
+}
+
+/// Root, the loop driver and mkfs.ext4 are needed; say what is missing.
+fn preflight() -> Result<(), String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err("the demo must run as root (it makes loop devices and mounts)".into());
+    }
+    if LoopBackend::probe().is_none() {
+        return Err("the demo needs the loop driver (/dev/loop-control; modprobe loop)".into());
+    }
+    if !on_path("mkfs.xfs") && !on_path("mkfs.ext4") {
+        return Err(
+            "the demo needs mkfs.xfs or mkfs.ext4 (apt-get install xfsprogs e2fsprogs)".into(),
+        );
+    }
+    Ok(())
+}
+
+/// Whether `tool` is an executable on PATH.
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(d.join(tool))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// Sets `stop` on Ctrl-C or SIGTERM.
+async fn watch_signals(stop: Arc<AtomicBool>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        if !stop.swap(true, Ordering::SeqCst) {
+            println!("interrupted: finishing the step running, then cleaning up");
+        }
+    }
+}
+
+/// Runs blocking work off the runtime's threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("worker thread: {e}"))?
+}
+
+/// One line of the table.
+struct Row {
+    what: String,
+    took: Duration,
+    outcome: String,
+}
+
+/// The steps done so far and whether to stop.
+struct Steps {
+    rows: Vec<Row>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Steps {
+    /// Runs `f` as the step `what` unless interrupted; prints and records how it went.
+    async fn step<T>(
+        &mut self,
+        what: &str,
+        f: impl Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
+        self.step_with(what, f, |_| "ok".to_owned()).await
+    }
+
+    /// As [`Steps::step`], with the outcome said by `say`.
+    async fn step_with<T>(
+        &mut self,
+        what: &str,
+        f: impl Future<Output = Result<T, String>>,
+        say: impl FnOnce(&T) -> String,
+    ) -> Result<T, String> {
+        // Cleaning up runs even when interrupted.
+        if self.stop.load(Ordering::SeqCst) && !what.starts_with("clean up") {
+            return Err("interrupted".into());
+        }
+        let t = Instant::now();
+        let r = f.await;
+        let took = t.elapsed();
+        let outcome = match &r {
+            Ok(v) => say(v),
+            Err(e) => format!("FAILED: {e}"),
+        };
+        println!("{:>10}  {what}: {outcome}", ms(took));
+        self.rows.push(Row {
+            what: what.to_owned(),
+            took,
+            outcome,
+        });
+        r
+    }
+
+    /// Prints every step with its time.
+    fn table(&self) {
+        let w = self.rows.iter().map(|r| r.what.len()).max().unwrap_or(4);
+        println!("\n{:<w$}  {:>10}  outcome", "step", "time");
+        println!("{}", "-".repeat(w + 22));
+        for r in &self.rows {
+            let outcome = r.outcome.lines().next().unwrap_or("");
+            println!("{:<w$}  {:>10}  {outcome}", r.what, ms(r.took));
+        }
+        let total: Duration = self.rows.iter().map(|r| r.took).sum();
+        println!("{}", "-".repeat(w + 22));
+        println!("{:<w$}  {:>10}", "total", ms(total));
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+/// The running CSI server: how to stop it and its task.
+type Server = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), crate::server::ServeError>>,
+);
+
+/// Everything the demo made, removed by [`Lab::clean`].
+struct Lab {
+    dir: PathBuf,
+    /// The LUN's loop device.
+    lun: Option<PathBuf>,
+    sanlock: Option<Child>,
+    backend: Option<Arc<Backend>>,
+    node: Option<Arc<Node>>,
+    server: Option<Server>,
+}
+
+impl Lab {
+    fn kubelet(&self) -> PathBuf {
+        self.dir.join("kubelet")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("csi.sock")
+    }
+
+    /// Stops the CSI server; calls in flight finish first.
+    async fn stop_server(&mut self) {
+        if let Some((tx, task)) = self.server.take() {
+            let _ = tx.send(());
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => println!("CSI server: {e}"),
+                Err(e) => println!("CSI server task: {e}"),
+            }
+        }
+    }
+
+    /// Unmounts, deactivates, removes the VG, stops sanlock, detaches the LUN and removes
+    /// the directory; goes on past failures and reports them all.
+    fn clean(mut self) -> Result<(), String> {
+        let mut failed = Vec::new();
+        for m in mounts_under(&self.kubelet()) {
+            if let Err(e) = crate::mount::System::umount(&crate::mount::Real, &m) {
+                failed.push(e.to_string());
+            }
+        }
+        if let Some(node) = self.node.take() {
+            node.release_all();
+        }
+        if let Some(b) = self.backend.take() {
+            let s = b.session();
+            if let Ok(vg) = s.vg(VG) {
+                for lv in vg.lvs.iter().map(|l| l.name.as_str()) {
+                    if let Err(e) = s.deactivate(VG, lv, &LoopBackend) {
+                        failed.push(format!("deactivate {VG}/{lv}: {e}"));
+                    }
+                }
+                if let Err(e) = s.vgremove(VG, true) {
+                    failed.push(format!("vgremove {VG}: {e}"));
+                    let _ = s.lockstop(VG);
+                }
+            }
+        }
+        if let Some(mut d) = self.sanlock.take() {
+            stop_daemon(&mut d);
+        }
+        if let Some(lun) = self.lun.take() {
+            if let Err(e) = loopdev::detach(&lun) {
+                failed.push(format!("detach {}: {e}", lun.display()));
+            }
+        }
+        if failed.is_empty() {
+            if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+                failed.push(format!("remove {}: {e}", self.dir.display()));
+            }
+        } else {
+            failed.push(format!("{} kept for a look", self.dir.display()));
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed.join("; "))
+        }
+    }
+}
+
+/// Mount points under `dir`, deepest first.
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut found: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(PathBuf::from)
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    found
+}
+
+/// SIGTERM, then SIGKILL when the daemon is still there after 5 s.
+fn stop_daemon(d: &mut Child) {
+    if let Ok(pid) = i32::try_from(d.id()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        if let Ok(Some(_)) = d.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = d.kill();
+    let _ = d.wait();
+}
+
+/// A private sanlock daemon with its socket in `run` (on machines without a watchdog or
+/// RLIMIT_MEMLOCK it needs `-w 0` and SANLOCK_PRIVILEGED=0, which a demo may use).
+fn start_sanlock(run: &Path) -> Result<Child, String> {
+    std::fs::create_dir_all(run).map_err(|e| format!("{}: {e}", run.display()))?;
+    let mut child = Command::new("sanlock")
+        .args(["daemon", "-D", "-w", "0", "-U", "root", "-G", "root"])
+        .args(["-L", "-1", "-S", "-1", "-e", "lvmeta-demo"])
+        .env("SANLOCK_RUN_DIR", run)
+        .env("SANLOCK_PRIVILEGED", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("sanlock daemon: {e}"))?;
+    let sock = run.join("sanlock.sock");
+    let t = Instant::now();
+    while !sock.exists() {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(format!("sanlock daemon exited: {st}"));
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            stop_daemon(&mut child);
+            return Err("sanlock daemon: no socket after 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(child)
+}
+
+/// A capability: single-node writer, block or a filesystem.
+fn cap(fs: Option<&str>) -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: Access::SingleNodeWriter as i32,
+        }),
+        access_type: Some(match fs {
+            None => AccessType::Block(BlockVolume {}),
+            Some(f) => AccessType::Mount(MountVolume {
+                fs_type: f.into(),
+                ..Default::default()
+            }),
+        }),
+    }
+}
+
+fn create_request(name: &str, mode: &str, bytes: u64, c: &VolumeCapability) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![c.clone()],
+        parameters: HashMap::from([
+            (crate::params::VG.to_owned(), VG.to_owned()),
+            (crate::params::MODE.to_owned(), mode.to_owned()),
+        ]),
+        ..Default::default()
+    }
+}
+
+fn grpc(what: &str) -> impl FnOnce(tonic::Status) -> String + '_ {
+    move |s| format!("{what}: {:?}: {}", s.code(), s.message())
+}
+
+/// The gRPC clients of the demo's socket.
+struct Clients {
+    identity: IdentityClient<Channel>,
+    controller: ControllerClient<Channel>,
+    node: NodeClient<Channel>,
+}
+
+/// Where kubelet would stage and publish a volume.
+struct Paths {
+    staging: PathBuf,
+    target: PathBuf,
+}
+
+impl Paths {
+    fn of(kubelet: &Path, name: &str) -> Self {
+        Self {
+            staging: kubelet
+                .join("plugins/kubernetes.io/csi")
+                .join(crate::DRIVER_NAME)
+                .join(name)
+                .join("globalmount"),
+            target: kubelet
+                .join("pods/demo-pod/volumes/kubernetes.io~csi")
+                .join(name)
+                .join("mount"),
+        }
+    }
+}
+
+async fn scenario(
+    lab: &mut Lab,
+    steps: &mut Steps,
+    o: &Options,
+    sanlock: bool,
+) -> Result<(), String> {
+    let image = lab.dir.join("lun.img");
+    let lun_mib = o.lun_mib;
+    let lun = steps
+        .step_with(
+            &format!("make a {lun_mib} MiB sparse LUN file and a loop device"),
+            blocking(move || {
+                let f = std::fs::File::create(&image)
+                    .map_err(|e| format!("{}: {e}", image.display()))?;
+                f.set_len(lun_mib * MIB)
+                    .map_err(|e| format!("{}: {e}", image.display()))?;
+                loopdev::attach(&image).map_err(|e| e.to_string())
+            }),
+            |p: &PathBuf| p.display().to_string(),
+        )
+        .await?;
+    lab.lun = Some(lun.clone());
+    let lun_name = lun.display().to_string();
+
+    let mut session = {
+        let dev = FileDevice::open_rw(&lun).map_err(|e| format!("{lun_name}: {e}"))?;
+        let devs: Vec<Box<dyn BlockDevice>> = vec![Box::new(dev)];
+        Session::new(devs).with_lock_dir(lab.dir.join("lock"))
+    };
+    if sanlock {
+        let run = lab.dir.join("sanlock");
+        let d = steps
+            .step_with(
+                "start a private sanlock daemon (sanlock is installed: shared VG)",
+                blocking(move || start_sanlock(&run)),
+                |d: &Child| format!("pid {}", d.id()),
+            )
+            .await?;
+        lab.sanlock = Some(d);
+        session = session.with_host(lvmeta::lease::Host {
+            manager: Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()),
+            host_id: HOST_ID,
+            io_timeout: o.io_timeout,
+            wait: Duration::from_secs(30),
+        });
+    } else {
+        println!(
+            "            {}: a local VG under lvm2's file locks",
+            if o.sanlock {
+                "sanlock is not installed"
+            } else {
+                "--no-sanlock"
+            }
+        );
+    }
+    let session = Arc::new(session);
+
+    let s = session.clone();
+    let name = lun_name.clone();
+    steps
+        .step(
+            &format!("pvcreate {lun_name}"),
+            blocking(move || {
+                s.pvcreate(&name, &lvmeta::layout::PvOptions::default(), false)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }),
+        )
+        .await?;
+    let s = session.clone();
+    let name = lun_name.clone();
+    steps
+        .step(
+            &format!(
+                "vgcreate {}{VG} {lun_name}",
+                if sanlock { "--shared " } else { "" }
+            ),
+            blocking(move || {
+                let sector = s.devices().first().map_or(512, |d| d.logical_sector_size());
+                let spec = VgSpec {
+                    name: VG.into(),
+                    extent_size: lvmeta::edit::vg::DEFAULT_EXTENT_SIZE,
+                    tags: Vec::new(),
+                    shared: sanlock.then(|| SharedVg::for_sector(sector)),
+                };
+                s.vgcreate(&spec, &[name.as_str()])
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }),
+        )
+        .await?;
+    if sanlock {
+        let s = session.clone();
+        steps
+            .step(
+                &format!("vgchange --lockstart {VG} (join lockspace lvm_{VG} as host {HOST_ID})"),
+                blocking(move || s.lockstart(VG).map_err(|e| e.to_string())),
+            )
+            .await?;
+    }
+    let session = Arc::try_unwrap(session).map_err(|_| "session still shared".to_owned())?;
+
+    let mut c = serve(lab, session).await?;
+    let n = steps
+        .step_with(
+            "Probe",
+            async {
+                let r = c
+                    .identity
+                    .probe(ProbeRequest {})
+                    .await
+                    .map_err(grpc("Probe"))?;
+                Ok(r.into_inner().ready == Some(true))
+            },
+            |ready| format!("ready: {ready}"),
+        )
+        .await?;
+    if !n {
+        return Err("the driver is not ready".into());
+    }
+    volumes(lab, steps, &mut c).await
+}
+
+/// Starts the CSI server (Identity, Controller, Node) in this process on the demo's socket.
+async fn serve(lab: &mut Lab, session: Session) -> Result<Clients, String> {
+    let backend = Arc::new(Backend::new(session, vec![VG.to_owned()]));
+    let node = Arc::new(Node::new(
+        backend.clone(),
+        NodeConfig {
+            node_id: "demo-node".into(),
+            kubelet_dir: lab.kubelet(),
+            max_volumes: 0,
+            activation: Arc::new(LoopBackend),
+            system: Arc::new(crate::mount::Real),
+        },
+    ));
+    let socket = lab.socket();
+    let listener = crate::server::listen(&socket).map_err(|e| e.to_string())?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(crate::server::serve(
+        backend.clone(),
+        Some(node.clone()),
+        listener,
+        async {
+            let _ = rx.await;
+        },
+    ));
+    lab.backend = Some(backend);
+    lab.node = Some(node);
+    lab.server = Some((tx, task));
+    println!("            CSI server on {}", socket.display());
+    let ch = crate::client::connect(&socket)
+        .await
+        .map_err(|e| format!("connect {}: {e}", socket.display()))?;
+    Ok(Clients {
+        identity: IdentityClient::new(ch.clone()),
+        controller: ControllerClient::new(ch.clone()),
+        node: NodeClient::new(ch),
+    })
+}
+
+/// The volume scenario, all through the socket.
+async fn volumes(lab: &Lab, steps: &mut Steps, c: &mut Clients) -> Result<(), String> {
+    let block = cap(None);
+    // xfs where it is installed (it grows online with fewer privileges than ext4's
+    // resize2fs, which needs CAP_SYS_RESOURCE), in its smallest size; ext4 otherwise.
+    let (fs_type, small, big) = if on_path("mkfs.xfs") {
+        ("xfs", 320 * MIB, 384 * MIB)
+    } else {
+        ("ext4", 64 * MIB, 128 * MIB)
+    };
+    let fs_cap = cap(Some(fs_type));
+    let id = |r: tonic::Response<CreateVolumeResponse>| {
+        r.into_inner()
+            .volume
+            .map(|v| v.volume_id)
+            .unwrap_or_default()
+    };
+
+    // Thin volumes first: the linear volume made last can grow in place (the loop backend
+    // exposes one-piece LVs only).
+    let thin = steps
+        .step_with(
+            "CreateVolume demo-thin (thin, 256 MiB, block)",
+            async {
+                let r = c.controller.create_volume(create_request(
+                    "demo-thin",
+                    "thin",
+                    256 * MIB,
+                    &block,
+                ));
+                r.await.map(id).map_err(grpc("CreateVolume"))
+            },
+            Clone::clone,
+        )
+        .await?;
+    let snap = steps
+        .step_with(
+            "CreateSnapshot demo-snap of demo-thin",
+            async {
+                let r = c.controller.create_snapshot(CreateSnapshotRequest {
+                    source_volume_id: thin.clone(),
+                    name: "demo-snap".into(),
+                    ..Default::default()
+                });
+                r.await
+                    .map(|r| {
+                        r.into_inner()
+                            .snapshot
+                            .map(|s| s.snapshot_id)
+                            .unwrap_or_default()
+                    })
+                    .map_err(grpc("CreateSnapshot"))
+            },
+            Clone::clone,
+        )
+        .await?;
+    let restored = steps
+        .step_with(
+            "CreateVolume demo-restore from demo-snap",
+            async {
+                let mut req = create_request("demo-restore", "thin", 256 * MIB, &block);
+                req.volume_content_source = Some(VolumeContentSource {
+                    r#type: Some(Source::Snapshot(SnapshotSource {
+                        snapshot_id: snap.clone(),
+                    })),
+                });
+                c.controller
+                    .create_volume(req)
+                    .await
+                    .map(id)
+                    .map_err(grpc("CreateVolume"))
+            },
+            Clone::clone,
+        )
+        .await?;
+    steps
+        .step_with(
+            "NodeStageVolume demo-thin",
+            async {
+                let p = Paths::of(&lab.kubelet(), "demo-thin");
+                let r = c.node.node_stage_volume(NodeStageVolumeRequest {
+                    volume_id: thin.clone(),
+                    staging_target_path: p.staging.display().to_string(),
+                    volume_capability: Some(block.clone()),
+                    ..Default::default()
+                });
+                match r.await {
+                    Ok(_) => Ok("staged (this kernel has device-mapper)".to_owned()),
+                    Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                        Ok(format!("refused as it must be here: {}", s.message()))
+                    }
+                    Err(s) => Err(grpc("NodeStageVolume")(s)),
+                }
+            },
+            Clone::clone,
+        )
+        .await?;
+    // Nothing to undo when it was refused; a kernel with device-mapper staged it.
+    unstage(c, lab, &thin).await?;
+
+    let fs = steps
+        .step_with(
+            &format!(
+                "CreateVolume demo-fs (linear, {} MiB, {fs_type})",
+                small / MIB
+            ),
+            async {
+                let r = c
+                    .controller
+                    .create_volume(create_request("demo-fs", "linear", small, &fs_cap));
+                r.await.map(id).map_err(grpc("CreateVolume"))
+            },
+            Clone::clone,
+        )
+        .await?;
+    let p = Paths::of(&lab.kubelet(), "demo-fs");
+    steps
+        .step(
+            &format!("NodeStageVolume demo-fs (activate, mkfs.{fs_type}, mount)"),
+            stage(c, &fs, &p, &fs_cap),
+        )
+        .await?;
+    steps
+        .step(
+            "NodePublishVolume demo-fs (bind mount into the pod)",
+            publish(c, &fs, &p, &fs_cap),
+        )
+        .await?;
+    let file = p.target.join("hello.txt");
+    let f2 = file.clone();
+    steps
+        .step(
+            "write and fsync a file through the pod's mount",
+            blocking(move || write_synced(&f2)),
+        )
+        .await?;
+    let before = size_of(c, &fs, &p).await?;
+    steps
+        .step_with(
+            &format!("ControllerExpandVolume demo-fs to {} MiB", big / MIB),
+            async {
+                let r = c
+                    .controller
+                    .controller_expand_volume(ControllerExpandVolumeRequest {
+                        volume_id: fs.clone(),
+                        capacity_range: Some(CapacityRange {
+                            required_bytes: i64::try_from(big).unwrap_or(i64::MAX),
+                            limit_bytes: 0,
+                        }),
+                        volume_capability: Some(fs_cap.clone()),
+                        ..Default::default()
+                    });
+                r.await
+                    .map(|r| r.into_inner())
+                    .map_err(grpc("ControllerExpandVolume"))
+            },
+            |r| {
+                format!(
+                    "{} MiB, node expansion required: {}",
+                    r.capacity_bytes as u64 / MIB,
+                    r.node_expansion_required
+                )
+            },
+        )
+        .await?;
+    let after = steps
+        .step_with(
+            &format!(
+                "NodeExpandVolume demo-fs ({} online)",
+                if fs_type == "xfs" {
+                    "xfs_growfs"
+                } else {
+                    "resize2fs"
+                }
+            ),
+            async {
+                let r = c.node.node_expand_volume(NodeExpandVolumeRequest {
+                    volume_id: fs.clone(),
+                    volume_path: p.target.display().to_string(),
+                    staging_target_path: p.staging.display().to_string(),
+                    capacity_range: Some(CapacityRange {
+                        required_bytes: i64::try_from(big).unwrap_or(i64::MAX),
+                        limit_bytes: 0,
+                    }),
+                    volume_capability: Some(fs_cap.clone()),
+                    ..Default::default()
+                });
+                r.await.map_err(grpc("NodeExpandVolume"))?;
+                size_of(c, &fs, &p).await
+            },
+            |after| format!("filesystem {} -> {} MiB", before / MIB, after / MIB),
+        )
+        .await?;
+    if after <= before {
+        return Err(format!(
+            "the filesystem did not grow ({before} -> {after} bytes)"
+        ));
+    }
+    steps
+        .step(
+            "NodeUnpublishVolume + NodeUnstageVolume demo-fs (umount, deactivate, release)",
+            async {
+                unpublish(c, &fs, &p).await?;
+                unstage(c, lab, &fs).await
+            },
+        )
+        .await?;
+    steps
+        .step("NodeStageVolume + NodePublishVolume demo-fs again", async {
+            stage(c, &fs, &p, &fs_cap).await?;
+            publish(c, &fs, &p, &fs_cap).await
+        })
+        .await?;
+    let f3 = file.clone();
+    steps
+        .step("read the file back", blocking(move || read_back(&f3)))
+        .await?;
+    steps
+        .step("NodeUnpublishVolume + NodeUnstageVolume demo-fs", async {
+            unpublish(c, &fs, &p).await?;
+            unstage(c, lab, &fs).await
+        })
+        .await?;
+
+    let listed = steps
+        .step_with(
+            "ListVolumes",
+            async {
+                let r = c.controller.list_volumes(ListVolumesRequest::default());
+                let r = r.await.map_err(grpc("ListVolumes"))?.into_inner();
+                Ok(r.entries
+                    .into_iter()
+                    .filter_map(|e| e.volume)
+                    .map(|v| (v.volume_id, v.capacity_bytes))
+                    .collect::<Vec<_>>())
+            },
+            |v: &Vec<(String, i64)>| {
+                v.iter()
+                    .map(|(id, b)| format!("{id} {} MiB", *b as u64 / MIB))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        )
+        .await?;
+    let lun = lab.lun.clone().unwrap_or_default();
+    let sys = lab.dir.join("lvm");
+    let lock = lab.dir.join("lock");
+    let shared = lab.sanlock.is_some();
+    if on_path("lvs") {
+        steps
+            .step_with(
+                "stock lvm2: lvs",
+                blocking(move || stock_lvs(&sys, &lock, &lun, shared, &listed)),
+                |_| "sees every volume".to_owned(),
+            )
+            .await
+            .map(|out| println!("{out}"))?;
+    } else {
+        println!("            lvm2 is not installed: no stock lvs to compare with");
+    }
+
+    for (what, gone) in [
+        ("DeleteVolume demo-restore", &restored),
+        ("DeleteVolume demo-fs", &fs),
+    ] {
+        steps.step(what, delete(c, gone)).await?;
+    }
+    steps
+        .step("DeleteSnapshot demo-snap", async {
+            let r = c.controller.delete_snapshot(DeleteSnapshotRequest {
+                snapshot_id: snap.clone(),
+                ..Default::default()
+            });
+            r.await.map(drop).map_err(grpc("DeleteSnapshot"))
+        })
+        .await?;
+    steps
+        .step("DeleteVolume demo-thin (and its pool)", delete(c, &thin))
+        .await
+}
+
+async fn delete(c: &mut Clients, id: &str) -> Result<(), String> {
+    let r = c.controller.delete_volume(DeleteVolumeRequest {
+        volume_id: id.into(),
+        ..Default::default()
+    });
+    r.await.map(drop).map_err(grpc("DeleteVolume"))
+}
+
+async fn stage(c: &mut Clients, id: &str, p: &Paths, cap: &VolumeCapability) -> Result<(), String> {
+    c.node
+        .node_stage_volume(NodeStageVolumeRequest {
+            volume_id: id.into(),
+            staging_target_path: p.staging.display().to_string(),
+            volume_capability: Some(cap.clone()),
+            ..Default::default()
+        })
+        .await
+        .map(drop)
+        .map_err(grpc("NodeStageVolume"))
+}
+
+async fn publish(
+    c: &mut Clients,
+    id: &str,
+    p: &Paths,
+    cap: &VolumeCapability,
+) -> Result<(), String> {
+    c.node
+        .node_publish_volume(NodePublishVolumeRequest {
+            volume_id: id.into(),
+            staging_target_path: p.staging.display().to_string(),
+            target_path: p.target.display().to_string(),
+            volume_capability: Some(cap.clone()),
+            ..Default::default()
+        })
+        .await
+        .map(drop)
+        .map_err(grpc("NodePublishVolume"))
+}
+
+async fn unpublish(c: &mut Clients, id: &str, p: &Paths) -> Result<(), String> {
+    c.node
+        .node_unpublish_volume(NodeUnpublishVolumeRequest {
+            volume_id: id.into(),
+            target_path: p.target.display().to_string(),
+        })
+        .await
+        .map(drop)
+        .map_err(grpc("NodeUnpublishVolume"))
+}
+
+async fn unstage(c: &mut Clients, lab: &Lab, id: &str) -> Result<(), String> {
+    let name = id.rsplit('/').next().unwrap_or(id);
+    let p = Paths::of(&lab.kubelet(), name);
+    c.node
+        .node_unstage_volume(NodeUnstageVolumeRequest {
+            volume_id: id.into(),
+            staging_target_path: p.staging.display().to_string(),
+        })
+        .await
+        .map(drop)
+        .map_err(grpc("NodeUnstageVolume"))
+}
+
+/// The filesystem's size as NodeGetVolumeStats reports it.
+async fn size_of(c: &mut Clients, id: &str, p: &Paths) -> Result<u64, String> {
+    let r = c
+        .node
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: id.into(),
+            volume_path: p.target.display().to_string(),
+            staging_target_path: p.staging.display().to_string(),
+        })
+        .await
+        .map_err(grpc("NodeGetVolumeStats"))?
+        .into_inner();
+    r.usage
+        .iter()
+        .find(|u| u.unit == volume_usage::Unit::Bytes as i32)
+        .map(|u| u.total as u64)
+        .ok_or_else(|| "NodeGetVolumeStats: no byte usage".to_owned())
+}
+
+fn write_synced(file: &Path) -> Result<(), String> {
+    let err = |e: std::io::Error| format!("{}: {e}", file.display());
+    let mut f = std::fs::File::create(file).map_err(err)?;
+    std::io::Write::write_all(&mut f, PAYLOAD).map_err(err)?;
+    f.sync_all().map_err(err)
+}
+
+fn read_back(file: &Path) -> Result<(), String> {
+    let got = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    if got == PAYLOAD {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: read {} bytes that differ from what was written",
+            file.display(),
+            got.len()
+        ))
+    }
+}
+
+/// Stock `lvs` in a private lvm2 system directory that sees only the LUN; every listed
+/// volume must be among the LVs it reports.
+fn stock_lvs(
+    sys: &Path,
+    lock: &Path,
+    lun: &Path,
+    shared: bool,
+    listed: &[(String, i64)],
+) -> Result<String, String> {
+    std::fs::create_dir_all(sys).map_err(|e| format!("{}: {e}", sys.display()))?;
+    let conf = format!(
+        "global {{ activation = 0 locking_dir = \"{}\" }}\n\
+         devices {{ obtain_device_list_from_udev = 0 use_devicesfile = 0 scan_lvs = 0 hints = \"none\" \
+         global_filter = [ \"a|^{}$|\", \"r|.*|\" ] }}\n\
+         backup {{ backup = 0 archive = 0 }}\n",
+        lock.display(),
+        lun.display()
+    );
+    std::fs::write(sys.join("lvm.conf"), conf).map_err(|e| format!("lvm.conf: {e}"))?;
+    let mut lvs = Command::new("lvs");
+    if shared {
+        // Without lvmlockd on this host, lvm2 reads a shared VG only when told to use it; it
+        // then reads without a lock, which a report may.
+        lvs.args(["--config", "global/use_lvmlockd=1"]);
+    }
+    let out = lvs
+        .args([
+            "-a",
+            "-o",
+            "lv_name,lv_size,pool_lv,origin,lv_attr",
+            "--units",
+            "m",
+            VG,
+        ])
+        .env("LVM_SYSTEM_DIR", sys)
+        .env("LVM_SUPPRESS_FD_WARNINGS", "1")
+        .output()
+        .map_err(|e| format!("lvs: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!(
+            "lvs: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let names: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    match listed
+        .iter()
+        .map(|(id, _)| id.rsplit('/').next().unwrap_or(id))
+        .find(|lv| !names.contains(lv))
+    {
+        Some(lv) => Err(format!("lvs does not show {lv}:\n{text}")),
+        None => Ok(text.trim_end().to_owned()),
+    }
+}
