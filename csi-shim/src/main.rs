@@ -72,7 +72,8 @@ struct Args {
     /// A VG whose volumes are served (repeat for several).
     #[arg(long = "vg", required = true)]
     vgs: Vec<String>,
-    /// This host's sanlock host id (1..2000) for shared VGs.
+    /// This host's sanlock host id (1..2000) for shared VGs (default: lvm2's lvmlocal.conf
+    /// `local/host_id`, in `LVM_SYSTEM_DIR` or /etc/lvm).
     #[arg(long, env = "LVMETA_HOST_ID")]
     host_id: Option<u64>,
     /// sanlock io_timeout in seconds when joining a lockspace.
@@ -132,7 +133,7 @@ fn run(args: Args) -> Result<(), String> {
         ));
     }
     let mut session = Session::new(devs).with_lock_dir(args.locking_dir.clone());
-    if let Some(host_id) = args.host_id {
+    if let Some(host_id) = args.host_id.or_else(lvmeta::lease::lvmlocal_host_id) {
         if !(1..=2000).contains(&host_id) {
             return Err(format!("--host-id {host_id}: must be 1..2000"));
         }

@@ -473,3 +473,14 @@ impl Host {
         Ok(())
     }
 }
+
+/// `local/host_id` of lvm2's lvmlocal.conf (in `LVM_SYSTEM_DIR` or /etc/lvm).
+pub fn lvmlocal_host_id() -> Option<u64> {
+    let dir = std::env::var("LVM_SYSTEM_DIR").unwrap_or_else(|_| "/etc/lvm".into());
+    let text = std::fs::read_to_string(std::path::Path::new(&dir).join("lvmlocal.conf")).ok()?;
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter_map(|l| l.strip_prefix("host_id"))
+        .filter_map(|rest| rest.trim_start().strip_prefix('='))
+        .find_map(|v| v.trim().parse().ok())
+}

@@ -32,7 +32,7 @@ impl LockArgs {
     /// This host's lease manager, when a host id is given (or in lvmlocal.conf).
     pub fn host(&self) -> Result<Option<lvmeta::lease::Host>, (u8, String)> {
         self.host_id
-            .or_else(lvmlocal_host_id)
+            .or_else(lvmeta::lease::lvmlocal_host_id)
             .map(|id| lease_host(id, self))
             .transpose()
     }
@@ -432,17 +432,6 @@ fn session(w: &WriteArgs, extra: &[PathBuf]) -> Result<Session, (u8, String)> {
         eprintln!("  WARNING: {warn}");
     }
     Ok(s)
-}
-
-/// `local/host_id` of lvm2's lvmlocal.conf (in `LVM_SYSTEM_DIR` or /etc/lvm).
-fn lvmlocal_host_id() -> Option<u64> {
-    let dir = std::env::var("LVM_SYSTEM_DIR").unwrap_or_else(|_| "/etc/lvm".into());
-    let text = std::fs::read_to_string(std::path::Path::new(&dir).join("lvmlocal.conf")).ok()?;
-    text.lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter_map(|l| l.strip_prefix("host_id"))
-        .filter_map(|rest| rest.trim_start().strip_prefix('='))
-        .find_map(|v| v.trim().parse().ok())
 }
 
 #[cfg(feature = "sanlock")]
