@@ -30,7 +30,7 @@ use crate::csi::{
 };
 use crate::inflight::InFlight;
 use crate::params::{self, Class};
-use crate::status::{from_join, from_volume};
+use crate::status::from_volume;
 
 /// The storage side of the driver: one lvmeta session over the LUN and the VGs served.
 pub struct Backend {
@@ -143,10 +143,7 @@ impl ControllerService {
         &self,
         f: impl FnOnce(&Backend) -> Result<T, Status> + Send + 'static,
     ) -> Result<T, Status> {
-        let b = self.backend.clone();
-        tokio::task::spawn_blocking(move || f(&b))
-            .await
-            .map_err(from_join)?
+        crate::status::blocking(&self.backend, f).await
     }
 }
 

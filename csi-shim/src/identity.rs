@@ -61,11 +61,12 @@ impl Identity for IdentityService {
     /// Ready when every VG served reads and, if shared, this host is in its lockspace;
     /// otherwise FAILED_PRECONDITION naming the VG and why.
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
-        let backend = self.backend.clone();
-        tokio::task::spawn_blocking(move || backend.ready())
-            .await
-            .map_err(crate::status::from_join)?
-            .map_err(|(vg, e)| Status::failed_precondition(format!("VG {vg} is not ready: {e}")))?;
+        crate::status::blocking(&self.backend, |b| {
+            b.ready().map_err(|(vg, e)| {
+                Status::failed_precondition(format!("VG {vg} is not ready: {e}"))
+            })
+        })
+        .await?;
         Ok(Response::new(ProbeResponse { ready: Some(true) }))
     }
 }

@@ -33,7 +33,7 @@ use crate::csi::{
 };
 use crate::mount::{SysError, System};
 use crate::params;
-use crate::status::{from_join, from_lvmeta};
+use crate::status::from_lvmeta;
 
 /// Filesystem made on a blank volume when the capability names none.
 pub const DEFAULT_FS: &str = "ext4";
@@ -537,14 +537,12 @@ impl NodeService {
         Self { node }
     }
 
+    /// Runs `f` on a blocking thread.
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Node) -> Result<T, Status> + Send + 'static,
     ) -> Result<T, Status> {
-        let n = self.node.clone();
-        tokio::task::spawn_blocking(move || f(&n))
-            .await
-            .map_err(from_join)?
+        crate::status::blocking(&self.node, f).await
     }
 }
 

@@ -1,5 +1,7 @@
 //! lvmeta's errors as gRPC status codes.
 
+use std::sync::Arc;
+
 use lvmeta::volume::VolumeError;
 use tonic::Status;
 
@@ -32,4 +34,16 @@ pub fn from_lvmeta(e: lvmeta::Error) -> Status {
 /// A blocking task that did not finish (panicked or was cancelled).
 pub fn from_join(e: tokio::task::JoinError) -> Status {
     Status::internal(format!("volume task failed: {e}"))
+}
+
+/// Runs `f` on `shared` on a blocking thread: lvmeta does synchronous disk I/O, waits on
+/// leases and runs mkfs, none of which may hold up the async runtime.
+pub async fn blocking<S: Send + Sync + 'static, T: Send + 'static>(
+    shared: &Arc<S>,
+    f: impl FnOnce(&S) -> Result<T, Status> + Send + 'static,
+) -> Result<T, Status> {
+    let s = shared.clone();
+    tokio::task::spawn_blocking(move || f(&s))
+        .await
+        .map_err(from_join)?
 }
