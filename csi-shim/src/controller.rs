@@ -288,16 +288,8 @@ impl Controller for ControllerService {
                 let _g = b.inflight.enter(&params::volume_id(&class.vg, &req.name))?;
                 let content = match &source {
                     None => Content::Empty,
-                    Some(Source::Snapshot(n)) => {
-                        vols.get_snapshot(n).map_err(from_volume)?.ok_or_else(|| {
-                            Status::not_found(format!("snapshot {}/{n} not found", class.vg))
-                        })?;
-                        Content::Snapshot(n)
-                    }
-                    Some(Source::Volume(n)) => {
-                        b.existing(&class.vg, n)?;
-                        Content::Volume(n)
-                    }
+                    Some(Source::Snapshot(n)) => Content::Snapshot(n),
+                    Some(Source::Volume(n)) => Content::Volume(n),
                 };
                 vols.create_from(&req.name, class.mode, size, content)
                     .map_err(from_volume)

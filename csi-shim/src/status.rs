@@ -11,6 +11,7 @@ pub fn from_volume(e: VolumeError) -> Status {
         VolumeError::Invalid(m) => Status::invalid_argument(m),
         VolumeError::Exists(m) => Status::already_exists(m),
         VolumeError::NotFound(v) => Status::not_found(format!("volume {v} not found")),
+        VolumeError::SourceNotFound(m) => Status::not_found(m),
         VolumeError::OutOfRange(m) => Status::out_of_range(m),
         VolumeError::NoSpace(m) => Status::resource_exhausted(m),
         VolumeError::Refused(m) => Status::failed_precondition(m),

@@ -663,6 +663,7 @@ async fn snapshots_restores_and_clones_of_thin_volumes() {
         .await
         .expect_err("no snap");
     assert_eq!(e.code(), Code::NotFound);
+    assert_eq!(e.message(), "snapshot vg/none not found");
     let e = c
         .create_volume(from("y", 0, of_volume("vg/none")))
         .await
@@ -673,6 +674,12 @@ async fn snapshots_restores_and_clones_of_thin_volumes() {
         .await
         .expect_err("other VG");
     assert_eq!(e.code(), Code::InvalidArgument);
+    let e = c
+        .create_volume(from("t", 0, of_volume("vg/lin")))
+        .await
+        .expect_err("thin from a linear volume");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("is linear"), "{e:?}");
     let mut lin_clone = from("w", 0, of_volume("vg/lin"));
     lin_clone.parameters.insert("mode".into(), "linear".into());
     let e = c.create_volume(lin_clone).await.expect_err("linear clone");

@@ -149,6 +149,10 @@ pub enum VolumeError {
     /// No such volume.
     #[error("volume {0} not found")]
     NotFound(String),
+    /// The snapshot or volume a new volume is to be made from does not exist (the message
+    /// says which).
+    #[error("{0}")]
+    SourceNotFound(String),
     /// The size asked for cannot be given.
     #[error("{0}")]
     OutOfRange(String),
@@ -252,6 +256,7 @@ impl<'s> Volumes<'s> {
         }
         if let Content::Snapshot(src) | Content::Volume(src) = content {
             let vg = self.vg()?;
+            check_source(&vg, content)?;
             let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * extent_bytes(&vg);
             let asked = match size.required {
                 0 => src_bytes,
@@ -496,6 +501,26 @@ fn remove_thin(vg: Vg, name: &str) -> Result<Vg, EditError> {
 
 /// A new thin volume `name` holding thin LV `src`'s data: a thin snapshot of it in its pool,
 /// at least `size` (and at least `src`'s size), with the pool grown by that much.
+/// The source of a new volume must be a snapshot or a thin volume of this VG.
+fn check_source(vg: &Vg, content: Content<'_>) -> Result<(), VolumeError> {
+    let missing = |kind: &str, n: &str| {
+        VolumeError::SourceNotFound(format!("{kind} {}/{n} not found", vg.name))
+    };
+    match content {
+        Content::Empty => Ok(()),
+        Content::Snapshot(n) => snapshot_of(vg, n).map(drop).ok_or_else(|| missing("snapshot", n)),
+        Content::Volume(n) => match volume_of(vg, n) {
+            None => Err(missing("volume", n)),
+            Some(v) if v.mode != Mode::Thin => Err(VolumeError::Invalid(format!(
+                "the source volume {}/{n} is {}: only thin volumes can be cloned (a linear clone needs a full data copy)",
+                vg.name,
+                v.mode.as_str()
+            ))),
+            Some(_) => Ok(()),
+        },
+    }
+}
+
 fn thin_copy(
     vg: Vg,
     name: &str,
