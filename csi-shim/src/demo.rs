@@ -342,13 +342,14 @@ fn stop_daemon(d: &mut Child) {
     let _ = d.wait();
 }
 
-/// A private sanlock daemon with its socket in `run` (on machines without a watchdog or
-/// RLIMIT_MEMLOCK it needs `-w 0` and SANLOCK_PRIVILEGED=0, which a demo may use).
-fn start_sanlock(run: &Path) -> Result<Child, String> {
+/// A private sanlock daemon with its socket in `run`, known by the stable `host_name` (one
+/// simulated host; on machines without a watchdog or RLIMIT_MEMLOCK it needs `-w 0` and
+/// SANLOCK_PRIVILEGED=0, which a demo or a test may use). Returns once the socket is there.
+pub fn start_sanlock(run: &Path, host_name: &str) -> Result<Child, String> {
     std::fs::create_dir_all(run).map_err(|e| format!("{}: {e}", run.display()))?;
     let mut child = Command::new("sanlock")
         .args(["daemon", "-D", "-w", "0", "-U", "root", "-G", "root"])
-        .args(["-L", "-1", "-S", "-1", "-e", "lvmeta-demo"])
+        .args(["-L", "-1", "-S", "-1", "-e", host_name])
         .env("SANLOCK_RUN_DIR", run)
         .env("SANLOCK_PRIVILEGED", "0")
         .stdout(Stdio::null())
@@ -469,7 +470,7 @@ async fn scenario(
         let d = steps
             .step_with(
                 "start a private sanlock daemon (sanlock is installed: shared VG)",
-                blocking(move || start_sanlock(&run)),
+                blocking(move || start_sanlock(&run, "lvmeta-demo")),
                 |d: &Child| format!("pid {}", d.id()),
             )
             .await?;

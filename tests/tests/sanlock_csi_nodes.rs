@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use csi_shim::csi::controller_client::ControllerClient;
@@ -35,27 +35,9 @@ impl Drop for Killed {
     }
 }
 
-/// A sanlock daemon for one simulated host, as tests/lockd/lib.sh starts them.
+/// A sanlock daemon for one simulated host.
 fn sanlock(dir: &Path, name: &str) -> Killed {
-    std::fs::create_dir_all(dir).expect("run dir");
-    let child = Command::new("sanlock")
-        .args([
-            "daemon", "-D", "-w", "0", "-U", "root", "-G", "root", "-L", "-1", "-S", "-1", "-e",
-            name,
-        ])
-        .env("SANLOCK_RUN_DIR", dir)
-        .env("SANLOCK_PRIVILEGED", "0")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start sanlock");
-    let sock = dir.join("sanlock.sock");
-    let t = Instant::now();
-    while !sock.exists() && t.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(sock.exists(), "sanlock daemon {name} did not start");
-    Killed(child)
+    Killed(csi_shim::demo::start_sanlock(dir, name).expect("start sanlock"))
 }
 
 /// One simulated node: its sanlock daemon, host id and csi-shim.
