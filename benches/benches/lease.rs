@@ -1,6 +1,8 @@
 //! A shared VG's LV create + remove with leases, beside stock lvm2 + lvmlockd on the same VG:
 //! lvmeta (VG lease acquire, LV lease init, commit, value block, release; then the same for the
-//! removal) against `lvcreate -an -Zn` + `lvremove -f` through lvmlockd.
+//! removal) against `lvcreate -an -Zn` + `lvremove -f` through lvmlockd; the same with the VG
+//! lease kept between changes (csi-shim's default); and CreateVolume + DeleteVolume round
+//! trips through csi-shim's gRPC socket (issue #5).
 //!
 //! Needs the daemons `benches/lockd-bench.sh` starts (run that script as root; it passes the
 //! places in LVMETA_BENCH_*); prints SKIPPED otherwise.
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::lease::{sanlock::SanlockLeases, Host};
+use lvmeta::lease::{self, sanlock::SanlockLeases, Host};
 use lvmeta::ops::Session;
 
 fn bench(c: &mut Criterion) {
@@ -30,16 +32,16 @@ fn bench(c: &mut Criterion) {
         );
         return;
     };
-    let dev = FileDevice::open_rw(std::path::Path::new(&lun)).expect("open LUN");
-    let host = Host {
-        manager: Arc::new(SanlockLeases::new()),
-        host_id: 2,
-        io_timeout: 2,
-        wait: Duration::from_secs(60),
+    let manager = Arc::new(SanlockLeases::new());
+    let session = |idle, max_hold| {
+        let dev = FileDevice::open_rw(std::path::Path::new(&lun)).expect("open LUN");
+        let host =
+            Host::new(manager.clone(), 2, 2, Duration::from_secs(60)).with_linger(idle, max_hold);
+        Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>])
+            .with_lock_dir(format!("{h2}/lock").into())
+            .with_host(host)
     };
-    let s = Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>])
-        .with_lock_dir(format!("{h2}/lock").into())
-        .with_host(host);
+    let s = session(Duration::ZERO, Duration::ZERO);
     let lvm = |args: &[&str]| {
         let out = Command::new("lvm")
             .args(args)
@@ -65,7 +67,91 @@ fn bench(c: &mut Criterion) {
             lvm(&["lvremove", "-q", "-f", "vgbench/bench2"]);
         })
     });
+    // Last, so the kept lease never makes lvmlockd wait: csi-shim's default linger.
+    let kept = session(lease::SERVER_LINGER, lease::SERVER_MAX_HOLD);
+    g.bench_function("lvmeta-kept-lease", |b| {
+        b.iter(|| lvmeta_tests::create_remove_lv(&kept, "vgbench", 1))
+    });
+    drop(kept);
+    csi_round_trips(
+        &mut g,
+        session(lease::SERVER_LINGER, lease::SERVER_MAX_HOLD),
+    );
     g.finish();
+}
+
+/// CreateVolume (a linear 4 MiB volume, one extent as `lvcreate -l 1`) + DeleteVolume
+/// through csi-shim's Controller on a unix socket, served in this process by `session`.
+fn csi_round_trips(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    session: Session,
+) {
+    use csi_shim::csi::controller_client::ControllerClient;
+    use csi_shim::csi::volume_capability::{access_mode, AccessMode, AccessType, BlockVolume};
+    use csi_shim::csi::{
+        CapacityRange, CreateVolumeRequest, DeleteVolumeRequest, VolumeCapability,
+    };
+
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("dir");
+    let sock = dir.path().join("csi.sock");
+    let backend = Arc::new(csi_shim::controller::Backend::new(
+        session,
+        vec!["vgbench".into()],
+    ));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // The listener needs the runtime; the server runs on it until `stop`.
+    let listener = {
+        let _in = rt.enter();
+        csi_shim::server::listen(&sock).expect("listen")
+    };
+    let server = rt.spawn(csi_shim::server::serve(backend, None, listener, async {
+        let _ = stopped.await;
+    }));
+    let mut client = rt.block_on(async {
+        ControllerClient::new(csi_shim::client::connect(&sock).await.expect("connect"))
+    });
+    let request = CreateVolumeRequest {
+        name: "pvc-bench".into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: 4 << 20,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![VolumeCapability {
+            access_mode: Some(AccessMode {
+                mode: access_mode::Mode::SingleNodeWriter as i32,
+            }),
+            access_type: Some(AccessType::Block(BlockVolume {})),
+        }],
+        parameters: [("vg", "vgbench"), ("mode", "linear")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        ..Default::default()
+    };
+    g.bench_function("csi-create-delete", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let id = client
+                    .create_volume(request.clone())
+                    .await
+                    .expect("CreateVolume")
+                    .into_inner()
+                    .volume
+                    .expect("volume")
+                    .volume_id;
+                client
+                    .delete_volume(DeleteVolumeRequest {
+                        volume_id: id,
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("DeleteVolume");
+            })
+        })
+    });
+    let _ = stop.send(());
+    rt.block_on(server).expect("server task").expect("server");
 }
 
 criterion_group!(benches, bench);

@@ -313,10 +313,8 @@ impl Lab {
 /// Mount points under `dir`, deepest first.
 fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut found: Vec<PathBuf> = info
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(PathBuf::from)
+    let mut found: Vec<PathBuf> = crate::mount::mounts(&info)
+        .map(|(point, _)| PathBuf::from(point))
         .filter(|p| p.starts_with(dir))
         .collect();
     found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
@@ -475,12 +473,15 @@ async fn scenario(
             )
             .await?;
         lab.sanlock = Some(d);
-        session = session.with_host(lvmeta::lease::Host {
-            manager: Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()),
-            host_id: HOST_ID,
-            io_timeout: o.io_timeout,
-            wait: Duration::from_secs(30),
-        });
+        session = session.with_host(
+            lvmeta::lease::Host::new(
+                Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()),
+                HOST_ID,
+                o.io_timeout,
+                Duration::from_secs(30),
+            )
+            .with_linger(lvmeta::lease::SERVER_LINGER, lvmeta::lease::SERVER_MAX_HOLD),
+        );
     } else {
         println!(
             "            {}: a local VG under lvm2's file locks",
@@ -983,6 +984,24 @@ fn read_back(file: &Path) -> Result<(), String> {
 
 /// Stock `lvs` in a private lvm2 system directory that sees only the LUN; every listed
 /// volume must be among the LVs it reports.
+/// An lvm.conf for running stock lvm2 privately beside lvmeta (in its own LVM_SYSTEM_DIR):
+/// no activation, lvm2's file locks in `locking_dir`, only `devices` scanned, no device
+/// cache, hints, backups or archives.
+pub fn private_lvm_conf(locking_dir: &Path, devices: &[&Path]) -> String {
+    let accept: Vec<String> = devices
+        .iter()
+        .map(|d| format!("\"a|^{}$|\"", d.display()))
+        .collect();
+    format!(
+        "global {{ activation = 0 locking_dir = \"{}\" }}\n\
+         devices {{ obtain_device_list_from_udev = 0 use_devicesfile = 0 scan_lvs = 0 hints = \"none\" \
+         global_filter = [ {}, \"r|.*|\" ] }}\n\
+         backup {{ backup = 0 archive = 0 }}\n",
+        locking_dir.display(),
+        accept.join(", ")
+    )
+}
+
 fn stock_lvs(
     sys: &Path,
     lock: &Path,
@@ -991,14 +1010,7 @@ fn stock_lvs(
     listed: &[(String, i64)],
 ) -> Result<String, String> {
     std::fs::create_dir_all(sys).map_err(|e| format!("{}: {e}", sys.display()))?;
-    let conf = format!(
-        "global {{ activation = 0 locking_dir = \"{}\" }}\n\
-         devices {{ obtain_device_list_from_udev = 0 use_devicesfile = 0 scan_lvs = 0 hints = \"none\" \
-         global_filter = [ \"a|^{}$|\", \"r|.*|\" ] }}\n\
-         backup {{ backup = 0 archive = 0 }}\n",
-        lock.display(),
-        lun.display()
-    );
+    let conf = private_lvm_conf(lock, &[lun]);
     std::fs::write(sys.join("lvm.conf"), conf).map_err(|e| format!("lvm.conf: {e}"))?;
     let mut lvs = Command::new("lvs");
     if shared {

@@ -82,6 +82,13 @@ struct Args {
     /// Seconds to wait for a VG lease held by another host.
     #[arg(long, default_value_t = 30)]
     lock_wait: u64,
+    /// Milliseconds an unused VG lease stays held after a change, so that back-to-back
+    /// changes pay one sanlock acquire (0: released at once, as lvmlockd does).
+    #[arg(long, default_value_t = lvmeta::lease::SERVER_LINGER.as_millis() as u64)]
+    vg_lease_linger_ms: u64,
+    /// Milliseconds one acquire of a VG lease is reused at most, so other hosts get a turn.
+    #[arg(long, default_value_t = lvmeta::lease::SERVER_MAX_HOLD.as_millis() as u64)]
+    vg_lease_max_hold_ms: u64,
     /// Serve the Node service as this Kubernetes node (its name).
     #[arg(long, env = "KUBE_NODE_NAME")]
     node_id: Option<String>,
@@ -137,12 +144,18 @@ fn run(args: Args) -> Result<(), String> {
         if !(1..=2000).contains(&host_id) {
             return Err(format!("--host-id {host_id}: must be 1..2000"));
         }
-        session = session.with_host(lvmeta::lease::Host {
-            manager: Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()),
-            host_id,
-            io_timeout: args.io_timeout,
-            wait: std::time::Duration::from_secs(args.lock_wait),
-        });
+        session = session.with_host(
+            lvmeta::lease::Host::new(
+                Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()),
+                host_id,
+                args.io_timeout,
+                std::time::Duration::from_secs(args.lock_wait),
+            )
+            .with_linger(
+                std::time::Duration::from_millis(args.vg_lease_linger_ms),
+                std::time::Duration::from_millis(args.vg_lease_max_hold_ms),
+            ),
+        );
     }
     let backend = Arc::new(Backend::new(session, args.vgs));
     let node = match &args.node_id {
@@ -183,9 +196,13 @@ fn run(args: Args) -> Result<(), String> {
             }
             tracing::info!("shutting down: letting calls in flight finish");
         };
-        csi_shim::server::serve(backend, node, listener, shutdown)
-            .await
-            .map_err(|e| e.to_string())?;
+        let served = csi_shim::server::serve(backend, node.clone(), listener, shutdown).await;
+        // Volumes stay staged across a restart of the node plugin: their leases stay held
+        // by this host (as orphans) until the next process adopts or releases them.
+        if let Some(n) = &node {
+            n.keep_all();
+        }
+        served.map_err(|e| e.to_string())?;
         let _ = std::fs::remove_file(&args.endpoint);
         Ok(())
     })

@@ -89,14 +89,23 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Every mount of a `/proc/self/mountinfo` text, oldest first: (mount point, source), octal
+/// escapes undone; malformed lines are skipped.
+pub fn mounts(mountinfo: &str) -> impl DoubleEndedIterator<Item = (String, String)> + '_ {
+    mountinfo.lines().filter_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        Some((
+            unescape(left.split(' ').nth(4)?),
+            unescape(right.split(' ').nth(1)?),
+        ))
+    })
+}
+
 /// The source of the last mount at `path` in a `/proc/self/mountinfo` text.
 pub fn mount_source(mountinfo: &str, path: &str) -> Option<String> {
-    mountinfo.lines().rev().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        let point = unescape(left.split(' ').nth(4)?);
-        let source = unescape(right.split(' ').nth(1)?);
-        (point == path).then_some(source)
-    })
+    mounts(mountinfo)
+        .rev()
+        .find_map(|(point, source)| (point == path).then_some(source))
 }
 
 fn run(what: &str, path: &Path, cmd: &mut Command) -> Result<String, SysError> {

@@ -82,11 +82,29 @@ impl Node {
     }
 
     /// Releases every lease and forgets every staged volume, leaving devices and mounts as
-    /// they are (graceful shutdown; kubelet unstages volumes, not the driver).
+    /// they are (for a caller that removes them itself, as the demo does).
     pub fn release_all(&self) {
         let n = self.staged().drain().count();
         if n > 0 {
             tracing::info!(volumes = n, "released the leases of staged volumes");
+        }
+    }
+
+    /// Forgets every staged volume without releasing its lease, leaving devices and mounts
+    /// as they are (graceful shutdown: kubelet unstages volumes, not the driver). When this
+    /// process ends the host keeps the leases as sanlock orphans, so no other node can take
+    /// a volume still in use here; the next node plugin adopts a lease when the volume is
+    /// staged again, or releases it when the volume is unstaged.
+    pub fn keep_all(&self) {
+        let staged: Vec<Staged> = self.staged().drain().map(|(_, s)| s).collect();
+        if !staged.is_empty() {
+            tracing::info!(
+                volumes = staged.len(),
+                "staged volumes keep their leases as orphans"
+            );
+        }
+        for s in staged {
+            s.activation.keep_lease();
         }
     }
 

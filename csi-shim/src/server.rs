@@ -57,7 +57,8 @@ pub fn listen(path: &Path) -> Result<UnixListener, ServeError> {
 }
 
 /// Serves Identity, Controller and, when `node` is given, Node for `backend` on `listener`
-/// until `shutdown` resolves; then the node's leases are released.
+/// until `shutdown` resolves. The caller decides what becomes of the node's staged volumes'
+/// leases ([`Node::keep_all`] or [`Node::release_all`]).
 pub async fn serve(
     backend: Arc<Backend>,
     node: Option<Arc<Node>>,
@@ -67,12 +68,9 @@ pub async fn serve(
     let served = tonic::transport::Server::builder()
         .add_service(IdentityServer::new(IdentityService::new(backend.clone())))
         .add_service(ControllerServer::new(ControllerService::new(backend)))
-        .add_optional_service(node.clone().map(|n| NodeServer::new(NodeService::new(n))))
+        .add_optional_service(node.map(|n| NodeServer::new(NodeService::new(n))))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await;
-    if let Some(n) = node {
-        n.release_all();
-    }
     served?;
     Ok(())
 }

@@ -21,9 +21,14 @@ pub fn from_volume(e: VolumeError) -> Status {
 
 /// The CSI code for a failed lvmeta call.
 pub fn from_lvmeta(e: lvmeta::Error) -> Status {
+    use lvmeta::lease::LeaseError;
     use lvmeta::Error as E;
     match e {
         E::VgNotFound(_) | E::LvNotFound { .. } => Status::not_found(e.to_string()),
+        // In use on a node: waiting does not help until it is unstaged there.
+        E::Lease(LeaseError::InUse { .. } | LeaseError::Orphan { .. }) => {
+            Status::failed_precondition(e.to_string())
+        }
         // Leases and lock files are contended or the lockspace is not started yet: retry.
         E::Lease(_) | E::Lock { .. } | E::SharedWithoutLeases(_) | E::MissingPvs { .. } => {
             Status::unavailable(e.to_string())

@@ -34,6 +34,8 @@ struct Driver {
     kubelet: std::path::PathBuf,
     activation: Arc<FakeBackend>,
     system: Arc<Fake>,
+    /// The in-memory LUN (for checking volume data).
+    lun: Arc<MemDevice>,
     _dir: tempfile::TempDir,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,
@@ -41,8 +43,8 @@ struct Driver {
 
 /// A driver serving VG `vg` (200 MiB, 4 MiB extents) and the absent VG `gone`.
 async fn driver() -> Driver {
-    let dev = MemDevice::new("lun", 200 << 20, 512);
-    let session = Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]);
+    let dev = Arc::new(MemDevice::new("lun", 200 << 20, 512));
+    let session = Session::new(vec![Box::new(dev.clone()) as Box<dyn BlockDevice>]);
     session
         .pvcreate("lun", &PvOptions::default(), false)
         .expect("pvcreate");
@@ -53,10 +55,10 @@ async fn driver() -> Driver {
         shared: None,
     };
     session.vgcreate(&spec, &["lun"]).expect("vgcreate");
-    serve(Backend::new(session, vec!["vg".into()])).await
+    serve(Backend::new(session, vec!["vg".into()]), dev).await
 }
 
-async fn serve(backend: Backend) -> Driver {
+async fn serve(backend: Backend, lun: Arc<MemDevice>) -> Driver {
     let dir = tempfile::tempdir().expect("temp dir");
     let socket = dir.path().join("csi.sock");
     // A stale socket from an earlier run is replaced.
@@ -93,6 +95,7 @@ async fn serve(backend: Backend) -> Driver {
         kubelet,
         activation,
         system,
+        lun,
         _dir: dir,
         stop: Some(tx),
         server,
@@ -168,10 +171,9 @@ async fn identity_and_socket() {
 
 #[tokio::test]
 async fn probe_fails_while_a_vg_is_missing() {
-    let session = Session::new(vec![
-        Box::new(MemDevice::new("lun", 16 << 20, 512)) as Box<dyn BlockDevice>
-    ]);
-    let mut d = serve(Backend::new(session, vec!["gone".into()])).await;
+    let lun = Arc::new(MemDevice::new("lun", 16 << 20, 512));
+    let session = Session::new(vec![Box::new(lun.clone()) as Box<dyn BlockDevice>]);
+    let mut d = serve(Backend::new(session, vec!["gone".into()]), lun).await;
     let e = d
         .identity
         .probe(ProbeRequest {})
@@ -680,10 +682,44 @@ async fn snapshots_restores_and_clones_of_thin_volumes() {
         .expect_err("thin from a linear volume");
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("is linear"), "{e:?}");
+    // A linear clone of a linear volume: its bytes are copied.
+    let place = |lv: &str| {
+        let s = Session::new(vec![Box::new(d.lun.clone()) as Box<dyn BlockDevice>]);
+        let vg = s.vg("vg").expect("vg");
+        let p = lvmeta::activate::place(&vg, lv, &[Some("lun".into())]).expect("place");
+        p.single().expect("one piece").clone()
+    };
+    let data: Vec<u8> = (0..8 * MIB).map(|i| (i % 253) as u8).collect();
+    let src = place("lin");
+    d.lun.write_at(src.offset, &data).expect("fill lin");
     let mut lin_clone = from("w", 0, of_volume("vg/lin"));
     lin_clone.parameters.insert("mode".into(), "linear".into());
-    let e = c.create_volume(lin_clone).await.expect_err("linear clone");
-    assert_eq!(e.code(), Code::InvalidArgument);
+    for _ in 0..2 {
+        let v = c
+            .create_volume(lin_clone.clone())
+            .await
+            .expect("linear clone (and again: idempotent)")
+            .into_inner()
+            .volume
+            .expect("volume");
+        assert_eq!((v.volume_id.as_str(), v.capacity_bytes), ("vg/w", 8 * MIB));
+        assert!(v.content_source.is_some());
+    }
+    let dst = place("w");
+    let mut back = vec![0u8; data.len()];
+    d.lun.read_at(dst.offset, &mut back).expect("read w");
+    assert!(back == data, "the clone's bytes differ from its source's");
+    let mut small = from("w2", 4 * MIB, of_volume("vg/lin"));
+    small.parameters.insert("mode".into(), "linear".into());
+    small.capacity_range = Some(CapacityRange {
+        required_bytes: 4 * MIB,
+        limit_bytes: 4 * MIB,
+    });
+    let e = c
+        .create_volume(small)
+        .await
+        .expect_err("smaller than its source");
+    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
 
     // Deleting the source keeps its snapshot; deleting twice is fine.
     c.delete_volume(DeleteVolumeRequest {

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use crate::activate::{self, Activation, Backend, Placement};
+use crate::activate::{self, Activation, Backend, Layout, Placement};
 use crate::commit::{self, flush, io_err, write, Area, LabelWrite};
 use crate::dev::BlockDevice;
 use crate::edit::{self, EditError, NewPv, VgSpec};
@@ -19,6 +19,9 @@ use crate::scan::{self, Scan, ScanWarning, ScannedPv, ScannedVg};
 use crate::text::Style;
 use crate::uuid::Uuid;
 use crate::Error;
+
+/// The largest transfer of [`Session::copy_lv`].
+const COPY_CHUNK: u64 = 1 << 20;
 
 /// What lvmeta writes as the generator line of metadata it commits.
 pub const GENERATOR: &str = concat!("lvmeta ", env!("CARGO_PKG_VERSION"));
@@ -305,7 +308,10 @@ impl Session {
                         why: "has no lease (lock_args) in a shared VG".into(),
                     },
                 )?;
-                h.manager.acquire(&r, mode, false)?;
+                // Persistent, as lvmlockd takes it: should this process end while the LV
+                // is active, the host keeps the lease as an orphan and the LV stays
+                // protected; the next process adopts it here, or releases it on deactivation.
+                h.manager.acquire_persistent(&r, mode)?;
                 Some((h.clone(), r, mode))
             }
             None => None,
@@ -317,6 +323,66 @@ impl Session {
         Ok(held)
     }
 
+    /// Copies the bytes of linear LV `src` of `vg` into the start of linear LV `dst` (at
+    /// least as large) through this session's devices, as `dd` from one LV to the other
+    /// would, without activating either; returns the bytes copied. In a shared VG the copy
+    /// holds `src`'s LV lease shared and `dst`'s exclusively, taken at once
+    /// ([`lease::LeaseError::Busy`] while a host holds one in a conflicting mode: `src`
+    /// staged for writing, `dst` anywhere) and released when done, never left as orphans.
+    pub fn copy_lv(&self, vg: &str, src: &str, dst: &str) -> Result<u64, Error> {
+        let (scan, locks) = self.read_locked(&[vg])?;
+        let sv = scan.vg(vg)?;
+        let at = places(&scan, sv);
+        let from = activate::place(&sv.vg, src, &at.paths)?;
+        let to = activate::place(&sv.vg, dst, &at.paths)?;
+        let (Layout::Linear(a), Layout::Linear(b)) = (&from.layout, &to.layout) else {
+            return Err(Error::Device {
+                device: format!("{vg}/{src}"),
+                why: format!("copying to {dst}: only linear LVs are copied"),
+            });
+        };
+        let runs = activate::plan::copy_runs(a, b, from.bytes, COPY_CHUNK).ok_or_else(|| {
+            Error::Device {
+                device: format!("{vg}/{dst}"),
+                why: format!("smaller than {src} ({} bytes)", from.bytes),
+            }
+        })?;
+        let _leases = match self.host_for(&sv.vg)? {
+            Some(h) => {
+                h.check_joined(&sv.vg, &at)?;
+                let lv_lease = |lv: &str| {
+                    lease::layout::lv_lease(&sv.vg, &at.paths, lv, at.geometry).ok_or_else(|| {
+                        lease::LeaseError::Manager {
+                            what: format!("LV {vg}/{lv}"),
+                            why: "has no lease (lock_args) in a shared VG".into(),
+                        }
+                    })
+                };
+                let (rs, rd) = (lv_lease(src)?, lv_lease(dst)?);
+                h.manager.acquire(&rs, lease::Mode::Shared, false)?;
+                let held_src = lease::Held::new(h.clone(), rs, "copy source");
+                h.manager.acquire(&rd, lease::Mode::Exclusive, false)?;
+                Some((held_src, lease::Held::new(h.clone(), rd, "copy target")))
+            }
+            None => None,
+        };
+        drop(locks);
+        let mut buf = vec![0u8; COPY_CHUNK as usize];
+        let mut written = std::collections::BTreeSet::new();
+        for (f, t) in &runs {
+            let chunk = &mut buf[..f.len as usize];
+            let (fd, td) = (self.dev(&f.device)?, self.dev(&t.device)?);
+            fd.read_at(f.offset, chunk).map_err(io_err(fd, f.offset))?;
+            write(td, t.offset, chunk)?;
+            written.insert(t.device.as_str());
+        }
+        for d in written {
+            flush(self.dev(d)?)?;
+        }
+        tracing::info!(vg, src, dst, bytes = from.bytes, "copied");
+        Ok(from.bytes)
+    }
+
     /// Where LV `lv` of `vg` is on this host's devices, from a fresh scan.
     fn placement(&self, vg: &str, lv: &str) -> Result<Placement, Error> {
         let scan = self.scan();
@@ -325,9 +391,38 @@ impl Session {
     }
 
     /// Removes LV `lv`'s device on this host, found from the metadata (an activation whose
-    /// [`Activation`] is gone, as after a restart). Holds no lease.
+    /// [`Activation`] is gone, as after a restart), then releases the orphan of its lease
+    /// (a thin LV's: its pool's, unless another thin LV of the pool is still active here)
+    /// that the ended process left.
     pub fn deactivate(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<(), Error> {
-        Ok(backend.deactivate(&self.placement(vg, lv)?)?)
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        let at = places(&scan, sv);
+        backend.deactivate(&activate::place(&sv.vg, lv, &at.paths)?)?;
+        let Some(h) = self.host_for(&sv.vg)? else {
+            return Ok(());
+        };
+        let owner = sv.vg.lv(lv).and_then(|l| l.thin_pool()).unwrap_or(lv);
+        // Another active thin LV of the pool still needs the pool's lease.
+        for other in sv.vg.lvs.iter().filter(|l| l.name != lv) {
+            if other.thin_pool() == Some(owner) {
+                if let Ok(p) = activate::place(&sv.vg, &other.name, &at.paths) {
+                    if backend.active(&p)?.is_some() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        if let Some(r) = lease::layout::lv_lease(&sv.vg, &at.paths, owner, at.geometry) {
+            if h.manager.release_orphans(&r)? > 0 {
+                tracing::info!(
+                    vg,
+                    lv = owner,
+                    "released the orphan lease an ended process left"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The device of LV `lv` when it is active on this host.
@@ -603,7 +698,7 @@ impl Session {
                 flags: lease::layout::LVB_REMOVED,
                 ..lease::Lvb::for_seqno(sv.vg.seqno)
             });
-            h.manager.release(r, lvb)?;
+            h.unlock_vg_now(r, lvb)?;
             if removed.is_ok() {
                 h.stop(&sv.vg, at)?;
             }
@@ -641,19 +736,25 @@ impl Session {
             Some(h) => {
                 let sv = writable(&first, vg)?;
                 let at = places(&first, sv);
-                let (r, _) = h.lock_vg(&sv.vg, &at, lease::Mode::Exclusive)?;
-                Some((h, r, at))
+                let (r, kept) = h.lock_vg(&sv.vg, &at, lease::Mode::Exclusive)?;
+                Some((h, r, at, kept))
             }
             None => None,
         };
-        let result = self.update_locked(first, vg, verb, edit, lease.as_ref());
-        if let Some((h, r, _)) = &lease {
+        let result = self.update_locked(
+            first,
+            vg,
+            verb,
+            edit,
+            lease.as_ref().map(|(h, r, at, kept)| (*h, r, at, *kept)),
+        );
+        if let Some((h, r, _, _)) = &lease {
             // lvmlockd hosts learn the new seqno from the value block.
             let lvb = result
                 .as_ref()
                 .ok()
                 .map(|(seqno, _)| lease::Lvb::for_seqno(*seqno));
-            h.manager.release(r, lvb)?;
+            h.unlock_vg(r, lvb)?;
         }
         result.map(|(_, t)| t)
     }
@@ -666,15 +767,16 @@ impl Session {
         vg: &str,
         verb: &str,
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
-        lease: Option<&(&lease::Host, lease::ResourceSpec, lease::VgPlaces)>,
+        lease: Option<(&lease::Host, &lease::ResourceSpec, &lease::VgPlaces, bool)>,
     ) -> Result<(u32, R::Value), Error> {
         let mut scan = match lease {
+            // A lease kept since before `first` was read: nobody can have changed the VG.
+            Some((_, _, _, true)) | None => first,
             // Another host may have changed the VG before we got the lease: check again.
             Some(_) => {
                 *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(first);
                 self.current()
             }
-            None => first,
         };
         let sv = writable(&scan, vg)?;
         let pvs: Vec<ScannedPv> = members(&scan, sv)?.into_iter().cloned().collect();
@@ -684,13 +786,30 @@ impl Session {
         let taken = scan.vgs.swap_remove(index);
         let (mut out, value) = edit(taken.vg)?.split();
         describe(&mut out, verb);
-        if let Some((h, _, at)) = lease {
-            h.init_new_lvs(&before, &out, at)?;
-        }
+        let removed = match lease {
+            Some((h, _, at, _)) => {
+                // First, so that nothing is written when a removed LV is still in use.
+                let held = h.lock_removed_lvs(&before, &out, at)?;
+                if let Err(e) = h.init_new_lvs(&before, &out, at) {
+                    for r in &held {
+                        h.release_or_warn(r, "removed LV");
+                    }
+                    return Err(e.into());
+                }
+                held
+            }
+            None => Vec::new(),
+        };
         let all: Vec<&ScannedPv> = pvs.iter().collect();
-        let (text, written) = self.commit(&out, &all, &[])?;
+        let committed = self.commit(&out, &all, &[]);
+        if let Some((h, _, _, _)) = lease {
+            for r in &removed {
+                h.release_or_warn(r, "removed LV");
+            }
+        }
+        let (text, written) = committed?;
         tracing::info!(vg, verb, seqno = out.seqno, "committed");
-        if let Some((h, _, at)) = lease {
+        if let Some((h, _, at, _)) = lease {
             h.free_old_lvs(&before, &out, at)?;
         }
         // The scan now describes the devices as they are: keep it for the next change.
@@ -898,7 +1017,7 @@ struct VgLease<'s> {
 impl VgLease<'_> {
     fn release(mut self, seqno: u32) -> Result<(), Error> {
         if let Some((h, r)) = self.held.take() {
-            h.manager.release(&r, Some(lease::Lvb::for_seqno(seqno)))?;
+            h.unlock_vg(&r, Some(lease::Lvb::for_seqno(seqno)))?;
         }
         Ok(())
     }

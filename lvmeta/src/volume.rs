@@ -18,6 +18,9 @@ pub const MODE_TAG: &str = "lvmeta.csi/mode=";
 /// The tag marking a snapshot LV and naming the volume it was taken of.
 pub const SNAPSHOT_TAG: &str = "lvmeta.csi/snapshot-of=";
 
+/// The tag a linear clone carries, naming its source, until its data are copied.
+pub const CLONE_PENDING_TAG: &str = "lvmeta.csi/clone-pending-from=";
+
 /// How a volume's blocks are provided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -241,7 +244,8 @@ impl<'s> Volumes<'s> {
 
     /// Creates `name` holding `content`: a snapshot's or a thin volume's data become a thin
     /// snapshot of it in the same pool (which grows by the new volume's size, so that the
-    /// pool is never overcommitted). Returns the volume when it exists already.
+    /// pool is never overcommitted); a linear volume's data are copied into a new linear
+    /// volume (see [`Volumes::clone_linear`]). Returns the volume when it exists already.
     pub fn create_from(
         &self,
         name: &str,
@@ -249,14 +253,14 @@ impl<'s> Volumes<'s> {
         size: SizeRange,
         content: Content<'_>,
     ) -> Result<Volume, VolumeError> {
-        if content != Content::Empty && mode != Mode::Thin {
+        if mode == Mode::Linear && matches!(content, Content::Snapshot(_)) {
             return Err(VolumeError::Invalid(
-                "volumes from a snapshot or a volume must be thin (mode thin): linear volumes would need a full data copy".into(),
+                "volumes from a snapshot must be thin (mode thin): a snapshot is a thin LV in its volume's pool".into(),
             ));
         }
         if let Content::Snapshot(src) | Content::Volume(src) = content {
             let vg = self.vg()?;
-            check_source(&vg, content)?;
+            check_source(&vg, content, mode)?;
             let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * extent_bytes(&vg);
             let asked = match size.required {
                 0 => src_bytes,
@@ -275,6 +279,9 @@ impl<'s> Volumes<'s> {
                 .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         }
         let vg = self.vg()?;
+        if let (Mode::Linear, Content::Volume(src)) = (mode, content) {
+            return self.clone_linear(&vg, name, src, size);
+        }
         if let Some(v) = existing(&vg, name, mode, size)? {
             return Ok(v);
         }
@@ -334,6 +341,90 @@ impl<'s> Volumes<'s> {
                 Ok((vg, v))
             })
             .map_err(VolumeError::from)
+    }
+
+    /// A linear clone: the new linear volume `name` is made tagged [`CLONE_PENDING_TAG`],
+    /// the bytes of the linear volume `src` are copied into it through the session's
+    /// devices ([`crate::ops::Session::copy_lv`], under both LV leases), and the tag is
+    /// removed. A copy that fails removes the new volume again; a request that finds the
+    /// volume still pending (an earlier attempt was cut short by a crash) copies again; one
+    /// whose pending clone has another source is refused.
+    fn clone_linear(
+        &self,
+        vg: &Vg,
+        name: &str,
+        src: &str,
+        size: SizeRange,
+    ) -> Result<Volume, VolumeError> {
+        let pending = format!("{CLONE_PENDING_TAG}{src}");
+        let is_pending = |vg: &Vg| vg.lv(name).is_some_and(|l| l.tags.contains(&pending));
+        match existing(vg, name, Mode::Linear, size)? {
+            Some(v) if !is_pending(vg) => {
+                if let Some(other) = clone_source(vg, name) {
+                    return Err(VolumeError::Exists(format!(
+                        "volume {name} is a pending clone of {other}, not of {src}"
+                    )));
+                }
+                return Ok(v);
+            }
+            _ => {}
+        }
+        let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * extent_bytes(vg);
+        let want = SizeRange {
+            required: size.required.max(src_bytes),
+            limit: size.limit,
+        };
+        let extents = want.extents(extent_bytes(vg))?;
+        let stamp = Stamp::now();
+        let v = self
+            .session
+            .update(&self.vg, "lvcreate", |vg| {
+                if let Some(v) = existing(&vg, name, Mode::Linear, want)? {
+                    return Ok((vg, v));
+                }
+                let mut spec = LvSpec::linear(name, extents, stamp);
+                spec.tags = vec![format!("{MODE_TAG}linear"), pending.clone()];
+                let vg = edit::lv::create(vg, &spec)?.0;
+                let v = volume_of(&vg, name).ok_or_else(|| {
+                    edit::refused(name, "the new LV is not a volume (internal error)")
+                })?;
+                Ok((vg, v))
+            })
+            .map_err(VolumeError::from)?;
+        if !is_pending(&self.vg()?) {
+            return Ok(v);
+        }
+        if let Err(e) = self.session.copy_lv(&self.vg, src, name) {
+            // Nothing was handed out yet: take the half-made clone back (a crash instead
+            // leaves it tagged, and the next request copies again).
+            if let Err(d) = self.delete(name) {
+                tracing::warn!(vg = %self.vg, name, error = %d, "removing a clone whose copy failed");
+            }
+            return Err(match e {
+                crate::Error::Lease(crate::lease::LeaseError::Busy { .. }) => {
+                    VolumeError::Refused(format!(
+                        "the source volume {}/{src} is in use for writing on a node (or {name} is in use): a linear clone copies the source's data and needs it unstaged or staged read-only",
+                        self.vg
+                    ))
+                }
+                e => e.into(),
+            });
+        }
+        let done = edit::lv::LvChange {
+            del_tags: vec![pending.clone()],
+            ..Default::default()
+        };
+        self.session
+            .update(&self.vg, "lvchange", |vg| {
+                if vg.lv(name).is_some_and(|l| l.tags.contains(&pending)) {
+                    edit::lv::change(vg, name, &done)
+                } else {
+                    Ok(vg)
+                }
+            })
+            .map_err(VolumeError::from)?;
+        tracing::info!(vg = %self.vg, name, src, "linear clone made");
+        Ok(v)
     }
 
     /// Every snapshot, by name.
@@ -502,19 +593,26 @@ fn remove_thin(vg: Vg, name: &str) -> Result<Vg, EditError> {
 /// A new thin volume `name` holding thin LV `src`'s data: a thin snapshot of it in its pool,
 /// at least `size` (and at least `src`'s size), with the pool grown by that much.
 /// The source of a new volume must be a snapshot or a thin volume of this VG.
-fn check_source(vg: &Vg, content: Content<'_>) -> Result<(), VolumeError> {
+fn check_source(vg: &Vg, content: Content<'_>, mode: Mode) -> Result<(), VolumeError> {
     let missing = |kind: &str, n: &str| {
         VolumeError::SourceNotFound(format!("{kind} {}/{n} not found", vg.name))
     };
     match content {
         Content::Empty => Ok(()),
-        Content::Snapshot(n) => snapshot_of(vg, n).map(drop).ok_or_else(|| missing("snapshot", n)),
+        Content::Snapshot(n) => snapshot_of(vg, n)
+            .map(drop)
+            .ok_or_else(|| missing("snapshot", n)),
         Content::Volume(n) => match volume_of(vg, n) {
             None => Err(missing("volume", n)),
-            Some(v) if v.mode != Mode::Thin => Err(VolumeError::Invalid(format!(
-                "the source volume {}/{n} is {}: only thin volumes can be cloned (a linear clone needs a full data copy)",
+            Some(v) if v.mode != mode => Err(VolumeError::Invalid(format!(
+                "the source volume {}/{n} is {}: a clone has its source's mode, not {}",
                 vg.name,
-                v.mode.as_str()
+                v.mode.as_str(),
+                mode.as_str()
+            ))),
+            Some(_) if clone_source(vg, n).is_some() => Err(VolumeError::Invalid(format!(
+                "the source volume {}/{n} is itself a clone whose data are not copied yet",
+                vg.name
             ))),
             Some(_) => Ok(()),
         },
@@ -621,6 +719,14 @@ fn volume_of(vg: &Vg, name: &str) -> Option<Volume> {
         mode,
         bytes: lv.extents() * extent_bytes(vg),
     })
+}
+
+/// The source named by the pending-clone tag of LV `name`, if it has one.
+fn clone_source<'a>(vg: &'a Vg, name: &str) -> Option<&'a str> {
+    vg.lv(name)?
+        .tags
+        .iter()
+        .find_map(|t| t.strip_prefix(CLONE_PENDING_TAG))
 }
 
 /// The volume `name` when it exists and matches the request; an error when something else

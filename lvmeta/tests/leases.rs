@@ -23,12 +23,7 @@ fn stamp() -> Stamp {
 /// In-memory leases and host 7 using them.
 fn fake_host() -> (Arc<FakeLeases>, Host) {
     let fake = Arc::new(FakeLeases::default());
-    let host = Host {
-        manager: fake.clone(),
-        host_id: 7,
-        io_timeout: 10,
-        wait: Duration::from_millis(300),
-    };
+    let host = Host::new(fake.clone(), 7, 10, Duration::from_millis(300));
     (fake, host)
 }
 
@@ -362,4 +357,258 @@ fn a_failed_activation_releases_the_lease() {
     fake.acquire(&lease, Mode::Exclusive, false)
         .expect("the pool lease was released");
     fake.release(&lease, None).expect("release");
+}
+
+/// A lock manager that counts the acquires of the lease at `offset` and passes everything on.
+struct Counting {
+    inner: Arc<FakeLeases>,
+    offset: u64,
+    acquires: std::sync::atomic::AtomicU32,
+}
+
+impl Counting {
+    fn count(&self) -> u32 {
+        self.acquires.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl LeaseManager for Counting {
+    fn init_lockspace(&self, ls: &lvmeta::lease::LockspaceSpec, t: u32) -> Result<(), LeaseError> {
+        self.inner.init_lockspace(ls, t)
+    }
+    fn init_resource(&self, r: &lvmeta::lease::ResourceSpec) -> Result<(), LeaseError> {
+        self.inner.init_resource(r)
+    }
+    fn resource_name(&self, r: &lvmeta::lease::ResourceSpec) -> Result<Option<String>, LeaseError> {
+        self.inner.resource_name(r)
+    }
+    fn join(&self, ls: &lvmeta::lease::LockspaceSpec, t: u32) -> Result<(), LeaseError> {
+        self.inner.join(ls, t)
+    }
+    fn leave(&self, ls: &lvmeta::lease::LockspaceSpec) -> Result<(), LeaseError> {
+        self.inner.leave(ls)
+    }
+    fn joined(&self, ls: &lvmeta::lease::LockspaceSpec) -> Result<bool, LeaseError> {
+        self.inner.joined(ls)
+    }
+    fn acquire(
+        &self,
+        r: &lvmeta::lease::ResourceSpec,
+        mode: Mode,
+        want_lvb: bool,
+    ) -> Result<Option<layout::Lvb>, LeaseError> {
+        let got = self.inner.acquire(r, mode, want_lvb);
+        if got.is_ok() && r.offset == self.offset {
+            self.acquires
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        got
+    }
+    fn release(
+        &self,
+        r: &lvmeta::lease::ResourceSpec,
+        lvb: Option<layout::Lvb>,
+    ) -> Result<(), LeaseError> {
+        self.inner.release(r, lvb)
+    }
+    fn acquire_persistent(
+        &self,
+        r: &lvmeta::lease::ResourceSpec,
+        mode: Mode,
+    ) -> Result<(), LeaseError> {
+        self.inner.acquire_persistent(r, mode)
+    }
+    fn release_orphans(&self, r: &lvmeta::lease::ResourceSpec) -> Result<u32, LeaseError> {
+        self.inner.release_orphans(r)
+    }
+    fn unheld(&self, r: &lvmeta::lease::ResourceSpec) -> Result<bool, LeaseError> {
+        self.inner.unheld(r)
+    }
+}
+
+/// A shared VG served by a host that keeps its VG lease for `idle`, reusing one acquire for
+/// `max_hold`; the counter counts acquires of the VG lease.
+fn lingering(
+    idle: Duration,
+    max_hold: Duration,
+) -> (
+    Session,
+    Arc<FakeLeases>,
+    Arc<Counting>,
+    lvmeta::lease::ResourceSpec,
+) {
+    let fake = Arc::new(FakeLeases::default());
+    let (s, _, _) = setup();
+    let vg = s.scan().vg("vg").expect("vg").vg.clone();
+    let at = places();
+    let vgl = layout::vg_lease(&vg, &at.paths, at.geometry).expect("VG lease");
+    let counting = Arc::new(Counting {
+        inner: fake.clone(),
+        offset: vgl.offset,
+        acquires: 0.into(),
+    });
+    let host =
+        Host::new(counting.clone(), 7, 10, Duration::from_millis(300)).with_linger(idle, max_hold);
+    let dev = MemDevice::new("pv0", 512 << 20, 512);
+    let s = Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]).with_host(host);
+    s.vgcreate(&shared_spec(), &["pv0"])
+        .expect("vgcreate --shared");
+    s.lockstart("vg").expect("lockstart");
+    (s, fake, counting, vgl)
+}
+
+/// Waits (up to 10 s) until another host can take the VG lease, and returns its value block.
+fn taken_by_another_host(fake: &FakeLeases, vgl: &lvmeta::lease::ResourceSpec) -> layout::Lvb {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match fake.acquire(vgl, Mode::Exclusive, true) {
+            Ok(lvb) => {
+                fake.release(vgl, None).expect("release");
+                return lvb.expect("value block");
+            }
+            Err(LeaseError::Busy { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("the kept VG lease was never released: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_lingering_host_reuses_its_vg_lease_then_releases_it_with_the_last_seqno() {
+    let (s, fake, counting, vgl) = lingering(Duration::from_secs(1), Duration::from_secs(60));
+    create(&s, "a").expect("a");
+    create(&s, "b").expect("b");
+    // A read of this host (as activation does) reuses it too.
+    drop(s.read_locked(&["vg"]).expect("read"));
+    let seqno = create(&s, "c").expect("c").seqno;
+    assert_eq!(
+        counting.count(),
+        1,
+        "one acquire for three changes and a read"
+    );
+    // Still held: another host must wait; then it is released with the last seqno.
+    assert!(matches!(
+        fake.acquire(&vgl, Mode::Exclusive, false),
+        Err(LeaseError::Busy { .. })
+    ));
+    assert_eq!(
+        taken_by_another_host(&fake, &vgl),
+        layout::Lvb::for_seqno(seqno)
+    );
+    // After it was released, the next change acquires it again.
+    create(&s, "d").expect("d");
+    assert_eq!(counting.count(), 2);
+    // Leaving the lockspace releases it first (sanlock would kill a holder).
+    s.lockstop("vg").expect("lockstop");
+    let lockspace = lvmeta::lease::LockspaceSpec {
+        host_id: 8,
+        ..Host::new(fake.clone(), 8, 10, Duration::ZERO)
+            .lockspace(&s.vg("vg").expect("vg"), &places())
+            .expect("lockspace")
+    };
+    fake.join(&lockspace, 10).expect("join");
+    fake.acquire(&vgl, Mode::Exclusive, false)
+        .expect("released at lockstop");
+    fake.release(&vgl, None).expect("release");
+}
+
+#[test]
+fn a_lingering_host_acquires_again_after_max_hold_and_releases_when_dropped() {
+    let (s, fake, counting, vgl) = lingering(Duration::from_secs(60), Duration::ZERO);
+    create(&s, "a").expect("a");
+    let seqno = create(&s, "b").expect("b").seqno;
+    assert_eq!(counting.count(), 2, "max_hold 0: every change acquires");
+    assert!(matches!(
+        fake.acquire(&vgl, Mode::Exclusive, false),
+        Err(LeaseError::Busy { .. })
+    ));
+    // The session (and its host) gone: released at once, with the last seqno.
+    drop(s);
+    let lvb = fake.acquire(&vgl, Mode::Exclusive, true).expect("released");
+    assert_eq!(lvb, Some(layout::Lvb::for_seqno(seqno)));
+}
+
+#[test]
+fn an_lv_lease_outlives_its_process_as_an_orphan_then_is_adopted_or_released() {
+    let (s, fake, _host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    let vg = create(&s, "a").expect("a");
+    let at = places();
+    let lease = layout::lv_lease(&vg, &at.paths, "a", at.geometry).expect("LV lease");
+    let backend = lvmeta::activate::FakeBackend::default();
+    let busy = || {
+        matches!(
+            fake.acquire(&lease, Mode::Shared, false),
+            Err(LeaseError::Busy { .. })
+        )
+    };
+    // The process ends with the LV active (a node plugin restarting): the host keeps the
+    // lease as an orphan, so other hosts are still kept out.
+    s.activate("vg", "a", false, false, &backend)
+        .expect("activate")
+        .keep_lease();
+    fake.end_process();
+    assert!(busy(), "the orphan still holds the LV");
+    // The next process, asking in the other mode, is told about the orphan.
+    let err = s
+        .activate("vg", "a", true, false, &backend)
+        .expect_err("mode differs");
+    assert!(err.to_string().contains("orphan"), "{err}");
+    // In the same mode it adopts the orphan, and releases it like its own.
+    let act = s
+        .activate("vg", "a", false, false, &backend)
+        .expect("adopted");
+    assert!(busy());
+    drop(act);
+    assert!(!busy(), "released with the adopting activation");
+    fake.release(&lease, None).expect("release");
+    // Deactivation by a process that did not activate it releases the orphan too.
+    s.activate("vg", "a", false, false, &backend)
+        .expect("activate")
+        .keep_lease();
+    fake.end_process();
+    assert!(busy());
+    s.deactivate("vg", "a", &backend).expect("deactivate");
+    assert_eq!(backend.state("vg", "a"), None);
+    assert!(!busy(), "deactivation released the orphan");
+    fake.release(&lease, None).expect("release");
+}
+
+#[test]
+fn an_lv_active_anywhere_is_not_removed() {
+    let (s, fake, _host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    let vg = create(&s, "a").expect("a");
+    let at = places();
+    let lease = layout::lv_lease(&vg, &at.paths, "a", at.geometry).expect("LV lease");
+    let remove = || s.update("vg", "lvremove", |v| edit::lv::remove(v, "a", false));
+    // Active on another host (its lease held there, shared or exclusive): refused, nothing
+    // written.
+    for mode in [Mode::Shared, Mode::Exclusive] {
+        fake.acquire(&lease, mode, false).expect("held elsewhere");
+        let err = remove().expect_err("in use");
+        assert!(
+            matches!(err, Error::Lease(LeaseError::InUse { ref lv }) if lv == "vg/a"),
+            "{err}"
+        );
+        assert_eq!(s.vg("vg").expect("vg").seqno, vg.seqno);
+        fake.release(&lease, None).expect("release");
+    }
+    // Active here, by this process: refused too.
+    let backend = lvmeta::activate::FakeBackend::default();
+    let act = s
+        .activate("vg", "a", false, false, &backend)
+        .expect("activate");
+    assert!(matches!(
+        remove(),
+        Err(Error::Lease(LeaseError::InUse { .. }))
+    ));
+    act.deactivate(&backend).expect("deactivate");
+    drop(act);
+    // Inactive everywhere: removed, and its lease is free (and `#unused`) afterwards.
+    remove().expect("removed");
+    assert_eq!(fake.resource_name(&lease), Ok(Some("#unused".into())));
+    fake.acquire(&lease, Mode::Exclusive, false)
+        .expect("released after the removal");
 }

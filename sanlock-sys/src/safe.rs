@@ -197,11 +197,12 @@ pub fn inq_lockspace(ls: &Lockspace) -> Result<bool, Rv> {
     }
 }
 
-/// Leaves a lockspace.
+/// Leaves a lockspace, unless a lease (held, or an orphan) is still in it: then `-EBUSY`
+/// and nothing changes (`SANLK_REM_UNUSED`; without it the daemon kills the holders).
 pub fn rem_lockspace(ls: &Lockspace) -> Result<(), Rv> {
     let mut raw = ls.raw();
     // SAFETY: as in add_lockspace.
-    check(unsafe { sanlock_rem_lockspace(&mut raw, 0) }).map(drop)
+    check(unsafe { sanlock_rem_lockspace(&mut raw, SANLK_REM_UNUSED) }).map(drop)
 }
 
 /// A registered connection to the daemon; leases acquired on it are released when it closes
@@ -219,12 +220,13 @@ impl Client {
         Ok(Self { sock })
     }
 
-    /// Acquires `r` (exclusive unless `r.flags` has `SANLK_RES_SHARED`), asking for its value
-    /// block when `lvb`.
-    pub fn acquire(&self, r: &Resource, lvb: bool) -> Result<(), Rv> {
+    /// Acquires `r` (exclusive unless `r.flags` has `SANLK_RES_SHARED`; kept by the host as an
+    /// orphan after this process ends when it has `SANLK_RES_PERSISTENT`) with the
+    /// `SANLK_ACQUIRE_*` `flags` (`SANLK_ACQUIRE_LVB` for the value block, `SANLK_ACQUIRE_ORPHAN`
+    /// to adopt this host's orphan of it).
+    pub fn acquire(&self, r: &Resource, flags: u32) -> Result<(), Rv> {
         let mut raw = r.raw();
         let mut ptrs = [&mut raw.res as *mut sanlk_resource];
-        let flags = if lvb { SANLK_ACQUIRE_LVB } else { 0 };
         // SAFETY: one valid resource pointer in a live array; no options.
         check(unsafe {
             sanlock_acquire(

@@ -69,15 +69,8 @@ impl Sandbox {
     fn write_config(&self) {
         let sys = self.dir.path().join("sys");
         std::fs::create_dir_all(&sys).expect("sys dir");
-        let accept: Vec<String> = self.loops.iter().map(|l| format!("\"a|^{l}$|\"")).collect();
-        let conf = format!(
-            "global {{ activation = 0 locking_dir = \"{}\" }}\n\
-             devices {{ obtain_device_list_from_udev = 0 use_devicesfile = 0 scan_lvs = 0 hints = \"none\" \
-             global_filter = [ {}, \"r|.*|\" ] }}\n\
-             backup {{ backup = 0 archive = 0 }}\n",
-            self.lock_dir().display(),
-            accept.join(", ")
-        );
+        let devices: Vec<&std::path::Path> = self.loops.iter().map(std::path::Path::new).collect();
+        let conf = csi_shim::demo::private_lvm_conf(&self.lock_dir(), &devices);
         std::fs::write(sys.join("lvm.conf"), conf).expect("lvm.conf");
     }
 

@@ -3,8 +3,11 @@
 //! holding a shared VG. Volumes are created, staged, published, written, read back (also by
 //! the other node after a hand-over), expanded online and deleted through gRPC; an RWO volume
 //! staged on one node is refused on the other (its LV lease), an RWX block volume is shared
-//! by both (the lease shared), thin volumes are refused naming the missing kernel feature, and
-//! stock lvm2 finds the VG clean afterwards.
+//! by both (the lease shared), thin volumes are refused naming the missing kernel feature, a
+//! volume staged on a node is not deleted, a linear clone copies its source (refused while
+//! the source is staged for writing), a node plugin restarted with a volume staged keeps
+//! it protected (its lease left to the host as a sanlock orphan, released by the new process
+//! at unstage), and stock lvm2 finds the VG clean afterwards.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -89,11 +92,15 @@ async fn connect(socket: &Path) -> Channel {
     csi_shim::client::connect(socket).await.expect("connect")
 }
 
-async fn node_host(dir: &Path, lun: &str, host_id: u32, sanlock: Killed) -> NodeHost {
+/// Starts host `host_id`'s csi-shim and connects to it.
+async fn start_shim(dir: &Path, lun: &str, host_id: u32) -> (Killed, Channel) {
     let run = dir.join(format!("h{host_id}"));
-    let kubelet = dir.join(format!("kubelet{host_id}"));
-    std::fs::create_dir_all(&kubelet).expect("kubelet dir");
     let socket = run.join("csi.sock");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(run.join("csi-shim.log"))
+        .expect("log");
     let shim = Command::new(workspace_bin("csi-shim", "csi-shim"))
         .arg("--endpoint")
         .arg(&socket)
@@ -107,23 +114,62 @@ async fn node_host(dir: &Path, lun: &str, host_id: u32, sanlock: Killed) -> Node
         ])
         .args(["--node-id", &format!("node-{host_id}"), "--lock-wait", "20"])
         .arg("--kubelet-dir")
-        .arg(&kubelet)
+        .arg(dir.join(format!("kubelet{host_id}")))
         .arg("--locking-dir")
         .arg(run.join("lock"))
         .env("SANLOCK_RUN_DIR", &run)
         .env("RUST_LOG", "info")
-        .stderr(std::fs::File::create(run.join("csi-shim.log")).expect("log"))
+        .stderr(log)
         .spawn()
         .expect("start csi-shim");
-    let channel = connect(&socket).await;
+    let shim = Killed(shim);
+    (shim, connect(&socket).await)
+}
+
+async fn node_host(dir: &Path, lun: &str, host_id: u32, sanlock: Killed) -> NodeHost {
+    let kubelet = dir.join(format!("kubelet{host_id}"));
+    std::fs::create_dir_all(&kubelet).expect("kubelet dir");
+    let (shim, channel) = start_shim(dir, lun, host_id).await;
     NodeHost {
         controller: ControllerClient::new(channel.clone()),
         node: NodeClient::new(channel.clone()),
         identity: IdentityClient::new(channel),
         kubelet,
-        shim: Killed(shim),
+        shim,
         _sanlock: sanlock,
     }
+}
+
+/// Stops a node's csi-shim with SIGTERM (as Kubernetes does) and checks it exits cleanly.
+async fn stop_shim(h: &mut NodeHost) {
+    let pid = h.shim.0.id().to_string();
+    let st = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(st.success());
+    let t = Instant::now();
+    let code = loop {
+        if let Some(s) = h.shim.0.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "csi-shim did not stop on SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(code.success(), "csi-shim exit {code:?}");
+}
+
+/// Restarts host `host_id`'s csi-shim (a DaemonSet update); its sanlock daemon stays.
+async fn restart_shim(h: &mut NodeHost, dir: &Path, lun: &str, host_id: u32) {
+    stop_shim(h).await;
+    let (shim, channel) = start_shim(dir, lun, host_id).await;
+    h.shim = shim;
+    h.controller = ControllerClient::new(channel.clone());
+    h.node = NodeClient::new(channel.clone());
+    h.identity = IdentityClient::new(channel);
 }
 
 fn cap(access: Access, fs: Option<&str>) -> VolumeCapability {
@@ -408,7 +454,20 @@ fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
             1 << 20
         );
 
-        // Hand-over: A lets go of the ext4 volume; B stages it and reads A's file.
+        // Node A's plugin restarts while the ext4 volume is staged and published: the mount
+        // stays, and host 2 keeps the LV lease as a sanlock orphan, so B is still refused.
+        restart_shim(&mut a, dir.path(), &lun, 2).await;
+        assert_eq!(
+            std::fs::read(target.join("hello.txt")).expect("read after restart"),
+            b"written on node A\n"
+        );
+        let e = stage(&mut b, &ext4, &rwo4)
+            .await
+            .expect_err("RWO while A's orphan lease holds it");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+
+        // Hand-over: A (its new plugin process, which releases the orphan) lets go of the
+        // ext4 volume; B stages it and reads A's file.
         unpublish_unstage(&mut a, &ext4, "pod-a").await;
         stage(&mut b, &ext4, &rwo4)
             .await
@@ -419,6 +478,46 @@ fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
             b"written on node A\n"
         );
 
+        // A linear clone copies its source: refused while the source is staged for writing.
+        let mut clone_req = CreateVolumeRequest {
+            name: "pvc-ext4-clone".into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 64 * MIB,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![rwo4.clone()],
+            parameters: HashMap::from([
+                ("vg".to_owned(), "vg".to_owned()),
+                ("mode".to_owned(), "linear".to_owned()),
+            ]),
+            volume_content_source: Some(VolumeContentSource {
+                r#type: Some(volume_content_source::Type::Volume(
+                    volume_content_source::VolumeSource {
+                        volume_id: ext4.clone(),
+                    },
+                )),
+            }),
+            ..Default::default()
+        };
+        let e = a
+            .controller
+            .create_volume(clone_req.clone())
+            .await
+            .expect_err("clone of a volume staged for writing");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+
+        // A volume staged on a node is not deleted (its LV lease is held there).
+        let e = a
+            .controller
+            .delete_volume(DeleteVolumeRequest {
+                volume_id: ext4.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("delete while staged on B");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+        assert!(e.message().contains("is active"), "{}", e.message());
+
         // Undo everything (twice: idempotent), delete, shut down cleanly.
         for _ in 0..2 {
             unpublish_unstage(&mut b, &ext4, "pod-b").await;
@@ -426,7 +525,26 @@ fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
             unpublish_unstage(&mut b, &blk, "pod-b").await;
             unpublish_unstage(&mut a, &blk, "pod-a").await;
         }
-        for id in [&ext4, &blk, &thin, &xfs] {
+        // Unstaged, the ext4 volume is cloned (on node A's controller); node A stages the
+        // clone and finds node A's file in it.
+        clone_req.name = "pvc-ext4-copy".into();
+        let copy = a
+            .controller
+            .create_volume(clone_req)
+            .await
+            .expect("linear clone")
+            .into_inner()
+            .volume
+            .expect("volume")
+            .volume_id;
+        stage(&mut a, &copy, &rwo4).await.expect("stage the clone");
+        let tc = publish(&mut a, &copy, "pod-a", &rwo4).await;
+        assert_eq!(
+            std::fs::read(tc.join("hello.txt")).expect("read the clone"),
+            b"written on node A\n"
+        );
+        unpublish_unstage(&mut a, &copy, "pod-a").await;
+        for id in [&ext4, &blk, &thin, &xfs, &copy] {
             a.controller
                 .delete_volume(DeleteVolumeRequest {
                     volume_id: id.clone(),
@@ -436,24 +554,7 @@ fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
                 .expect("DeleteVolume");
         }
         for h in [&mut a, &mut b] {
-            let pid = h.shim.0.id().to_string();
-            let st = Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .expect("kill");
-            assert!(st.success());
-            let t = Instant::now();
-            let code = loop {
-                if let Some(s) = h.shim.0.try_wait().expect("wait") {
-                    break s;
-                }
-                assert!(
-                    t.elapsed() < Duration::from_secs(20),
-                    "csi-shim did not stop on SIGTERM"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            };
-            assert!(code.success(), "csi-shim exit {code:?}");
+            stop_shim(h).await;
         }
     });
     drop(unbind);

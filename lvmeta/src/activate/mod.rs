@@ -148,7 +148,7 @@ impl Backend for FakeBackend {
 }
 
 /// An LV active on this host: its device, and the LV lease held for as long as it is active
-/// (released when this is dropped).
+/// (released when this is dropped, see [`crate::lease::Held`]).
 pub struct Activation {
     /// Where the LV's bytes are.
     pub placement: Placement,
@@ -156,7 +156,7 @@ pub struct Activation {
     pub device: PathBuf,
     /// Lease mode held (`None` outside shared VGs).
     pub mode: Option<crate::lease::Mode>,
-    lease: Option<(crate::lease::Host, crate::lease::ResourceSpec)>,
+    lease: Option<crate::lease::Held>,
 }
 
 impl std::fmt::Debug for Activation {
@@ -185,7 +185,7 @@ impl Activation {
             placement,
             device,
             mode,
-            lease: lease.map(|(h, r, _)| (h, r)),
+            lease: lease.map(|(h, r, _)| crate::lease::Held::new(h, r, "LV")),
         }
     }
 
@@ -194,12 +194,14 @@ impl Activation {
     pub fn deactivate(&self, backend: &dyn Backend) -> Result<(), ActivateError> {
         backend.deactivate(&self.placement)
     }
-}
 
-impl Drop for Activation {
-    fn drop(&mut self) {
-        if let Some((h, r)) = self.lease.take() {
-            h.release_or_warn(&r, "LV");
+    /// Forgets the activation without releasing its lease, for a process about to end with
+    /// the LV still in use: the host keeps the (persistent) lease as an orphan, so no other
+    /// host can take the LV, and [`crate::ops::Session::activate`] or
+    /// [`crate::ops::Session::deactivate`] of the next process adopts or releases it.
+    pub fn keep_lease(mut self) {
+        if let Some(l) = self.lease.take() {
+            l.keep();
         }
     }
 }

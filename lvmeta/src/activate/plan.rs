@@ -48,6 +48,45 @@ impl Placement {
     }
 }
 
+/// The transfers that copy the first `bytes` of a linear LV laid out as `src` onto one laid
+/// out as `dst`: pairs of equally long pieces (from, to), none longer than `max` (> 0).
+/// `None` when either layout holds fewer than `bytes`.
+pub fn copy_runs(
+    src: &[Piece],
+    dst: &[Piece],
+    bytes: u64,
+    max: u64,
+) -> Option<Vec<(Piece, Piece)>> {
+    let (mut i, mut i_off, mut j, mut j_off) = (0, 0, 0, 0);
+    let mut left = bytes;
+    let mut runs = Vec::new();
+    while left > 0 {
+        let (a, b) = (src.get(i)?, dst.get(j)?);
+        let n = (a.len - i_off).min(b.len - j_off).min(max.max(1)).min(left);
+        runs.push((
+            Piece {
+                device: a.device.clone(),
+                offset: a.offset + i_off,
+                len: n,
+            },
+            Piece {
+                device: b.device.clone(),
+                offset: b.offset + j_off,
+                len: n,
+            },
+        ));
+        left -= n;
+        (i_off, j_off) = (i_off + n, j_off + n);
+        if i_off == a.len {
+            (i, i_off) = (i + 1, 0);
+        }
+        if j_off == b.len {
+            (j, j_off) = (j + 1, 0);
+        }
+    }
+    Some(runs)
+}
+
 /// Places LV `lv` of `vg`; `paths[i]` is the device of the VG's PV `i` on this host.
 pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, ActivateError> {
     let l = vg.lv(lv).ok_or_else(|| ActivateError::NoLv {
@@ -111,6 +150,34 @@ pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, A
 mod tests {
     use super::*;
     use crate::dev::{BlockDevice, MemDevice};
+
+    fn piece(device: &str, offset: u64, len: u64) -> Piece {
+        Piece {
+            device: device.into(),
+            offset,
+            len,
+        }
+    }
+
+    #[test]
+    fn copy_runs_follow_both_layouts_in_bounded_steps() {
+        let src = [piece("a", 100, 30), piece("b", 0, 50)];
+        let dst = [piece("c", 1000, 50), piece("c", 5000, 100)];
+        let runs = copy_runs(&src, &dst, 80, 20).expect("fits");
+        let want = [
+            (piece("a", 100, 20), piece("c", 1000, 20)),
+            (piece("a", 120, 10), piece("c", 1020, 10)),
+            (piece("b", 0, 20), piece("c", 1030, 20)),
+            (piece("b", 20, 20), piece("c", 5000, 20)),
+            (piece("b", 40, 10), piece("c", 5020, 10)),
+        ];
+        assert_eq!(runs, want);
+        assert_eq!(runs.iter().map(|r| r.0.len).sum::<u64>(), 80);
+        // Part of a layout; a layout too short.
+        assert_eq!(copy_runs(&src, &dst, 5, 20).map(|r| r.len()), Some(1));
+        assert_eq!(copy_runs(&src, &dst[..1], 80, 20), None);
+        assert_eq!(copy_runs(&src, &dst, 0, 20), Some(vec![]));
+    }
     use crate::edit::{self, LvSpec, PoolSpec, Stamp, ThinSpec, VgSpec};
     use crate::ops::Session;
 

@@ -8,6 +8,7 @@
 //! [`sanlock::SanlockLeases`], which talks to the host's sanlock daemon.
 
 pub mod layout;
+mod linger;
 pub mod paxos;
 #[cfg(feature = "sanlock")]
 pub mod sanlock;
@@ -71,6 +72,19 @@ pub enum LeaseError {
         /// The lockspace.
         lockspace: String,
     },
+    /// An orphan holds the lease: a lease this host keeps for a process that ended while
+    /// using it (a volume still staged here), or one in the other mode.
+    #[error("lease {name} is held on this host by an orphan an ended process left (the LV is still in use here)")]
+    Orphan {
+        /// The resource.
+        name: String,
+    },
+    /// An LV to be removed is active on some host: its lease is held.
+    #[error("LV {lv} is active on this or another host (its lease is held); deactivate it first")]
+    InUse {
+        /// `vg/lv`.
+        lv: String,
+    },
     /// The lock manager failed.
     #[error("{what}: {why}")]
     Manager {
@@ -104,6 +118,18 @@ pub trait LeaseManager: Send + Sync {
     ) -> Result<Option<Lvb>, LeaseError>;
     /// Gives the lease back, first storing `lvb` in it when given.
     fn release(&self, r: &ResourceSpec, lvb: Option<Lvb>) -> Result<(), LeaseError>;
+    /// Does no host hold `r`, as its lease area on disk shows (read without the daemon)?
+    /// `false` when one may: a holder, an orphan, or a dead host's mark that only an acquire
+    /// can take over.
+    fn unheld(&self, r: &ResourceSpec) -> Result<bool, LeaseError>;
+    /// Takes an LV's lease so that it outlives this process: should the process end holding
+    /// it, the host keeps it as an *orphan* (sanlock's `SANLK_RES_PERSISTENT`), which still
+    /// excludes other hosts. An orphan of `r` in `mode` that an ended process of this host
+    /// left is adopted; one in the other mode is an error.
+    fn acquire_persistent(&self, r: &ResourceSpec, mode: Mode) -> Result<(), LeaseError>;
+    /// Releases the orphan of `r` an ended process of this host left, if any; returns how
+    /// many were released (0 or 1).
+    fn release_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError>;
 }
 
 /// Leases in memory, shared by every [`FakeLeases`] clone: one process simulating hosts.
@@ -120,11 +146,44 @@ struct FakeState {
     joined: HashMap<String, Vec<u64>>,
     /// (path, offset) -> (exclusive holder count, shared holder count, lvb).
     held: HashMap<(String, u64), (u32, u32, Lvb)>,
+    /// Persistent leases this process holds: (path, offset) -> mode, one per holder.
+    persistent: Vec<((String, u64), Mode)>,
+    /// Orphans ended processes left: (path, offset) -> mode, one per holder.
+    orphans: Vec<((String, u64), Mode)>,
 }
 
 impl FakeLeases {
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What sanlock does when this process ends: its persistent leases become the host's
+    /// orphans (still held), and its other leases are released.
+    pub fn end_process(&self) {
+        let mut s = self.lock();
+        let kept = std::mem::take(&mut s.persistent);
+        for e in s.held.values_mut() {
+            e.0 = 0;
+            e.1 = 0;
+        }
+        for (key, mode) in &kept {
+            let e = s.held.entry(key.clone()).or_insert((0, 0, Lvb::default()));
+            match mode {
+                Mode::Exclusive => e.0 += 1,
+                Mode::Shared => e.1 += 1,
+            }
+        }
+        s.orphans.extend(kept);
+    }
+
+    /// Drops one holder of `key` in `mode`.
+    fn unhold(s: &mut FakeState, key: &(String, u64), mode: Mode) {
+        if let Some(e) = s.held.get_mut(key) {
+            match mode {
+                Mode::Exclusive => e.0 = e.0.saturating_sub(1),
+                Mode::Shared => e.1 = e.1.saturating_sub(1),
+            }
+        }
     }
 }
 
@@ -202,7 +261,11 @@ impl LeaseManager for FakeLeases {
     }
     fn release(&self, r: &ResourceSpec, lvb: Option<Lvb>) -> Result<(), LeaseError> {
         let mut s = self.lock();
-        if let Some(e) = s.held.get_mut(&(r.path.clone(), r.offset)) {
+        let key = (r.path.clone(), r.offset);
+        if let Some(i) = s.persistent.iter().position(|(k, _)| *k == key) {
+            s.persistent.swap_remove(i);
+        }
+        if let Some(e) = s.held.get_mut(&key) {
             if let Some(v) = lvb {
                 e.2 = v;
             }
@@ -214,7 +277,49 @@ impl LeaseManager for FakeLeases {
         }
         Ok(())
     }
+    fn unheld(&self, r: &ResourceSpec) -> Result<bool, LeaseError> {
+        let s = self.lock();
+        let key = (r.path.clone(), r.offset);
+        Ok(s.held.get(&key).is_none_or(|e| e.0 == 0 && e.1 == 0))
+    }
+    fn acquire_persistent(&self, r: &ResourceSpec, mode: Mode) -> Result<(), LeaseError> {
+        let key = (r.path.clone(), r.offset);
+        {
+            let mut s = self.lock();
+            if let Some(i) = s.orphans.iter().position(|(k, _)| *k == key) {
+                if s.orphans[i].1 != mode {
+                    return Err(LeaseError::Orphan {
+                        name: r.name.clone(),
+                    });
+                }
+                // Adopted: the orphan's hold becomes this process's.
+                s.orphans.swap_remove(i);
+                s.persistent.push((key, mode));
+                return Ok(());
+            }
+        }
+        self.acquire(r, mode, false)?;
+        self.lock().persistent.push((key, mode));
+        Ok(())
+    }
+    fn release_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError> {
+        let mut s = self.lock();
+        let key = (r.path.clone(), r.offset);
+        let Some(i) = s.orphans.iter().position(|(k, _)| *k == key) else {
+            return Ok(0);
+        };
+        let (_, mode) = s.orphans.swap_remove(i);
+        Self::unhold(&mut s, &key, mode);
+        Ok(1)
+    }
 }
+
+/// How long a long-running server (csi-shim) keeps an unused exclusive VG lease by default
+/// (see [`Host::with_linger`]).
+pub const SERVER_LINGER: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// How long such a server reuses one acquire of a VG lease at most.
+pub const SERVER_MAX_HOLD: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// This host in shared VGs: its lock manager, host id and how long it waits for a lease.
 #[derive(Clone)]
@@ -227,6 +332,8 @@ pub struct Host {
     pub io_timeout: u32,
     /// How long a change waits for a VG lease another host holds.
     pub wait: std::time::Duration,
+    /// The VG leases kept after use (see [`Host::with_linger`]).
+    linger: std::sync::Arc<linger::Linger>,
 }
 
 impl std::fmt::Debug for Host {
@@ -234,6 +341,50 @@ impl std::fmt::Debug for Host {
         f.debug_struct("Host")
             .field("host_id", &self.host_id)
             .field("io_timeout", &self.io_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lease held until this is dropped (then released; a failure is logged), or until
+/// [`Held::keep`] leaves it held past this process.
+pub struct Held {
+    host: Host,
+    /// `None` once kept.
+    r: Option<ResourceSpec>,
+    kind: &'static str,
+}
+
+impl Held {
+    /// `r`, taken through `host`; `kind` names it in logs ("LV", ...).
+    pub fn new(host: Host, r: ResourceSpec, kind: &'static str) -> Self {
+        Self {
+            host,
+            r: Some(r),
+            kind,
+        }
+    }
+
+    /// Forgets the lease without releasing it: a persistent lease then stays held by this
+    /// host as an orphan once the process ends.
+    pub fn keep(mut self) {
+        if let Some(r) = self.r.take() {
+            tracing::info!(lease = %r.name, kind = self.kind, "lease left held");
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(r) = self.r.take() {
+            self.host.release_or_warn(&r, self.kind);
+        }
+    }
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("lease", &self.r.as_ref().map(|r| &r.name))
             .finish_non_exhaustive()
     }
 }
@@ -282,6 +433,39 @@ fn missing(vg: &crate::model::Vg, what: &str) -> LeaseError {
 }
 
 impl Host {
+    /// This host as `host_id` through `manager`, waiting up to `wait` for leases other hosts
+    /// hold; VG leases are released after every change, as lvmlockd does.
+    pub fn new(
+        manager: std::sync::Arc<dyn LeaseManager>,
+        host_id: u64,
+        io_timeout: u32,
+        wait: std::time::Duration,
+    ) -> Self {
+        let linger = std::sync::Arc::new(linger::Linger::none(manager.clone()));
+        Self {
+            manager,
+            host_id,
+            io_timeout,
+            wait,
+            linger,
+        }
+    }
+
+    /// Keeps an exclusive VG lease for `idle` after a change, so that the next change (or
+    /// read) of this host within that time reuses it instead of acquiring it again; one
+    /// acquire is reused for at most `max_hold`. Zero `idle` keeps nothing. See
+    /// [`linger`](self::linger) for why this is safe beside lvmlockd hosts.
+    pub fn with_linger(mut self, idle: std::time::Duration, max_hold: std::time::Duration) -> Self {
+        self.linger =
+            std::sync::Arc::new(linger::Linger::new(self.manager.clone(), idle, max_hold));
+        self
+    }
+
+    /// How long an unused exclusive VG lease is kept (zero: not at all).
+    pub fn linger(&self) -> std::time::Duration {
+        self.linger.idle()
+    }
+
     /// The lockspace of `vg`.
     pub fn lockspace(
         &self,
@@ -309,25 +493,47 @@ impl Host {
         }
     }
 
-    /// Leaves `vg`'s lockspace (`vgchange --lockstop`).
+    /// Leaves `vg`'s lockspace (`vgchange --lockstop`), releasing first the VG lease kept
+    /// there.
     pub fn stop(&self, vg: &crate::model::Vg, at: &VgPlaces) -> Result<(), LeaseError> {
-        self.manager.leave(&self.lockspace(vg, at)?)
+        let ls = self.lockspace(vg, at)?;
+        self.linger.release_lockspace(&ls.name)?;
+        self.manager.leave(&ls)
     }
 
     /// Takes `vg`'s VG lease in `mode` (exclusive to change the VG, shared to read it),
-    /// retrying while another host holds it in a conflicting mode, up to [`Host::wait`].
-    /// Returns the lease and the seqno its value block announces.
+    /// retrying while another host holds it in a conflicting mode, up to [`Host::wait`]; a
+    /// lease this host kept (see [`Host::with_linger`]) is reused. Give it back with
+    /// [`Host::unlock_vg`]. Returns the lease, and true when it was kept since before the
+    /// call (so whatever the caller read before the call was read under it).
     pub fn lock_vg(
         &self,
         vg: &crate::model::Vg,
         at: &VgPlaces,
         mode: Mode,
-    ) -> Result<(ResourceSpec, Option<Lvb>), LeaseError> {
-        self.check_joined(vg, at)?;
+    ) -> Result<(ResourceSpec, bool), LeaseError> {
         let r =
             layout::vg_lease(vg, &at.paths, at.geometry).ok_or_else(|| missing(vg, "VG lease"))?;
-        let lvb = self.acquire_waiting(&vg.name, &r, mode, true)?;
-        Ok((r, lvb))
+        let deadline = std::time::Instant::now() + self.wait;
+        // A kept lease proves the lockspace joined: sanlock ends the holders of a lost one.
+        // The value block is asked for so that a release can store one (sanlock keeps it
+        // only for leases acquired with it).
+        let kept = self.linger.take(&r, mode, deadline, || {
+            self.check_joined(vg, at)?;
+            self.acquire_waiting(&vg.name, &r, mode, true)
+        })?;
+        Ok((r, kept))
+    }
+
+    /// Gives back a VG lease from [`Host::lock_vg`], to be stored with `lvb` when given: kept
+    /// for a moment when this host lingers, released otherwise.
+    pub fn unlock_vg(&self, r: &ResourceSpec, lvb: Option<Lvb>) -> Result<(), LeaseError> {
+        self.linger.give_back(r, lvb, false)
+    }
+
+    /// Like [`Host::unlock_vg`], but released at once (the VG is being removed).
+    pub fn unlock_vg_now(&self, r: &ResourceSpec, lvb: Option<Lvb>) -> Result<(), LeaseError> {
+        self.linger.give_back(r, lvb, true)
     }
 
     /// Takes the global lease in `mode` when `vg` holds the enabled one and this host has
@@ -354,7 +560,7 @@ impl Host {
     /// Gives `r` back unchanged where nothing can be done about a failure (guards being
     /// dropped): logs it, naming the `kind` of lease.
     pub fn release_or_warn(&self, r: &ResourceSpec, kind: &str) {
-        if let Err(e) = self.manager.release(r, None) {
+        if let Err(e) = self.linger.give_back(r, None, false) {
             tracing::warn!(lease = %r.name, kind, error = %e, "releasing a lease failed");
         }
     }
@@ -443,6 +649,49 @@ impl Host {
         Ok(())
     }
 
+    /// Before a commit, under the VG lease held exclusively: makes sure no host holds the
+    /// lease of any LV of `old` that `new` no longer has, as lvmlockd's `lvremove` does by
+    /// taking it, so that an LV active on any host is never removed ([`LeaseError::InUse`]
+    /// then, and nothing is held). A lease the disk does not show free is taken exclusively
+    /// without waiting; release the returned leases after the commit, before
+    /// [`Host::free_old_lvs`].
+    pub fn lock_removed_lvs(
+        &self,
+        old: &[LeaseRef],
+        new: &crate::model::Vg,
+        at: &VgPlaces,
+    ) -> Result<Vec<ResourceSpec>, LeaseError> {
+        let mut held = Vec::new();
+        for (lv, offset) in gone(old, new) {
+            let Some(r) = layout::lease_at(new, &at.paths, &lv.id.to_string(), offset, at.geometry)
+            else {
+                continue;
+            };
+            // Under the VG lease held exclusively no host can start taking an LV lease (every
+            // activation reads the VG under its lease shared first, lvmlockd's included), so
+            // a lease the disk shows free stays free: no acquire needed. Anything else is
+            // settled by the daemon, which also takes over a dead host's lease.
+            if self.manager.unheld(&r)? {
+                continue;
+            }
+            match self.manager.acquire(&r, Mode::Exclusive, false) {
+                Ok(_) => held.push(r),
+                Err(e) => {
+                    for h in &held {
+                        self.release_or_warn(h, "removed LV");
+                    }
+                    return Err(match e {
+                        LeaseError::Busy { .. } | LeaseError::Orphan { .. } => LeaseError::InUse {
+                            lv: format!("{}/{}", new.name, lv.name),
+                        },
+                        e => e,
+                    });
+                }
+            }
+        }
+        Ok(held)
+    }
+
     /// After a commit: marks the lease slots of LVs that are gone `#unused` (lvmlockd's
     /// `free_lv`).
     pub fn free_old_lvs(
@@ -451,27 +700,34 @@ impl Host {
         new: &crate::model::Vg,
         at: &VgPlaces,
     ) -> Result<(), LeaseError> {
-        for lv in old {
-            let kept = new
-                .lvs
-                .iter()
-                .any(|l| l.id == lv.id && l.lock_args.as_ref() == Some(&lv.lock_args));
-            if kept {
-                continue;
-            }
-            let offset = lv
-                .lock_args
-                .strip_prefix("1.0.0:")
-                .and_then(|o| o.parse().ok());
-            let slot = offset.and_then(|o| {
-                layout::lease_at(new, &at.paths, layout::UNUSED_NAME, o, at.geometry)
-            });
-            if let Some(r) = slot {
+        for (_, offset) in gone(old, new) {
+            if let Some(r) =
+                layout::lease_at(new, &at.paths, layout::UNUSED_NAME, offset, at.geometry)
+            {
                 self.manager.init_resource(&r)?;
             }
         }
         Ok(())
     }
+}
+
+/// The LVs of `old` whose lease `new` no longer has (removed, or given another slot), with
+/// the offset of that lease in `lvmlock`.
+fn gone<'a>(
+    old: &'a [LeaseRef],
+    new: &'a crate::model::Vg,
+) -> impl Iterator<Item = (&'a LeaseRef, u64)> + 'a {
+    old.iter().filter_map(move |lv| {
+        let kept = new
+            .lvs
+            .iter()
+            .any(|l| l.id == lv.id && l.lock_args.as_ref() == Some(&lv.lock_args));
+        if kept {
+            return None;
+        }
+        let offset = lv.lock_args.strip_prefix("1.0.0:")?.parse().ok()?;
+        Some((lv, offset))
+    })
 }
 
 /// `local/host_id` of lvm2's lvmlocal.conf (in `LVM_SYSTEM_DIR` or /etc/lvm).

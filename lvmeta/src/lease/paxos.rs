@@ -138,9 +138,11 @@ pub fn renamed_leader(
     // Host blocks: sector 2 + host_id - 1 for host ids 1..=num_hosts (2 + 2000 sectors fit
     // the 2048 of either geometry).
     let blocks = &area[2 * sector..(2 + hosts as usize) * sector];
+    // OR-folding a sector (no early exit) vectorizes: 1 MiB in tens of microseconds, where a
+    // byte-wise `any` took half a millisecond.
     if let Some(i) = blocks
         .chunks(sector)
-        .position(|b| b.iter().any(|&x| x != 0))
+        .position(|b| b.iter().fold(0u8, |acc, &x| acc | x) != 0)
     {
         return Err(Unfit::HostBlock(i + 1));
     }
@@ -149,6 +151,43 @@ pub fn renamed_leader(
     let sum = checksum(&out[..CHECKSUM_LEN]);
     LE::write_u32(&mut out[CHECKSUM_LEN..CHECKSUM_LEN + 4], sum);
     Ok(out)
+}
+
+/// The leader's `timestamp`: zero (`LEASE_FREE`) unless a host holds the lease exclusively
+/// (sanlock clears it on release; a dead holder leaves it set).
+const TIMESTAMP: std::ops::Range<usize> = 152..160;
+/// `MBLOCK_OFFSET`: a host's shared-mode record inside its host block.
+const MBLOCK_OFFSET: usize = 128;
+/// `MBLOCK_SHARED`.
+const MBLOCK_SHARED: u32 = 1;
+
+/// Does no host hold the lease in `area` (one whole lease area of geometry `g`), as far as
+/// the disk shows: the leader free (timestamp zero) and no host's shared-mode record set?
+/// `false` also when a dead host's mark is left (only an acquire through the daemon can take
+/// such a lease over); an area that is not a checksummed paxos lease is an error.
+pub fn unheld(area: &[u8], g: Geometry) -> Result<bool, Unfit> {
+    let sector = g.sector as usize;
+    if area.len() as u64 != g.align || sector < MBLOCK_OFFSET + 4 {
+        return Err(Unfit::Size(area.len()));
+    }
+    let leader = &area[..sector];
+    if LE::read_u32(&leader[0..4]) != PAXOS_DISK_MAGIC {
+        return Err(Unfit::Magic);
+    }
+    if LE::read_u32(&leader[CHECKSUM_LEN..CHECKSUM_LEN + 4]) != checksum(&leader[..CHECKSUM_LEN]) {
+        return Err(Unfit::Checksum);
+    }
+    if LE::read_u64(&leader[TIMESTAMP]) != 0 {
+        return Ok(false);
+    }
+    // Bounded by the area: at most sectors - 2 host blocks, whatever num_hosts says.
+    let hosts = usize::try_from(LE::read_u64(&leader[16..24])).unwrap_or(usize::MAX);
+    let blocks = area.len() / sector - 2;
+    let shared = area[2 * sector..]
+        .chunks(sector)
+        .take(hosts.min(blocks))
+        .any(|b| LE::read_u32(&b[MBLOCK_OFFSET..MBLOCK_OFFSET + 4]) & MBLOCK_SHARED != 0);
+    Ok(!shared)
 }
 
 #[cfg(test)]
@@ -188,6 +227,28 @@ mod tests {
         assert_eq!(got, area(NAMED)[..512].to_vec());
         let back = renamed_leader(&area(NAMED), G, "lvm_vg", "#unused").expect("fresh");
         assert_eq!(back, area(UNUSED)[..512].to_vec());
+    }
+
+    #[test]
+    fn a_lease_is_unheld_unless_its_leader_or_a_shared_record_says_so() {
+        let a = area(NAMED);
+        assert_eq!(unheld(&a, G), Ok(true));
+        let mut ex = a.clone();
+        ex[152] = 9; // timestamp: held exclusively
+        let s = checksum(&ex[..CHECKSUM_LEN]);
+        LE::write_u32(&mut ex[CHECKSUM_LEN..CHECKSUM_LEN + 4], s);
+        assert_eq!(unheld(&ex, G), Ok(false));
+        let mut sh = a.clone();
+        sh[(2 + 1999) * 512 + MBLOCK_OFFSET] = 1; // host 2000 holds it shared
+        assert_eq!(unheld(&sh, G), Ok(false));
+        // A released ballot (host block data without the shared flag) is not a holder.
+        let mut released = a.clone();
+        released[2 * 512 + 3] = 1;
+        assert_eq!(unheld(&released, G), Ok(true));
+        let mut bad = a.clone();
+        bad[110] ^= 1;
+        assert_eq!(unheld(&bad, G), Err(Unfit::Checksum));
+        assert_eq!(unheld(&a[..4096], G), Err(Unfit::Size(4096)));
     }
 
     #[test]

@@ -7,9 +7,10 @@ use std::sync::Mutex;
 use crate::dev::{BlockDevice, FileDevice};
 use sanlock_sys::safe::{self, Client, Lockspace, Resource, Rv};
 use sanlock_sys::{
-    SANLK_ACQUIRE_IDLIVE, SANLK_ACQUIRE_OTHER, SANLK_ACQUIRE_OWNED, SANLK_ACQUIRE_OWNED_RETRY,
-    SANLK_ACQUIRE_SHRETRY, SANLK_LEADER_MAGIC, SANLK_LSF_ALIGN1M, SANLK_LSF_ALIGN8M,
-    SANLK_LSF_SECTOR4K, SANLK_LSF_SECTOR512, SANLK_RES_ALIGN1M, SANLK_RES_ALIGN8M,
+    SANLK_ACQUIRE_IDLIVE, SANLK_ACQUIRE_LVB, SANLK_ACQUIRE_ORPHAN, SANLK_ACQUIRE_ORPHAN_ONLY,
+    SANLK_ACQUIRE_OTHER, SANLK_ACQUIRE_OWNED, SANLK_ACQUIRE_OWNED_RETRY, SANLK_ACQUIRE_SHRETRY,
+    SANLK_LEADER_MAGIC, SANLK_LSF_ALIGN1M, SANLK_LSF_ALIGN8M, SANLK_LSF_SECTOR4K,
+    SANLK_LSF_SECTOR512, SANLK_RES_ALIGN1M, SANLK_RES_ALIGN8M, SANLK_RES_PERSISTENT,
     SANLK_RES_SECTOR4K, SANLK_RES_SECTOR512, SANLK_RES_SHARED,
 };
 
@@ -69,6 +70,34 @@ fn err(what: String, rv: Rv) -> LeaseError {
     }
 }
 
+/// What a failed acquire of `r` means.
+fn acquire_err(r: &ResourceSpec, Rv(rv): Rv) -> LeaseError {
+    let busy = rv == SANLK_ACQUIRE_IDLIVE
+        || rv == SANLK_ACQUIRE_OWNED
+        || rv == SANLK_ACQUIRE_OWNED_RETRY
+        || rv == SANLK_ACQUIRE_SHRETRY
+        || rv == SANLK_ACQUIRE_OTHER
+        || rv == -libc::EAGAIN
+        // Another process of this host holds or is acquiring it.
+        || rv == -libc::EBUSY
+        || rv == -libc::EEXIST;
+    if busy {
+        LeaseError::Busy {
+            name: r.name.clone(),
+        }
+    } else if rv == -libc::ENOSPC {
+        LeaseError::NotJoined {
+            lockspace: r.lockspace.clone(),
+        }
+    } else if rv == -libc::EUCLEAN {
+        LeaseError::Orphan {
+            name: r.name.clone(),
+        }
+    } else {
+        err(format!("acquire {} in {}", r.name, r.lockspace), Rv(rv))
+    }
+}
+
 impl SanlockLeases {
     /// A manager that registers with the daemon on first use.
     pub fn new() -> Self {
@@ -98,14 +127,7 @@ impl SanlockLeases {
 /// written nothing, when the area is not such a lease and must be written whole.
 fn rename_in_place(r: &ResourceSpec) -> std::io::Result<bool> {
     let dev = FileDevice::open_rw(Path::new(&r.path))?;
-    // Bounded: a lease area is 1 MiB, or 8 MiB with 4 KiB sectors (`Geometry::for_sector`).
-    let mut area = vec![
-        0u8;
-        usize::try_from(r.geometry.align)
-            .unwrap_or(usize::MAX)
-            .min(8 << 20)
-    ];
-    dev.read_at(r.offset, &mut area)?;
+    let area = read_area_from(&dev, r)?;
     match paxos::renamed_leader(&area, r.geometry, &r.lockspace, &r.name) {
         Ok(leader) => {
             // FileDevice writes with O_DSYNC: durable on return, as sanlock's own writes.
@@ -118,6 +140,23 @@ fn rename_in_place(r: &ResourceSpec) -> std::io::Result<bool> {
             Ok(false)
         }
     }
+}
+
+/// Reads `r`'s whole lease area.
+fn read_area(r: &ResourceSpec) -> std::io::Result<Vec<u8>> {
+    read_area_from(&FileDevice::open(Path::new(&r.path))?, r)
+}
+
+fn read_area_from(dev: &FileDevice, r: &ResourceSpec) -> std::io::Result<Vec<u8>> {
+    // Bounded: a lease area is 1 MiB, or 8 MiB with 4 KiB sectors (`Geometry::for_sector`).
+    let mut area = vec![
+        0u8;
+        usize::try_from(r.geometry.align)
+            .unwrap_or(usize::MAX)
+            .min(8 << 20)
+    ];
+    dev.read_at(r.offset, &mut area)?;
+    Ok(area)
 }
 
 impl LeaseManager for SanlockLeases {
@@ -171,6 +210,12 @@ impl LeaseManager for SanlockLeases {
         match safe::rem_lockspace(&ls(s)) {
             Ok(()) => Ok(()),
             Err(Rv(rv)) if rv == -libc::ENOENT => Ok(()),
+            Err(Rv(rv)) if rv == -libc::EBUSY => Err(LeaseError::Manager {
+                what: format!("leave lockspace {}", s.name),
+                why: "leases are still held in it on this host (active LVs, staged volumes, or \
+                      orphans they left); deactivate them first"
+                    .into(),
+            }),
             Err(rv) => Err(err(format!("leave lockspace {}", s.name), rv)),
         }
     }
@@ -186,34 +231,54 @@ impl LeaseManager for SanlockLeases {
         want_lvb: bool,
     ) -> Result<Option<Lvb>, LeaseError> {
         let raw = res(r, mode);
-        self.with_client(|c| match c.acquire(&raw, want_lvb) {
-            Ok(()) => Ok(()),
-            Err(Rv(rv))
-                if rv == SANLK_ACQUIRE_IDLIVE
-                    || rv == SANLK_ACQUIRE_OWNED
-                    || rv == SANLK_ACQUIRE_OWNED_RETRY
-                    || rv == SANLK_ACQUIRE_SHRETRY
-                    || rv == SANLK_ACQUIRE_OTHER
-                    || rv == -libc::EAGAIN
-                    // Another process of this host holds or is acquiring it.
-                    || rv == -libc::EBUSY
-                    || rv == -libc::EEXIST =>
-            {
-                Err(LeaseError::Busy {
-                    name: r.name.clone(),
-                })
-            }
-            Err(Rv(rv)) if rv == -libc::ENOSPC => Err(LeaseError::NotJoined {
-                lockspace: r.lockspace.clone(),
-            }),
-            Err(rv) => Err(err(format!("acquire {} in {}", r.name, r.lockspace), rv)),
-        })?;
+        let flags = if want_lvb { SANLK_ACQUIRE_LVB } else { 0 };
+        self.with_client(|c| c.acquire(&raw, flags).map_err(|rv| acquire_err(r, rv)))?;
         if !want_lvb {
             return Ok(None);
         }
         let mut b = [0u8; 8];
         safe::get_lvb(&raw, &mut b).map_err(|rv| err(format!("value block of {}", r.name), rv))?;
         Ok(Some(Lvb::decode(&b)))
+    }
+
+    fn unheld(&self, r: &ResourceSpec) -> Result<bool, LeaseError> {
+        let area = read_area(r).map_err(|e| LeaseError::Manager {
+            what: format!("lease {} at {}:{}", r.name, r.path, r.offset),
+            why: e.to_string(),
+        })?;
+        // An area that is not a lease is no proof of anything: ask the daemon.
+        Ok(paxos::unheld(&area, r.geometry).unwrap_or(false))
+    }
+
+    fn acquire_persistent(&self, r: &ResourceSpec, mode: Mode) -> Result<(), LeaseError> {
+        let mut raw = res(r, mode);
+        raw.flags |= SANLK_RES_PERSISTENT;
+        self.with_client(|c| {
+            c.acquire(&raw, SANLK_ACQUIRE_ORPHAN)
+                .map_err(|rv| acquire_err(r, rv))
+        })
+    }
+
+    fn release_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError> {
+        // Adopting the orphan (ORPHAN_ONLY: nothing is acquired when there is none) and then
+        // releasing it is synchronous, where SANLK_REL_ORPHAN leaves the release on disk to
+        // a daemon thread: another node may take the lease as soon as this returns.
+        for mode in [Mode::Exclusive, Mode::Shared] {
+            let mut raw = res(r, mode);
+            raw.flags |= SANLK_RES_PERSISTENT;
+            match self.with_client(|c| Ok(c.acquire(&raw, SANLK_ACQUIRE_ORPHAN_ONLY))) {
+                Ok(Ok(())) => {
+                    self.release(r, None)?;
+                    return Ok(1);
+                }
+                // The orphan is in the other mode.
+                Ok(Err(Rv(rv))) if rv == -libc::EUCLEAN => continue,
+                Ok(Err(Rv(rv))) if rv == -libc::ENOENT => return Ok(0),
+                Ok(Err(rv)) => return Err(acquire_err(r, rv)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(0)
     }
 
     fn release(&self, r: &ResourceSpec, lvb: Option<Lvb>) -> Result<(), LeaseError> {

@@ -439,12 +439,12 @@ fn lease_host(host_id: u64, w: &LockArgs) -> Result<lvmeta::lease::Host, (u8, St
     if !(1..=2000).contains(&host_id) {
         return Err(usage(format!("--host-id {host_id}: must be 1..2000")));
     }
-    Ok(lvmeta::lease::Host {
-        manager: std::sync::Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()),
+    Ok(lvmeta::lease::Host::new(
+        std::sync::Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()),
         host_id,
-        io_timeout: w.io_timeout,
-        wait: std::time::Duration::from_secs(w.lock_wait),
-    })
+        w.io_timeout,
+        std::time::Duration::from_secs(w.lock_wait),
+    ))
 }
 
 #[cfg(not(feature = "sanlock"))]
