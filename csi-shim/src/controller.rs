@@ -285,13 +285,14 @@ impl Controller for ControllerService {
         let v = self
             .blocking(move |b| {
                 let vols = b.volumes(&class.vg)?;
-                let _g = b.inflight.enter(&params::volume_id(&class.vg, &req.name))?;
+                let lv = params::lv_name(&class.vg, &req.name);
+                let _g = b.inflight.enter(&params::volume_id(&class.vg, &lv))?;
                 let content = match &source {
                     None => Content::Empty,
                     Some(Source::Snapshot(n)) => Content::Snapshot(n),
                     Some(Source::Volume(n)) => Content::Volume(n),
                 };
-                vols.create_from(&req.name, class.mode, size, content)
+                vols.create_from(&lv, class.mode, size, content)
                     .map_err(from_volume)
             })
             .await?;
@@ -501,8 +502,9 @@ impl Controller for ControllerService {
             .blocking(move |b| {
                 b.existing(&vg, &source)?;
                 let vols = b.volumes_of_id(&vg)?;
-                let _g = b.inflight.enter(&params::volume_id(&vg, &req.name))?;
-                vols.snapshot(&req.name, &source).map_err(from_volume)
+                let lv = params::lv_name(&vg, &req.name);
+                let _g = b.inflight.enter(&params::volume_id(&vg, &lv))?;
+                vols.snapshot(&lv, &source).map_err(from_volume)
             })
             .await?;
         Ok(Response::new(CreateSnapshotResponse {

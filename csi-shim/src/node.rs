@@ -58,6 +58,8 @@ struct Staged {
     staging: PathBuf,
     /// `None` for a block volume.
     fs: Option<String>,
+    /// Where it is published.
+    targets: Vec<PathBuf>,
 }
 
 /// The Node service.
@@ -195,6 +197,7 @@ impl Node {
                 activation,
                 staging,
                 fs: want.fs,
+                targets: Vec::new(),
             },
         );
         Ok(())
@@ -297,6 +300,20 @@ impl Node {
         if sys.mounted(&target).map_err(sys_status)?.is_some() {
             return Ok(());
         }
+        if want.single_writer {
+            let elsewhere = self.staged().get(&req.volume_id).and_then(|s| {
+                s.targets
+                    .iter()
+                    .find(|t| **t != target)
+                    .map(|t| t.display().to_string())
+            });
+            if let Some(other) = elsewhere {
+                return Err(Status::failed_precondition(format!(
+                    "volume {} is SINGLE_NODE_SINGLE_WRITER and already published at {other}",
+                    req.volume_id
+                )));
+            }
+        }
         let read_only = req.readonly || want.read_only;
         let not_staged = || {
             Status::failed_precondition(format!(
@@ -332,6 +349,9 @@ impl Node {
         };
         made.map_err(|e| Status::internal(format!("{}: {e}", target.display())))?;
         sys.bind(&source, &target, read_only).map_err(sys_status)?;
+        if let Some(s) = self.staged().get_mut(&req.volume_id) {
+            s.targets.push(target.clone());
+        }
         tracing::info!(volume_id = %req.volume_id, target = %target.display(), read_only, "published");
         Ok(())
     }
@@ -343,6 +363,9 @@ impl Node {
         let sys = &self.config.system;
         if sys.mounted(&target).map_err(sys_status)?.is_some() {
             sys.umount(&target).map_err(sys_status)?;
+        }
+        if let Some(s) = self.staged().get_mut(&req.volume_id) {
+            s.targets.retain(|t| *t != target);
         }
         let removed = match std::fs::symlink_metadata(&target) {
             Ok(m) if m.is_dir() => std::fs::remove_dir(&target),
@@ -457,6 +480,8 @@ struct Want {
     group: Option<u32>,
     read_only: bool,
     multi_node: bool,
+    /// SINGLE_NODE_SINGLE_WRITER: published at one target path at most.
+    single_writer: bool,
 }
 
 impl Want {
@@ -476,6 +501,7 @@ impl Want {
                 | Access::MultiNodeSingleWriter
                 | Access::MultiNodeMultiWriter
         );
+        let single_writer = access == Access::SingleNodeSingleWriter;
         let (fs, flags, group) = match &cap.access_type {
             Some(AccessType::Block(_)) => (None, Vec::new(), None),
             Some(AccessType::Mount(MountVolume {
@@ -521,6 +547,7 @@ impl Want {
             group,
             read_only,
             multi_node,
+            single_writer,
         })
     }
 }

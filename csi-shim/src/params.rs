@@ -144,6 +144,32 @@ pub fn topology_allows(req: Option<&crate::csi::TopologyRequirement>, vg: &str) 
         .any(|t| t.segments.get(&key).map(String::as_str) == Some(TOPOLOGY_VALUE))
 }
 
+/// The start of the LV name of a CSI name that cannot be an LV name itself.
+pub const HASHED_PREFIX: &str = "csi-h-";
+
+/// The LV name for the CSI name `name` of a volume or snapshot in VG `vg`: `name` itself when
+/// lvm2 accepts it as a new LV name with room for a thin pool's `-pool_tdata` behind it, or
+/// else `csi-h-` and 32 hex digits of a 128-bit FNV-1a hash of it. CSI allows any name up to
+/// 128 bytes; lvm2 allows 127 bytes for VG and LV name together, a few characters and no
+/// reserved words. The mapping is stable (idempotency by name depends on it), and no plain
+/// name starts with the prefix, so the two kinds never meet.
+pub fn lv_name(vg: &str, name: &str) -> String {
+    let fits = lvmeta::names::check_new_lv_name(vg, name).is_ok()
+        && lvmeta::names::check_lv_name_in_vg(vg, &format!("{name}-pool_tdata")).is_ok();
+    if fits && !name.starts_with(HASHED_PREFIX) {
+        return name.to_owned();
+    }
+    format!("{HASHED_PREFIX}{:032x}", fnv1a_128(name.as_bytes()))
+}
+
+/// The 128-bit FNV-1a hash.
+fn fnv1a_128(data: &[u8]) -> u128 {
+    const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+    data.iter()
+        .fold(OFFSET, |h, &b| (h ^ u128::from(b)).wrapping_mul(PRIME))
+}
+
 /// A volume id: `<vg>/<lv>`.
 pub fn volume_id(vg: &str, name: &str) -> String {
     format!("{vg}/{name}")
@@ -212,6 +238,31 @@ pub fn check_capabilities(caps: &[VolumeCapability], mode: Mode) -> Result<(), S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn csi_names_that_cannot_be_lv_names_are_hashed_stably() {
+        assert_eq!(lv_name("vg", "pvc-0e6f3c"), "pvc-0e6f3c");
+        let long = "x".repeat(128);
+        for n in [
+            long.as_str(),
+            "bad name!",
+            "x_tmeta",
+            "snapshot1",
+            "csi-h-1234",
+        ] {
+            let lv = lv_name("vg", n);
+            assert!(lv.starts_with(HASHED_PREFIX) && lv.len() == 38, "{n}: {lv}");
+            assert!(lvmeta::names::check_new_lv_name("vg", &lv).is_ok(), "{lv}");
+            assert_eq!(lv, lv_name("vg", n), "stable");
+        }
+        assert_ne!(lv_name("vg", "bad name!"), lv_name("vg", "bad name?"));
+        // The published FNV-1a 128 test vector for "a".
+        assert_eq!(fnv1a_128(b"a"), 0xd228_cb69_6f1a_8caf_7891_2b70_4e4a_8964);
+        // A name too long only together with a thin pool's sub-LV names is hashed too.
+        let edge = "y".repeat(127 - 3 - 2 - "-pool_tdata".len());
+        assert_eq!(lv_name("vg", &edge), edge);
+        assert!(lv_name("vg", &format!("{edge}y")).starts_with(HASHED_PREFIX));
+    }
     use crate::csi::{Topology, TopologyRequirement};
 
     #[test]

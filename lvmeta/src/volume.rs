@@ -245,7 +245,8 @@ impl<'s> Volumes<'s> {
     /// Creates `name` holding `content`: a snapshot's or a thin volume's data become a thin
     /// snapshot of it in the same pool (which grows by the new volume's size, so that the
     /// pool is never overcommitted); a linear volume's data are copied into a new linear
-    /// volume (see [`Volumes::clone_linear`]). Returns the volume when it exists already.
+    /// volume (a data copy under both LV leases, see `clone_linear`). Returns the volume when
+    /// it exists already.
     pub fn create_from(
         &self,
         name: &str,

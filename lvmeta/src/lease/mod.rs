@@ -454,7 +454,7 @@ impl Host {
     /// Keeps an exclusive VG lease for `idle` after a change, so that the next change (or
     /// read) of this host within that time reuses it instead of acquiring it again; one
     /// acquire is reused for at most `max_hold`. Zero `idle` keeps nothing. See
-    /// [`linger`](self::linger) for why this is safe beside lvmlockd hosts.
+    /// `lease/linger.rs` for why this is safe beside lvmlockd hosts.
     pub fn with_linger(mut self, idle: std::time::Duration, max_hold: std::time::Duration) -> Self {
         self.linger =
             std::sync::Arc::new(linger::Linger::new(self.manager.clone(), idle, max_hold));

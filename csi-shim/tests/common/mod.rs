@@ -1,0 +1,173 @@
+//! The driver every gRPC test talks to: Identity, Controller and Node served on a unix socket
+//! in a temp dir, backed by the real lvmeta volume layer on an in-memory LUN with the fake
+//! activation backend and fake mounts; and request builders.
+#![allow(dead_code)] // each test file uses its own part of this
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use csi_shim::controller::Backend;
+use csi_shim::csi::controller_client::ControllerClient;
+use csi_shim::csi::identity_client::IdentityClient;
+use csi_shim::csi::node_client::NodeClient;
+use csi_shim::csi::volume_capability::access_mode::Mode as Access;
+use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+use csi_shim::csi::*;
+use csi_shim::mount::Fake;
+use csi_shim::node::{Node, NodeConfig};
+use lvmeta::activate::FakeBackend;
+use lvmeta::dev::{BlockDevice, MemDevice};
+use lvmeta::edit::VgSpec;
+use lvmeta::layout::PvOptions;
+use lvmeta::ops::Session;
+use tonic::transport::Channel;
+
+pub const MIB: i64 = 1 << 20;
+
+pub struct Driver {
+    pub identity: IdentityClient<Channel>,
+    pub controller: ControllerClient<Channel>,
+    pub node: NodeClient<Channel>,
+    pub socket: std::path::PathBuf,
+    /// The kubelet directory the node service accepts paths under.
+    pub kubelet: std::path::PathBuf,
+    pub activation: Arc<FakeBackend>,
+    pub system: Arc<Fake>,
+    /// The in-memory LUN (for checking volume data).
+    pub lun: Arc<MemDevice>,
+    pub _dir: tempfile::TempDir,
+    pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub server: tokio::task::JoinHandle<()>,
+}
+
+/// A driver serving VG `vg` (200 MiB, 4 MiB extents) and the absent VG `gone`.
+pub async fn driver() -> Driver {
+    driver_of(200 << 20).await
+}
+
+/// A driver serving VG `vg` on a LUN of `bytes` (memory is only used where written).
+pub async fn driver_of(bytes: u64) -> Driver {
+    let dev = Arc::new(MemDevice::new("lun", bytes, 512));
+    let session = Session::new(vec![Box::new(dev.clone()) as Box<dyn BlockDevice>]);
+    session
+        .pvcreate("lun", &PvOptions::default(), false)
+        .expect("pvcreate");
+    let spec = VgSpec {
+        name: "vg".into(),
+        extent_size: 8192,
+        tags: vec![],
+        shared: None,
+    };
+    session.vgcreate(&spec, &["lun"]).expect("vgcreate");
+    serve(Backend::new(session, vec!["vg".into()]), dev).await
+}
+
+pub async fn serve(backend: Backend, lun: Arc<MemDevice>) -> Driver {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("csi.sock");
+    // A stale socket from an earlier run is replaced.
+    std::os::unix::net::UnixListener::bind(&socket).expect("stale socket");
+    let listener = csi_shim::server::listen(&socket).expect("listen");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let kubelet = dir.path().join("kubelet");
+    let activation = Arc::new(FakeBackend::default());
+    let system = Arc::new(Fake::new(64 << 20));
+    let backend = Arc::new(backend);
+    let node = Arc::new(Node::new(
+        backend.clone(),
+        NodeConfig {
+            node_id: "node-1".into(),
+            kubelet_dir: kubelet.clone(),
+            max_volumes: 4,
+            activation: activation.clone(),
+            system: system.clone(),
+        },
+    ));
+    let server = tokio::spawn(async move {
+        csi_shim::server::serve(backend, Some(node), listener, async {
+            let _ = rx.await;
+        })
+        .await
+        .expect("serve");
+    });
+    let channel = csi_shim::client::connect(&socket).await.expect("connect");
+    Driver {
+        identity: IdentityClient::new(channel.clone()),
+        controller: ControllerClient::new(channel.clone()),
+        node: NodeClient::new(channel),
+        socket,
+        kubelet,
+        activation,
+        system,
+        lun,
+        _dir: dir,
+        stop: Some(tx),
+        server,
+    }
+}
+
+pub fn cap(access: Access, block: bool) -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access as i32,
+        }),
+        access_type: Some(if block {
+            AccessType::Block(BlockVolume {})
+        } else {
+            AccessType::Mount(MountVolume {
+                fs_type: "ext4".into(),
+                ..Default::default()
+            })
+        }),
+    }
+}
+
+pub fn create(
+    name: &str,
+    mode: &str,
+    bytes: i64,
+    caps: Vec<VolumeCapability>,
+) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: caps,
+        parameters: HashMap::from([
+            ("vg".to_owned(), "vg".to_owned()),
+            ("mode".to_owned(), mode.to_owned()),
+        ]),
+        ..Default::default()
+    }
+}
+
+pub fn rwo() -> Vec<VolumeCapability> {
+    vec![cap(Access::SingleNodeWriter, false)]
+}
+
+pub fn stage(d: &Driver, id: &str, staging: &str, c: VolumeCapability) -> NodeStageVolumeRequest {
+    NodeStageVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: d.kubelet.join(staging).display().to_string(),
+        volume_capability: Some(c),
+        ..Default::default()
+    }
+}
+
+pub fn publish(
+    d: &Driver,
+    id: &str,
+    staging: &str,
+    target: &str,
+    c: VolumeCapability,
+) -> NodePublishVolumeRequest {
+    NodePublishVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: d.kubelet.join(staging).display().to_string(),
+        target_path: d.kubelet.join(target).display().to_string(),
+        volume_capability: Some(c),
+        ..Default::default()
+    }
+}
