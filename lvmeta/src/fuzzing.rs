@@ -70,6 +70,30 @@ pub fn history(data: &[u8]) {
     }
 }
 
+/// sanlock lease areas (1 MiB, 512-byte sectors; the input is its start, zero-padded): the
+/// in-place rename check and the "held by nobody" check. A lease fit for renaming is unheld,
+/// and renaming it back gives its leader back.
+pub fn lease(data: &[u8]) {
+    use crate::lease::{paxos, Geometry};
+    let g = Geometry::for_sector(512);
+    let mut area = data.to_vec();
+    area.resize(usize::try_from(g.align).unwrap_or(1 << 20), 0);
+    let held = paxos::unheld(&area, g);
+    if let Ok(leader) = paxos::renamed_leader(&area, g, "lvm_vg", "fuzz") {
+        assert_eq!(held, Ok(true), "a lease fit for renaming is held");
+        let original = area[..leader.len()].to_vec();
+        area[..leader.len()].copy_from_slice(&leader);
+        let name = original[104..152]
+            .split(|b| *b == 0)
+            .next()
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .unwrap_or("");
+        if let Ok(back) = paxos::renamed_leader(&area, g, "lvm_vg", name) {
+            assert_eq!(back, original, "renaming back changed the leader");
+        }
+    }
+}
+
 /// A whole-device scan of an in-memory image.
 pub fn device(data: &[u8]) {
     let dev = MemDevice::from_bytes("fuzz", data.to_vec(), 512);

@@ -26,6 +26,7 @@ fn corpora_replay() {
     assert!(replay("text", fuzzing::text) >= 6);
     assert!(replay("device", fuzzing::device) >= 1);
     assert!(replay("history", fuzzing::history) >= 1);
+    assert!(replay("lease", fuzzing::lease) >= 3);
 }
 
 #[test]
@@ -37,6 +38,7 @@ fn seeds_truncated_and_flipped_never_panic() {
         ("text", fuzzing::text),
         ("device", fuzzing::device),
         ("history", fuzzing::history),
+        ("lease", fuzzing::lease),
     ] {
         for e in std::fs::read_dir(dir.join(target)).expect("corpus dir") {
             let seed = std::fs::read(e.expect("entry").path()).expect("seed");
