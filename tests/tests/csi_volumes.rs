@@ -104,9 +104,20 @@ fn lvm2_judges_csi_volumes() {
             Content::Volume("pvc-thin")
         )
         .is_err());
-    assert!(vols
-        .create_from("pvc-x", Mode::Linear, size(0), Content::Volume("pvc-lin"))
-        .is_err());
+    // A linear clone is a copy: lvm2 sees an ordinary linear LV of the source's size.
+    let copy = vols
+        .create_from(
+            "pvc-copy",
+            Mode::Linear,
+            size(0),
+            Content::Volume("pvc-lin"),
+        )
+        .expect("linear clone");
+    assert_eq!(copy.bytes, 32 * MIB);
+    assert_eq!(
+        sb.report_words("lvs", "lv_size,lv_tags", &["vg/pvc-copy"]),
+        [(32 * MIB).to_string(), "lvmeta.csi/mode=linear".to_owned()]
+    );
     judge("restored and cloned");
     let out = sb.lvm_ok(
         &["lvs", "--noheadings", "-o", "lv_name,origin,pool_lv", "vg"],
@@ -125,7 +136,7 @@ fn lvm2_judges_csi_volumes() {
         );
     }
     assert_eq!(vols.snapshots().expect("list").len(), 1);
-    assert_eq!(vols.list().expect("list").len(), 4);
+    assert_eq!(vols.list().expect("list").len(), 5);
     // The source goes; its snapshot and clones stay (and keep the pool).
     assert!(vols.delete("pvc-thin").expect("delete thin"));
     judge("source deleted");
@@ -135,6 +146,7 @@ fn lvm2_judges_csi_volumes() {
     assert!(vols.delete("pvc-restored").expect("delete restored"));
     assert!(vols.delete("pvc-clone").expect("delete clone"));
     judge("thin volumes deleted");
+    assert!(vols.delete("pvc-copy").expect("delete the linear clone"));
     assert!(vols.delete("pvc-lin").expect("delete linear"));
     assert!(!vols.delete("pvc-lin").expect("delete again"));
     judge("deleted");
