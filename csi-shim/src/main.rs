@@ -160,16 +160,18 @@ fn run(args: Args) -> Result<(), String> {
     let backend = Arc::new(Backend::new(session, args.vgs));
     let node = match &args.node_id {
         Some(id) => {
-            let activation = lvmeta::activate::loopdev::LoopBackend::probe()
-                .ok_or("the Node service needs the loop driver (/dev/loop-control)")?;
-            tracing::info!(node_id = %id, backend = "loop", "serving the Node service");
+            let activation = lvmeta::activate::best().ok_or(
+                "the Node service needs device-mapper (/dev/mapper/control) or the loop driver \
+                 (/dev/loop-control)",
+            )?;
+            tracing::info!(node_id = %id, backend = activation.name(), "serving the Node service");
             Some(Arc::new(csi_shim::node::Node::new(
                 backend.clone(),
                 csi_shim::node::NodeConfig {
                     node_id: id.clone(),
                     kubelet_dir: args.kubelet_dir.clone(),
                     max_volumes: args.max_volumes,
-                    activation: Arc::new(activation),
+                    activation,
                     system: Arc::new(csi_shim::mount::Real),
                 },
             )))

@@ -1,6 +1,7 @@
-//! The loop driver's ioctls (linux/loop.h), the only `unsafe` of lvmeta: each call passes a
-//! file descriptor this module's caller owns and, where the kernel reads or writes a
-//! structure, a pointer to a live, correctly laid out `repr(C)` value.
+//! The loop driver's ioctls (linux/loop.h) and `mknod` for device-mapper nodes, the only
+//! `unsafe` of lvmeta: each call passes a file descriptor this module's caller owns and,
+//! where the kernel reads or writes a structure, a pointer to a live, correctly laid out
+//! `repr(C)` value. (device-mapper's own ioctls are the devicemapper crate's.)
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -130,5 +131,17 @@ pub fn resize(dev: &File, len: u64) -> io::Result<()> {
     check(unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_SET_STATUS64, &info) })?;
     // SAFETY: LOOP_SET_CAPACITY takes no argument; the descriptor is open for the call.
     check(unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_SET_CAPACITY) })?;
+    Ok(())
+}
+
+/// Makes the block device node `path` for device `major:minor`, mode 0600 (what udev would
+/// make for a device-mapper device; there is no udev here).
+pub fn mknod_block(path: &std::path::Path, major: u32, minor: u32) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a device path"))?;
+    let dev = libc::makedev(major, minor);
+    // SAFETY: `c` is a NUL-terminated path that lives across the call; mknod reads it only.
+    check(unsafe { libc::mknod(c.as_ptr(), libc::S_IFBLK | 0o600, dev) })?;
     Ok(())
 }

@@ -1,12 +1,15 @@
 //! Activation: making an LV's blocks a block device on this host, without lvm.
 //!
 //! [`plan`] (pure) turns an LV into byte ranges of the PVs' devices; a [`Backend`] makes a
-//! device of them. [`loopdev::LoopBackend`] exposes one-piece linear LVs as
+//! device of them. The `dm` backend (feature `dm`) builds device-mapper tables for linear
+//! LVs of any shape; [`loopdev::LoopBackend`] exposes one-piece linear LVs as
 //! loop devices over the PV's device (offset and size limit, direct I/O, read-only when
 //! asked), for kernels without device-mapper; [`FakeBackend`] keeps activations in memory for
 //! tests. Leases are not taken here: [`crate::ops::Session::activate`] takes the LV's lease
 //! around a backend call.
 
+#[cfg(feature = "dm")]
+pub mod dm;
 mod ioctl;
 pub mod loopdev;
 pub mod plan;
@@ -54,6 +57,16 @@ pub enum ActivateError {
         /// What failed.
         why: String,
     },
+}
+
+/// This host's best backend: device-mapper when the kernel has it (feature `dm`), else loop
+/// devices (one-piece linear LVs only); `None` when neither is there.
+pub fn best() -> Option<std::sync::Arc<dyn Backend>> {
+    #[cfg(feature = "dm")]
+    if let Some(d) = dm::DmBackend::probe() {
+        return Some(std::sync::Arc::new(d));
+    }
+    loopdev::LoopBackend::probe().map(|l| std::sync::Arc::new(l) as std::sync::Arc<dyn Backend>)
 }
 
 /// Makes LVs block devices on this host.

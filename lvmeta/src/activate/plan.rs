@@ -36,6 +36,9 @@ pub struct Placement {
     pub bytes: u64,
     /// Where its bytes are.
     pub layout: Layout,
+    /// The device-mapper uuid lvm2 gives the LV's device: `LVM-`, then the VG's and the LV's
+    /// ids without their dashes (so stock lvm2 on this host sees it active).
+    pub dm_uuid: String,
 }
 
 impl Placement {
@@ -143,6 +146,11 @@ pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, A
         lv: lv.into(),
         bytes,
         layout: other.map_or(Layout::Linear(pieces), Layout::Other),
+        dm_uuid: format!(
+            "LVM-{}{}",
+            String::from_utf8_lossy(vg.id.raw()),
+            String::from_utf8_lossy(l.id.raw())
+        ),
     })
 }
 
