@@ -229,6 +229,22 @@ for lv in kept-1 kept-2 kept-3 afterkept; do
 done
 same vga
 
+say "D: lvchange -ay leaves the LV's lease held by its host; other hosts can neither activate nor remove it until -an"
+dev=$(lvmeta_on 2 lvchange -ay vga/afterkill | sed -n 's/.* is active at \(.*\)\.$/\1/p')
+[ -b "$dev" ] || { say "lvchange -ay made no device (got '$dev')"; exit 1; }
+if lvmeta_on 3 lvchange -ay vga/afterkill >/dev/null 2>"$WORK/act3.err"; then
+    say "host 3 activated an LV active on host 2"; exit 1
+fi
+grep -q "held by another host" "$WORK/act3.err" || { cat "$WORK/act3.err" >&2; exit 1; }
+if lvmeta_on 3 lvremove vga/afterkill >/dev/null 2>"$WORK/rm3.err"; then
+    say "host 3 removed an LV active on host 2"; exit 1
+fi
+grep -q "is active on this or another host" "$WORK/rm3.err" || { cat "$WORK/rm3.err" >&2; exit 1; }
+lvmeta_on 2 lvchange -an vga/afterkill
+lvmeta_on 3 lvchange -ay vga/afterkill >/dev/null
+lvmeta_on 3 lvchange -an vga/afterkill
+has_lv vga afterkill
+
 say "E: a host whose sanlock daemon dies while it holds the VG lease"
 SANLOCK_RUN_DIR="$WORK/h4" "$HOLD" "$LUN" vga 4 >"$WORK/hold4.out" 2>"$WORK/hold4.err" &
 holder=$!

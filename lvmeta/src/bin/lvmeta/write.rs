@@ -199,10 +199,14 @@ pub enum WriteCmd {
         #[arg(num_args = 2..=3, required = true)]
         names: Vec<String>,
     },
-    /// Change LV tags, permission, activation skip.
+    /// Change LV tags, permission, activation skip; activate or deactivate LVs.
     Lvchange {
         #[command(flatten)]
         w: WriteArgs,
+        /// y or ey (exclusive), sy (shared), n (deactivate). In a shared VG the LV's lease
+        /// stays held by this host (as a sanlock orphan) while the LV is active.
+        #[arg(short = 'a', long = "activate")]
+        activate: Option<String>,
         /// Tags to add.
         #[arg(long = "addtag")]
         add: Vec<String>,
@@ -306,7 +310,7 @@ pub struct LvcreateArgs {
     /// y or n: zero new pool blocks (thin pools); other LVs are never zeroed here.
     #[arg(short = 'Z', long = "zero")]
     zero: Option<String>,
-    /// Only n: lvmeta does not activate.
+    /// Only n: lvcreate does not activate (lvchange -ay does).
     #[arg(short = 'a', long = "activate")]
     activate: Option<String>,
     /// VG, VG/POOL or VG/ORIGIN, then PVs to allocate from.
@@ -687,6 +691,7 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
         }
         WriteCmd::Lvchange {
             w,
+            activate,
             add,
             del,
             permission: p,
@@ -699,12 +704,42 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                 permission: permission(&p)?,
                 activation_skip: yes_no(&skip, "--setactivationskip")?,
             };
+            let shared = match activate.as_deref() {
+                None | Some("n") => false,
+                Some("y" | "ey") => false,
+                Some("sy") => true,
+                Some(other) => return Err(usage(format!("-a {other}: y, ey, sy or n"))),
+            };
             let s = session(&w, &[])?;
-            for name in lvs {
-                let (vg, lv) = vg_lv(&name)?;
-                s.update(vg, "lvchange", |v| edit::lv::change(v, lv, &change))
+            if change != LvChange::default() || activate.is_none() {
+                for name in &lvs {
+                    let (vg, lv) = vg_lv(name)?;
+                    s.update(vg, "lvchange", |v| edit::lv::change(v, lv, &change))
+                        .map_err(failed)?;
+                    println!("  Logical volume {vg}/{lv} changed.");
+                }
+            }
+            let Some(act) = activate else {
+                return Ok(());
+            };
+            let backend = lvmeta::activate::best().ok_or_else(|| {
+                failed("no activation backend: neither /dev/mapper/control nor /dev/loop-control")
+            })?;
+            for name in &lvs {
+                let (vg, lv) = vg_lv(name)?;
+                if act == "n" {
+                    s.deactivate(vg, lv, backend.as_ref()).map_err(failed)?;
+                    continue;
+                }
+                let a = s
+                    .activate(vg, lv, shared, false, backend.as_ref())
                     .map_err(failed)?;
-                println!("  Logical volume {vg}/{lv} changed.");
+                println!(
+                    "  Logical volume {vg}/{lv} is active at {}.",
+                    a.device.display()
+                );
+                // The LV stays active after this process: so does its lease.
+                a.keep_lease();
             }
             Ok(())
         }
@@ -775,7 +810,9 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
 fn lvcreate(a: &LvcreateArgs) -> CmdResult {
     if let Some(act) = a.activate.as_deref() {
         if !matches!(act, "n" | "no") {
-            return Err(usage("-a: lvmeta does not activate LVs; use -an"));
+            return Err(usage(
+                "-a: lvcreate does not activate; create with -an, then lvchange -ay",
+            ));
         }
     }
     let (target, pv_names) = a.args.split_first().ok_or_else(|| usage("VG needed"))?;
