@@ -136,6 +136,7 @@ pub fn resize(dev: &File, len: u64) -> io::Result<()> {
 
 /// Makes the block device node `path` for device `major:minor`, mode 0600 (what udev would
 /// make for a device-mapper device; there is no udev here).
+#[cfg(feature = "dm")]
 pub fn mknod_block(path: &std::path::Path, major: u32, minor: u32) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
