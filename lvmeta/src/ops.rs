@@ -300,14 +300,7 @@ impl Session {
         let lease = match self.host_for(&sv.vg)? {
             Some(h) => {
                 h.check_joined(&sv.vg, &at)?;
-                // A thin LV is covered by its pool's lease.
-                let owner = sv.vg.lv(lv).and_then(|l| l.thin_pool()).unwrap_or(lv);
-                let r = lease::layout::lv_lease(&sv.vg, &at.paths, owner, at.geometry).ok_or_else(
-                    || lease::LeaseError::Manager {
-                        what: format!("LV {vg}/{owner}"),
-                        why: "has no lease (lock_args) in a shared VG".into(),
-                    },
-                )?;
+                let (_, r) = covering_lease(&sv.vg, &at, lv)?;
                 // Persistent, as lvmlockd takes it: should this process end while the LV
                 // is active, the host keeps the lease as an orphan and the LV stays
                 // protected; the next process adopts it here, or releases it on deactivation.
@@ -350,15 +343,10 @@ impl Session {
         let _leases = match self.host_for(&sv.vg)? {
             Some(h) => {
                 h.check_joined(&sv.vg, &at)?;
-                let lv_lease = |lv: &str| {
-                    lease::layout::lv_lease(&sv.vg, &at.paths, lv, at.geometry).ok_or_else(|| {
-                        lease::LeaseError::Manager {
-                            what: format!("LV {vg}/{lv}"),
-                            why: "has no lease (lock_args) in a shared VG".into(),
-                        }
-                    })
-                };
-                let (rs, rd) = (lv_lease(src)?, lv_lease(dst)?);
+                let ((_, rs), (_, rd)) = (
+                    covering_lease(&sv.vg, &at, src)?,
+                    covering_lease(&sv.vg, &at, dst)?,
+                );
                 h.manager.acquire(&rs, lease::Mode::Shared, false)?;
                 let held_src = lease::Held::new(h.clone(), rs, "copy source");
                 h.manager.acquire(&rd, lease::Mode::Exclusive, false)?;
@@ -402,7 +390,9 @@ impl Session {
         let Some(h) = self.host_for(&sv.vg)? else {
             return Ok(());
         };
-        let owner = sv.vg.lv(lv).and_then(|l| l.thin_pool()).unwrap_or(lv);
+        let Ok((owner, r)) = covering_lease(&sv.vg, &at, lv) else {
+            return Ok(());
+        };
         // Another active thin LV of the pool still needs the pool's lease.
         for other in sv.vg.lvs.iter().filter(|l| l.name != lv) {
             if other.thin_pool() == Some(owner) {
@@ -413,14 +403,12 @@ impl Session {
                 }
             }
         }
-        if let Some(r) = lease::layout::lv_lease(&sv.vg, &at.paths, owner, at.geometry) {
-            if h.manager.release_orphans(&r)? > 0 {
-                tracing::info!(
-                    vg,
-                    lv = owner,
-                    "released the orphan lease an ended process left"
-                );
-            }
+        if h.manager.release_orphans(&r)? > 0 {
+            tracing::info!(
+                vg,
+                lv = owner,
+                "released the orphan lease an ended process left"
+            );
         }
         Ok(())
     }
@@ -786,22 +774,17 @@ impl Session {
         let taken = scan.vgs.swap_remove(index);
         let (mut out, value) = edit(taken.vg)?.split();
         describe(&mut out, verb);
+        // First, so that nothing is written when a removed LV is still in use; held until
+        // the commit is done (or failed).
         let removed = match lease {
-            Some((h, _, at, _)) => {
-                // First, so that nothing is written when a removed LV is still in use.
-                let held = h.lock_removed_lvs(&before, &out, at)?;
-                if let Err(e) = h.init_new_lvs(&before, &out, at) {
-                    for r in &held {
-                        h.release_or_warn(r, "removed LV");
-                    }
-                    return Err(e.into());
-                }
-                held
-            }
+            Some((h, _, at, _)) => h.lock_removed_lvs(&before, &out, at)?,
             None => Vec::new(),
         };
         let all: Vec<&ScannedPv> = pvs.iter().collect();
-        let committed = self.commit(&out, &all, &[]);
+        let committed = lease
+            .map_or(Ok(()), |(h, _, at, _)| h.init_new_lvs(&before, &out, at))
+            .map_err(Error::from)
+            .and_then(|()| self.commit(&out, &all, &[]));
         if let Some((h, _, _, _)) = lease {
             for r in &removed {
                 h.release_or_warn(r, "removed LV");
@@ -1029,6 +1012,23 @@ impl Drop for VgLease<'_> {
             h.release_or_warn(&r, "VG");
         }
     }
+}
+
+/// The LV whose lease covers LV `lv` of `vg` (a thin LV's pool; any other LV itself), with
+/// that lease.
+fn covering_lease<'a>(
+    vg: &'a Vg,
+    at: &lease::VgPlaces,
+    lv: &'a str,
+) -> Result<(&'a str, lease::ResourceSpec), lease::LeaseError> {
+    let owner = vg.lv(lv).and_then(|l| l.thin_pool()).unwrap_or(lv);
+    let r = lease::layout::lv_lease(vg, &at.paths, owner, at.geometry).ok_or_else(|| {
+        lease::LeaseError::Manager {
+            what: format!("LV {}/{owner}", vg.name),
+            why: "has no lease (lock_args) in a shared VG".into(),
+        }
+    })?;
+    Ok((owner, r))
 }
 
 fn places(scan: &Scan, sv: &ScannedVg) -> lease::VgPlaces {

@@ -358,17 +358,17 @@ impl<'s> Volumes<'s> {
         size: SizeRange,
     ) -> Result<Volume, VolumeError> {
         let pending = format!("{CLONE_PENDING_TAG}{src}");
-        let is_pending = |vg: &Vg| vg.lv(name).is_some_and(|l| l.tags.contains(&pending));
-        match existing(vg, name, Mode::Linear, size)? {
-            Some(v) if !is_pending(vg) => {
-                if let Some(other) = clone_source(vg, name) {
+        if let Some(v) = existing(vg, name, Mode::Linear, size)? {
+            match clone_source(vg, name) {
+                None => return Ok(v),
+                Some(other) if other != src => {
                     return Err(VolumeError::Exists(format!(
                         "volume {name} is a pending clone of {other}, not of {src}"
-                    )));
+                    )))
                 }
-                return Ok(v);
+                // Cut short earlier: copy again.
+                Some(_) => {}
             }
-            _ => {}
         }
         let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * extent_bytes(vg);
         let want = SizeRange {
@@ -377,11 +377,13 @@ impl<'s> Volumes<'s> {
         };
         let extents = want.extents(extent_bytes(vg))?;
         let stamp = Stamp::now();
-        let v = self
+        let (v, copy) = self
             .session
             .update(&self.vg, "lvcreate", |vg| {
                 if let Some(v) = existing(&vg, name, Mode::Linear, want)? {
-                    return Ok((vg, v));
+                    // Another request finished it meanwhile, or it is still to be copied.
+                    let copy = clone_source(&vg, name) == Some(src);
+                    return Ok((vg, (v, copy)));
                 }
                 let mut spec = LvSpec::linear(name, extents, stamp);
                 spec.tags = vec![format!("{MODE_TAG}linear"), pending.clone()];
@@ -389,10 +391,10 @@ impl<'s> Volumes<'s> {
                 let v = volume_of(&vg, name).ok_or_else(|| {
                     edit::refused(name, "the new LV is not a volume (internal error)")
                 })?;
-                Ok((vg, v))
+                Ok((vg, (v, true)))
             })
             .map_err(VolumeError::from)?;
-        if !is_pending(&self.vg()?) {
+        if !copy {
             return Ok(v);
         }
         if let Err(e) = self.session.copy_lv(&self.vg, src, name) {
@@ -417,7 +419,7 @@ impl<'s> Volumes<'s> {
         };
         self.session
             .update(&self.vg, "lvchange", |vg| {
-                if vg.lv(name).is_some_and(|l| l.tags.contains(&pending)) {
+                if clone_source(&vg, name) == Some(src) {
                     edit::lv::change(vg, name, &done)
                 } else {
                     Ok(vg)

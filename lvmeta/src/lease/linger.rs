@@ -36,8 +36,6 @@ struct State {
     held: Vec<Held>,
     /// A releaser thread is running.
     releaser: bool,
-    /// The owning host is gone: give everything back at once.
-    closing: bool,
 }
 
 /// One VG lease this process holds (or is acquiring).
@@ -74,9 +72,9 @@ impl Shared {
         let mut s = self.lock();
         loop {
             let now = Instant::now();
-            let (idle, closing) = (self.idle, s.closing);
+            let idle = self.idle;
             let due = drain(&mut s.held, |h| {
-                !h.busy && (closing || now.saturating_duration_since(h.idle_since) >= idle)
+                !h.busy && now.saturating_duration_since(h.idle_since) >= idle
             });
             if !due.is_empty() {
                 drop(s);
@@ -134,11 +132,6 @@ impl Linger {
                 changed: Condvar::new(),
             }),
         }
-    }
-
-    /// How long an unused exclusive VG lease is kept.
-    pub(super) fn idle(&self) -> Duration {
-        self.shared.idle
     }
 
     /// Takes `r` in `mode` for a caller: a kept lease that covers `mode` is reused (returns
@@ -227,34 +220,32 @@ impl Linger {
         }
         h.busy = false;
         h.idle_since = Instant::now();
-        let keep = !now && !sh.idle.is_zero() && h.mode == Mode::Exclusive && !s.closing;
-        if !keep {
-            let h = s.held.swap_remove(i);
-            sh.changed.notify_all();
-            drop(s);
-            return sh.manager.release(&h.r, h.lvb);
-        }
-        if !s.releaser {
-            s.releaser = true;
+        let mut keep = !now && !sh.idle.is_zero() && h.mode == Mode::Exclusive;
+        if keep && !s.releaser {
             let shared = Arc::clone(sh);
             let spawned = std::thread::Builder::new()
                 .name("vg-lease-releaser".into())
                 .spawn(move || shared.run_releaser());
-            if let Err(e) = spawned {
+            match spawned {
+                Ok(_) => s.releaser = true,
                 // Without the thread nothing would ever release it: do it now.
-                s.releaser = false;
-                let h = s.held.swap_remove(i);
-                drop(s);
-                tracing::warn!(error = %e, "no releaser thread; VG lease released at once");
-                return sh.manager.release(&h.r, h.lvb);
+                Err(e) => {
+                    tracing::warn!(error = %e, "no releaser thread; VG lease released at once");
+                    keep = false;
+                }
             }
         }
         sh.changed.notify_all();
-        Ok(())
+        if keep {
+            return Ok(());
+        }
+        let h = s.held.swap_remove(i);
+        drop(s);
+        sh.manager.release(&h.r, h.lvb)
     }
 
-    /// Releases at once every kept, unused lease of `lockspace` (before leaving it: sanlock
-    /// kills a process that still holds leases in a lockspace being removed).
+    /// Releases at once every kept, unused lease of `lockspace` (before leaving it: leaving
+    /// fails while a lease is held there).
     pub(super) fn release_lockspace(&self, lockspace: &str) -> Result<(), LeaseError> {
         let sh = &self.shared;
         let mut s = sh.lock();
@@ -276,7 +267,7 @@ impl Drop for Linger {
     fn drop(&mut self) {
         let sh = &self.shared;
         let mut s = sh.lock();
-        s.closing = true;
+        // Nobody can give a lease back any more; the releaser ends on an empty list.
         let gone: Vec<Held> = std::mem::take(&mut s.held);
         sh.changed.notify_all();
         drop(s);

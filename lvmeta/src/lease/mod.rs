@@ -461,11 +461,6 @@ impl Host {
         self
     }
 
-    /// How long an unused exclusive VG lease is kept (zero: not at all).
-    pub fn linger(&self) -> std::time::Duration {
-        self.linger.idle()
-    }
-
     /// The lockspace of `vg`.
     pub fn lockspace(
         &self,
