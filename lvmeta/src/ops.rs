@@ -313,6 +313,17 @@ impl Session {
         // The activation owns the lease from here: a backend failure releases it.
         let mut held = Activation::new(placement, PathBuf::new(), lease);
         held.device = backend.activate(&held.placement, read_only)?;
+        // The kernel pool took the queued messages: clear the queue, or the next change
+        // would join messages already sent without a new transaction id.
+        if let Layout::Thin { pool, .. } | Layout::Pool(pool) = &held.placement.layout {
+            if !pool.messages.is_empty() {
+                let (name, tid) = (pool.name.clone(), pool.transaction_id);
+                self.update_owning(vg, "lvchange -ay", &[&name], |v| {
+                    edit::thin::delivered(v, &name, tid)
+                })?;
+                tracing::info!(vg, pool = %name, transaction_id = tid, "cleared the delivered thin pool messages");
+            }
+        }
         Ok(held)
     }
 
@@ -718,6 +729,18 @@ impl Session {
         verb: &str,
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
     ) -> Result<R::Value, Error> {
+        self.update_owning(vg, verb, &[], edit)
+    }
+
+    /// [`Session::update`] by the holder of the leases of the thin pools named in `owned`,
+    /// whose changes then need no lease of their own.
+    fn update_owning<R: Edited>(
+        &self,
+        vg: &str,
+        verb: &str,
+        owned: &[&str],
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, Error> {
         let _v = self.lock(Resource::Vg(vg.to_owned()))?;
         let first = self.current();
         let lease = match self.host_for(&writable(&first, vg)?.vg)? {
@@ -733,6 +756,7 @@ impl Session {
             first,
             vg,
             verb,
+            owned,
             edit,
             lease.as_ref().map(|(h, r, at, kept)| (*h, r, at, *kept)),
         );
@@ -754,6 +778,7 @@ impl Session {
         first: Scan,
         vg: &str,
         verb: &str,
+        owned: &[&str],
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
         lease: Option<(&lease::Host, &lease::ResourceSpec, &lease::VgPlaces, bool)>,
     ) -> Result<(u32, R::Value), Error> {
@@ -769,21 +794,28 @@ impl Session {
         let sv = writable(&scan, vg)?;
         let pvs: Vec<ScannedPv> = members(&scan, sv)?.into_iter().cloned().collect();
         let before = lease::LeaseRef::of(&sv.vg);
+        let owned: Vec<Uuid> = owned
+            .iter()
+            .filter_map(|n| sv.vg.lv(n).map(|l| l.id))
+            .collect();
+        let old_lvs: std::collections::HashSet<Uuid> = sv.vg.lvs.iter().map(|l| l.id).collect();
+        let paths = places(&scan, sv).paths;
         let index = scan.vgs.iter().position(|v| v.vg.name == vg).unwrap_or(0);
         // The VG leaves the scan for the edit; the scan is cached again only after a commit.
         let taken = scan.vgs.swap_remove(index);
         let (mut out, value) = edit(taken.vg)?.split();
         describe(&mut out, verb);
-        // First, so that nothing is written when a removed LV is still in use; held until
-        // the commit is done (or failed).
+        // First, so that nothing is written when a removed LV (or a changed thin pool) is
+        // in use; held until the commit is done (or failed).
         let removed = match lease {
-            Some((h, _, at, _)) => h.lock_removed_lvs(&before, &out, at)?,
+            Some((h, _, at, _)) => h.lock_changed_lvs(&before, &out, at, &owned)?,
             None => Vec::new(),
         };
         let all: Vec<&ScannedPv> = pvs.iter().collect();
         let committed = lease
             .map_or(Ok(()), |(h, _, at, _)| h.init_new_lvs(&before, &out, at))
             .map_err(Error::from)
+            .and_then(|()| self.zero_new_pool_metadata(&out, &old_lvs, &paths))
             .and_then(|()| self.commit(&out, &all, &[]));
         if let Some((h, _, _, _)) = lease {
             for r in &removed {
@@ -811,6 +843,51 @@ impl Session {
         });
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan);
         Ok((seqno, value))
+    }
+
+    /// Before the commit that adds them: zeroes the metadata LV of every thin pool of `out`
+    /// that `old` did not have, as lvm2 does (`allocation/zero_metadata`), so that the kernel
+    /// formats fresh pool metadata at the first activation instead of finding a deleted
+    /// pool's. The extents are still free in the committed VG, so a crash here loses nothing.
+    fn zero_new_pool_metadata(
+        &self,
+        out: &Vg,
+        old: &std::collections::HashSet<Uuid>,
+        paths: &[Option<String>],
+    ) -> Result<(), Error> {
+        let new_meta = out
+            .lvs
+            .iter()
+            .filter(|l| !old.contains(&l.id))
+            .filter_map(|l| match &l.segments.first()?.kind {
+                crate::model::SegKind::ThinPool(p) => Some(p.metadata.as_str()),
+                _ => None,
+            });
+        let zeros = vec![0u8; COPY_CHUNK as usize];
+        let mut written = std::collections::BTreeSet::new();
+        for meta in new_meta {
+            let Layout::Linear(pieces) = activate::place(out, meta, paths)?.layout else {
+                return Err(Error::Device {
+                    device: format!("{}/{meta}", out.name),
+                    why: "thin pool metadata LVs are linear".into(),
+                });
+            };
+            for p in &pieces {
+                let d = self.dev(&p.device)?;
+                let mut at = 0;
+                while at < p.len {
+                    let n = (p.len - at).min(COPY_CHUNK);
+                    write(d, p.offset + at, &zeros[..n as usize])?;
+                    at += n;
+                }
+                written.insert(p.device.clone());
+            }
+            tracing::debug!(vg = %out.name, lv = meta, "zeroed new thin pool metadata");
+        }
+        for d in written {
+            flush(self.dev(&d)?)?;
+        }
+        Ok(())
     }
 
     /// The VG as this session last read or wrote it.

@@ -220,3 +220,36 @@ fn metadata_that_does_not_fit_writes_nothing() {
     let scan = s.scan();
     assert_eq!(scan.vg("vg").expect("vg").vg.lvs.len(), made);
 }
+
+#[test]
+fn a_new_pool_gets_zeroed_metadata_before_it_is_committed() {
+    // A LUN full of old bytes: a deleted pool's metadata could be anywhere.
+    let s = Session::new(vec![
+        Box::new(MemDevice::from_bytes("pv0", vec![0xaa; 64 << 20], 512)) as Box<dyn BlockDevice>,
+    ]);
+    s.vgcreate(&spec("vg", false), &["pv0"]).expect("vgcreate");
+    s.update("vg", "lvcreate", |v| {
+        let pool = PoolSpec {
+            data: LvSpec::linear("pool", 2, stamp()),
+            chunk_size: None,
+            metadata_extents: None,
+            discards: "passdown".into(),
+            zero: true,
+        };
+        edit::thin::create_pool(v, &pool).map(|x| x.0)
+    })
+    .expect("pool");
+    let vg = s.vg("vg").expect("vg");
+    let bytes = |lv: &str| {
+        let p = lvmeta::activate::place(&vg, lv, &[Some("pv0".into())]).expect("place");
+        let piece = p.single().expect("one piece").clone();
+        let mut buf = vec![0u8; piece.len as usize];
+        let dev = &s.devices()[0];
+        dev.read_at(piece.offset, &mut buf).expect("read");
+        buf
+    };
+    // The kernel formats a pool whose metadata starts zeroed; lvm2 zeroes it all.
+    assert!(bytes("pool_tmeta").iter().all(|&b| b == 0));
+    // Data blocks are zeroed by the kernel as they are provisioned, not here.
+    assert!(bytes("pool_tdata").iter().all(|&b| b == 0xaa));
+}

@@ -612,3 +612,173 @@ fn an_lv_active_anywhere_is_not_removed() {
     fake.acquire(&lease, Mode::Exclusive, false)
         .expect("released after the removal");
 }
+
+#[test]
+fn the_thin_lvs_of_a_pool_active_anywhere_do_not_change() {
+    let (s, fake, _host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    let thin = |name: &str, origin: Option<&str>| edit::ThinSpec {
+        name: Some(name.into()),
+        pool: "pool".into(),
+        extents: 1,
+        origin: origin.map(Into::into),
+        tags: vec![],
+        activation_skip: None,
+        stamp: stamp(),
+    };
+    s.update("vg", "lvcreate", |v| {
+        let pool = edit::PoolSpec {
+            data: LvSpec::linear("pool", 2, stamp()),
+            chunk_size: None,
+            metadata_extents: None,
+            discards: "passdown".into(),
+            zero: true,
+        };
+        let (v, _) = edit::thin::create_pool(v, &pool)?;
+        edit::thin::create_thin(v, &thin("t", None)).map(|x| x.0)
+    })
+    .expect("pool and thin LV");
+    let vg = s.vg("vg").expect("vg");
+    let at = places();
+    let lease = layout::lv_lease(&vg, &at.paths, "pool", at.geometry).expect("pool lease");
+    // The pool is active on another host: a snapshot or a removal there would only reach
+    // the kernel at the pool's next activation, so both are refused, and nothing is written.
+    fake.acquire(&lease, Mode::Exclusive, false)
+        .expect("held elsewhere");
+    let snap = || {
+        s.update("vg", "lvcreate -s", |v| {
+            edit::thin::create_thin(v, &thin("snap", Some("t"))).map(|x| x.0)
+        })
+    };
+    for err in [
+        snap().expect_err("snapshot"),
+        s.update("vg", "lvremove", |v| edit::lv::remove(v, "t", false))
+            .expect_err("removal"),
+    ] {
+        assert!(
+            matches!(err, Error::Lease(LeaseError::InUse { ref lv }) if lv == "vg/pool"),
+            "{err}"
+        );
+    }
+    assert_eq!(s.vg("vg").expect("vg").seqno, vg.seqno);
+    // A change that leaves the pool's thin LVs alone goes through.
+    create(&s, "linear").expect("another LV");
+    fake.release(&lease, None).expect("release");
+    // Inactive everywhere: the snapshot is made, and the pool's lease is free again.
+    snap().expect("snapshot");
+    fake.acquire(&lease, Mode::Exclusive, false)
+        .expect("released after the change");
+}
+
+/// The queue of pool `pool`: transaction id and messages.
+fn queue(s: &Session, pool: &str) -> (u64, usize) {
+    let vg = s.vg("vg").expect("vg");
+    match &vg.lv(pool).expect("pool").segments[0].kind {
+        lvmeta::model::SegKind::ThinPool(p) => (p.transaction_id, p.messages.len()),
+        k => panic!("not a pool: {k:?}"),
+    }
+}
+
+#[test]
+fn thin_activation_delivers_the_queue_by_lvm2s_transaction_rule() {
+    let (s, fake, _host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    let thin = |name: &str, origin: Option<&str>| edit::ThinSpec {
+        name: Some(name.into()),
+        pool: "pool".into(),
+        extents: 1,
+        origin: origin.map(Into::into),
+        tags: vec![],
+        activation_skip: Some(false),
+        stamp: stamp(),
+    };
+    let add = |name: &str, origin: Option<&str>| {
+        s.update("vg", "lvcreate", |v| {
+            edit::thin::create_thin(v, &thin(name, origin)).map(|x| x.0)
+        })
+    };
+    s.update("vg", "lvcreate", |v| {
+        let pool = edit::PoolSpec {
+            data: LvSpec::linear("pool", 2, stamp()),
+            chunk_size: None,
+            metadata_extents: None,
+            discards: "passdown".into(),
+            zero: true,
+        };
+        edit::thin::create_pool(v, &pool).map(|x| x.0)
+    })
+    .expect("pool");
+    add("a", None).expect("a");
+    assert_eq!(queue(&s, "pool"), (1, 1));
+    let vg = s.vg("vg").expect("vg");
+    let at = places();
+    let pool_uuid = lvmeta::activate::place(&vg, "pool", &at.paths)
+        .expect("place")
+        .dm_uuid;
+    let lease = layout::lv_lease(&vg, &at.paths, "pool", at.geometry).expect("pool lease");
+    let busy = || {
+        let taken = fake.acquire(&lease, Mode::Shared, false).is_ok();
+        if taken {
+            fake.release(&lease, None).expect("release");
+        }
+        !taken
+    };
+    let backend = lvmeta::activate::FakeBackend::with_thin();
+    let kernel = |change: fn(&mut lvmeta::activate::FakePool)| {
+        backend
+            .pool(&pool_uuid, change)
+            .expect("pool was activated")
+    };
+    // The first activation: the new pool (kernel transaction 0) gets the queue, then the
+    // transaction id, and the queue is cleared in the metadata; the pool's lease is held.
+    let act = s
+        .activate("vg", "a", false, false, &backend)
+        .expect("activate a");
+    assert_eq!(
+        kernel(|_| {}).received,
+        ["create_thin 1", "set_transaction_id 0 1"]
+    );
+    assert_eq!(queue(&s, "pool"), (1, 0));
+    assert!(busy());
+    // While the pool is active here nothing of it changes (not even from this process).
+    assert!(matches!(
+        add("s", Some("a")),
+        Err(Error::Lease(LeaseError::InUse { .. }))
+    ));
+    act.deactivate(&backend).expect("deactivate");
+    drop(act);
+    assert!(!busy());
+    // Inactive: a snapshot is queued, and cut at the next activation, from device 1.
+    add("s", Some("a")).expect("snapshot");
+    assert_eq!(queue(&s, "pool"), (2, 1));
+    let act = s
+        .activate("vg", "s", false, false, &backend)
+        .expect("activate s");
+    assert_eq!(
+        kernel(|_| {}).received[2..],
+        ["create_snap 2 1", "set_transaction_id 1 2"]
+    );
+    assert_eq!(kernel(|_| {}).devices.len(), 2);
+    act.deactivate(&backend).expect("deactivate");
+    drop(act);
+    // Delivered before a crash kept the queue from being cleared: nothing is sent again.
+    add("c", None).expect("c");
+    kernel(|k| {
+        k.transaction_id = 3;
+        k.devices.insert(3);
+    });
+    let act = s
+        .activate("vg", "c", false, false, &backend)
+        .expect("activate c");
+    assert_eq!(kernel(|_| {}).received.len(), 4);
+    assert_eq!(queue(&s, "pool"), (3, 0));
+    act.deactivate(&backend).expect("deactivate");
+    drop(act);
+    // Another tool moved the kernel pool on: refused, naming both ids, and nothing is held.
+    kernel(|k| k.transaction_id = 7);
+    let err = s
+        .activate("vg", "a", false, false, &backend)
+        .expect_err("mismatch");
+    assert!(err.to_string().contains("transaction id 7"), "{err}");
+    assert!(!busy());
+}

@@ -208,3 +208,53 @@ fn lvm2_reads_lvmeta_shared_vgs() {
         "{text}"
     );
 }
+
+/// A thin pool's queued messages, delivered to a (simulated) kernel pool at activation and
+/// cleared from the metadata as lvm2's `update_pool_lv` clears them: lvm2 reads the result
+/// and keeps the transaction id.
+#[test]
+fn lvm2_reads_a_pool_whose_messages_were_delivered() {
+    if !privileged(
+        "lvm2_reads_a_pool_whose_messages_were_delivered",
+        &["losetup", "lvs", "vgck"],
+    ) {
+        return;
+    }
+    use lvmeta::dev::{BlockDevice, FileDevice};
+    let sb = Sandbox::new(&[128 * MIB], 512);
+    let a = &sb.loops[0];
+    sb.lvmeta_ok("pvcreate", &[a]);
+    sb.lvmeta_ok("vgcreate", &["vg", a]);
+    sb.lvmeta_ok(
+        "lvcreate",
+        &["--type", "thin-pool", "-n", "pool", "-L", "20m", "vg"],
+    );
+    for (name, extra) in [("t", None), ("s", Some("vg/t"))] {
+        match extra {
+            None => sb.lvmeta_ok(
+                "lvcreate",
+                &["-V", "1g", "--thinpool", "pool", "-n", name, "vg"],
+            ),
+            Some(origin) => sb.lvmeta_ok("lvcreate", &["-s", origin, "-n", name]),
+        };
+    }
+    let tid = |sb: &Sandbox| sb.report_words("lvs", "transaction_id", &["vg/pool"]);
+    assert_eq!(tid(&sb), ["1"]);
+    let dev = FileDevice::open_rw(std::path::Path::new(a)).expect("open loop");
+    let s = lvmeta::ops::Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>])
+        .with_lock_dir(sb.lock_dir());
+    let backend = lvmeta::activate::FakeBackend::with_thin();
+    let act = s
+        .activate("vg", "t", false, false, &backend)
+        .expect("activate");
+    act.deactivate(&backend).expect("deactivate");
+    let vg = s.vg("vg").expect("vg");
+    let Some(lvmeta::model::SegKind::ThinPool(p)) = vg.lv("pool").map(|l| &l.segments[0].kind)
+    else {
+        panic!("pool")
+    };
+    assert!(p.messages.is_empty(), "{:?}", p.messages);
+    sb.vgck_clean("vg", None);
+    sb.reports_match("delivered", None);
+    assert_eq!(tid(&sb), ["1"]);
+}

@@ -4,14 +4,23 @@
 //! [`linear_table`]) and loaded with the devicemapper crate through `/dev/mapper/control`.
 //! There is no udev: the device node is made here, as libdevmapper does without udev.
 //!
-//! Linear LVs of any number of pieces are built. Other layouts (striped, thin pools and thin
-//! LVs) are refused with [`ActivateError::Unsupported`] naming the target they need.
+//! Linear LVs of any number of pieces are built, and thin LVs and thin pools the way lvm2
+//! stacks them: `<vg>-<pool>_tmeta` and `<vg>-<pool>_tdata` (linear), `<vg>-<pool>-tpool`
+//! (the `thin-pool` target, uuid suffix `-tpool`), `<vg>-<pool>` (read-only linear over the
+//! tpool) and `<vg>-<thin>` (`thin <tpool> <device id>`). When the pool comes up, the
+//! messages queued in the metadata are sent by lvm2's transaction rule
+//! ([`super::thin::deliveries`]). Striped LVs are refused with
+//! [`ActivateError::Unsupported`] naming the target they need.
 
 use std::path::{Path, PathBuf};
 
-use devicemapper::{DevId, DmFlags, DmName, DmOptions, DmUuid, DM};
+use devicemapper::{DevId, DmError, DmFlags, DmName, DmOptions, DmUuid, DM};
 
+use super::thin::{deliveries, parse_pool_status, PoolMessage, PoolPlan};
 use super::{ActivateError, Backend, Layout, Piece, Placement};
+
+/// One line of a device-mapper table: start and length in sectors, target, parameters.
+pub type TableLine = (u64, u64, String, String);
 
 /// Where device nodes go.
 const MAPPER_DIR: &str = "/dev/mapper";
@@ -22,12 +31,72 @@ pub fn dm_name(vg: &str, lv: &str) -> String {
     format!("{}-{}", vg.replace('-', "--"), lv.replace('-', "--"))
 }
 
+/// lvm2's device-mapper name of layer `layer` of an LV (`tpool` of a thin pool):
+/// [`dm_name`] then `-` and the layer.
+pub fn dm_layer_name(vg: &str, lv: &str, layer: &str) -> String {
+    format!("{}-{}", dm_name(vg, lv), layer.replace('-', "--"))
+}
+
+/// The `thin-pool` line of `pool` over metadata device `meta` and data device `data`, as
+/// libdevmapper writes it: chunk size, low water mark 0 (lvm2's default threshold of 100%),
+/// then the feature words lvm2 sets (`skip_block_zeroing`, `ignore_discard`,
+/// `no_discard_passdown`, `error_if_no_space`).
+pub fn pool_table(pool: &PoolPlan, meta: (u32, u32), data: (u32, u32)) -> TableLine {
+    let mut features = Vec::new();
+    if !pool.zero_new_blocks {
+        features.push("skip_block_zeroing");
+    }
+    match pool.discards.as_str() {
+        "ignore" => features.push("ignore_discard"),
+        "nopassdown" => features.push("no_discard_passdown"),
+        _ => {}
+    }
+    if pool.error_if_no_space {
+        features.push("error_if_no_space");
+    }
+    let mut params = format!(
+        "{}:{} {}:{} {} 0 {}",
+        meta.0,
+        meta.1,
+        data.0,
+        data.1,
+        pool.chunk_size,
+        features.len()
+    );
+    for f in features {
+        params.push(' ');
+        params.push_str(f);
+    }
+    (0, pool.bytes / 512, "thin-pool".into(), params)
+}
+
+/// The `thin` line of a thin LV of `bytes` that is device `device_id` of the pool device
+/// `tpool`.
+pub fn thin_table(bytes: u64, tpool: (u32, u32), device_id: u32) -> TableLine {
+    (
+        0,
+        bytes / 512,
+        "thin".into(),
+        format!("{}:{} {device_id}", tpool.0, tpool.1),
+    )
+}
+
+/// A one-line `linear` table over all of device `dev`: how lvm2 exposes a used pool.
+fn over(bytes: u64, dev: (u32, u32)) -> TableLine {
+    (
+        0,
+        bytes / 512,
+        "linear".into(),
+        format!("{}:{} 0", dev.0, dev.1),
+    )
+}
+
 /// The table of a linear LV laid out as `pieces`: one `linear` target per piece, in sectors,
 /// the device named by its `major:minor` (`devnum` finds it for a device path).
 pub fn linear_table(
     pieces: &[Piece],
     mut devnum: impl FnMut(&str) -> Result<(u32, u32), ActivateError>,
-) -> Result<Vec<(u64, u64, String, String)>, ActivateError> {
+) -> Result<Vec<TableLine>, ActivateError> {
     let mut start = 0;
     let mut table = Vec::with_capacity(pieces.len());
     for p in pieces {
@@ -78,6 +147,22 @@ fn dm_err(what: &str, e: impl std::fmt::Display) -> ActivateError {
     }
 }
 
+/// The errno of a failed ioctl.
+fn errno(e: &DmError) -> Option<i32> {
+    match e {
+        DmError::Core(devicemapper::errors::Error::Ioctl(_, _, _, err)) => Some(**err as i32),
+        _ => None,
+    }
+}
+
+/// One device to make: lvm2's name and uuid for it, its table, and whether it is read-only.
+struct Dev {
+    name: String,
+    uuid: String,
+    table: Vec<TableLine>,
+    read_only: bool,
+}
+
 impl DmBackend {
     /// The backend, when this kernel has device-mapper (`/dev/mapper/control` opens).
     pub fn probe() -> Option<Self> {
@@ -118,21 +203,201 @@ impl DmBackend {
         Ok(node)
     }
 
-    fn table(p: &Placement) -> Result<Vec<(u64, u64, String, String)>, ActivateError> {
-        match &p.layout {
-            Layout::Linear(pieces) => linear_table(pieces, block_devnum),
-            Layout::Other(t) => Err(ActivateError::Unsupported {
+    /// The device `d`, made (created, loaded, resumed) unless device-mapper has it already;
+    /// a failure removes a half-made device again.
+    fn ensure(&self, d: &Dev) -> Result<(u32, u32), ActivateError> {
+        if let Some(devnum) = self.find(&d.name)? {
+            return Ok(devnum);
+        }
+        let name = DmName::new(&d.name).map_err(|e| dm_err("device name", e))?;
+        let uuid = DmUuid::new(&d.uuid).map_err(|e| dm_err("device uuid", e))?;
+        let flags = if d.read_only {
+            DmFlags::DM_READONLY
+        } else {
+            DmFlags::empty()
+        };
+        let id = DevId::Name(name);
+        let info = self
+            .dm
+            .device_create(name, Some(uuid), DmOptions::default().set_flags(flags))
+            .map_err(|e| dm_err(&format!("create {}", d.name), e))?;
+        let loaded = self
+            .dm
+            .table_load(&id, &d.table, DmOptions::default().set_flags(flags))
+            .and_then(|_| self.dm.device_suspend(&id, DmOptions::default()));
+        if let Err(e) = loaded {
+            let _ = self.dm.device_remove(&id, DmOptions::default());
+            return Err(dm_err(&format!("load {}", d.name), e));
+        }
+        let dev = info.device();
+        tracing::debug!(device = %d.name, targets = d.table.len(), read_only = d.read_only, "device-mapper device made");
+        Ok((dev.major, dev.minor))
+    }
+
+    /// Removes device `name` when device-mapper has it.
+    fn remove(&self, name: &str) -> Result<(), ActivateError> {
+        if self.find(name)?.is_none() {
+            return Ok(());
+        }
+        let n = DmName::new(name).map_err(|e| dm_err("device name", e))?;
+        self.dm
+            .device_remove(&DevId::Name(n), DmOptions::default())
+            .map_err(|e| dm_err(&format!("remove {name} (in use?)"), e))?;
+        Ok(())
+    }
+
+    /// Loads `table` into device `name` and makes it live: suspending first flushes what is
+    /// in flight, the new table goes live at resume.
+    fn reload(&self, name: &str, table: &[TableLine]) -> Result<(), ActivateError> {
+        let n = DmName::new(name).map_err(|e| dm_err("device name", e))?;
+        let id = DevId::Name(n);
+        self.dm
+            .table_load(&id, table, DmOptions::default())
+            .and_then(|_| {
+                self.dm
+                    .device_suspend(&id, DmOptions::default().set_flags(DmFlags::DM_SUSPEND))
+            })
+            .and_then(|_| self.dm.device_suspend(&id, DmOptions::default()))
+            .map_err(|e| dm_err(&format!("reload {name}"), e))?;
+        Ok(())
+    }
+
+    fn linear_dev(p: &Placement) -> Result<Dev, ActivateError> {
+        let Layout::Linear(pieces) = &p.layout else {
+            return Err(ActivateError::Unsupported {
                 lv: format!("{}/{}", p.vg, p.lv),
-                why: format!(
-                    "{t} LVs need the dm-{} target, whose tables lvmeta does not build yet \
-                     (linear LVs only)",
-                    if t.starts_with("thin") {
-                        "thin-pool"
-                    } else {
-                        t
-                    }
-                ),
+                why: "not linear".into(),
+            });
+        };
+        Ok(Dev {
+            name: dm_name(&p.vg, &p.lv),
+            uuid: p.dm_uuid.clone(),
+            table: linear_table(pieces, block_devnum)?,
+            read_only: false,
+        })
+    }
+
+    fn tpool_name(pool: &PoolPlan) -> String {
+        dm_layer_name(&pool.metadata.vg, &pool.name, "tpool")
+    }
+
+    /// The kernel status of pool device `tpool`.
+    fn pool_status(&self, tpool: &str) -> Result<super::thin::PoolStatus, ActivateError> {
+        let n = DmName::new(tpool).map_err(|e| dm_err("device name", e))?;
+        let (_, lines) = self
+            .dm
+            .table_status(&DevId::Name(n), DmOptions::default())
+            .map_err(|e| dm_err(&format!("status of {tpool}"), e))?;
+        match lines.first() {
+            Some((_, _, target, status)) if target == "thin-pool" => {
+                parse_pool_status(tpool, status)
+            }
+            other => Err(ActivateError::Io {
+                device: tpool.into(),
+                why: format!("expected a thin-pool target, found {other:?}"),
             }),
+        }
+    }
+
+    /// Brings pool `pool` up (its sub-LVs, the tpool, the read-only pool device), delivers the
+    /// messages queued for it, and returns the tpool's device number.
+    fn ensure_pool(&self, pool: &PoolPlan) -> Result<(u32, u32), ActivateError> {
+        let meta = self.ensure(&Self::linear_dev(&pool.metadata)?)?;
+        let data = self.ensure(&Self::linear_dev(&pool.data)?)?;
+        let tpool_name = Self::tpool_name(pool);
+        let tpool = self.ensure(&Dev {
+            name: tpool_name.clone(),
+            uuid: format!("{}-tpool", pool.dm_uuid),
+            table: vec![pool_table(pool, meta, data)],
+            read_only: false,
+        })?;
+        let status = self.pool_status(&tpool_name)?;
+        let messages = deliveries(pool, status.transaction_id)?;
+        if !messages.is_empty() && (status.read_only || status.needs_check) {
+            return Err(ActivateError::Io {
+                device: tpool_name,
+                why: "cannot send the queued messages: the pool's metadata is read-only or \
+                      needs thin_check first"
+                    .into(),
+            });
+        }
+        let n = DmName::new(&tpool_name).map_err(|e| dm_err("device name", e))?;
+        for m in &messages {
+            let sent = self.dm.target_msg(&DevId::Name(n), Some(0), &m.to_string());
+            match (sent, m) {
+                (Ok(_), _) => {}
+                // A delivery cut short before `set_transaction_id` is sent again whole; a
+                // delete it did already leaves what was asked for.
+                (Err(e), PoolMessage::Delete(_)) if errno(&e) == Some(libc::ENODATA) => {
+                    tracing::warn!(pool = %tpool_name, message = %m, "thin device is gone already: an earlier delivery deleted it");
+                }
+                // A create of an id the pool has: that device's blocks are not known to be
+                // empty (another tool, a lost delete), so it is never handed out as new.
+                (Err(e), PoolMessage::CreateThin(id) | PoolMessage::CreateSnap { id, .. })
+                    if errno(&e) == Some(libc::EEXIST) =>
+                {
+                    return Err(ActivateError::Io {
+                        device: tpool_name,
+                        why: format!(
+                            "the pool already has thin device {id}: remove it from the pool \
+                             metadata by hand (thin_dump/thin_restore) before this volume \
+                             can be used, as lvm2 asks"
+                        ),
+                    });
+                }
+                (Err(e), _) => return Err(dm_err(&format!("{tpool_name}: message {m}"), e)),
+            }
+        }
+        if !messages.is_empty() {
+            let now = self.pool_status(&tpool_name)?.transaction_id;
+            if now != pool.transaction_id {
+                return Err(ActivateError::Io {
+                    device: tpool_name,
+                    why: format!(
+                        "transaction id is {now} after the messages, expected {}",
+                        pool.transaction_id
+                    ),
+                });
+            }
+            tracing::info!(pool = %tpool_name, messages = messages.len(), transaction_id = now, "delivered the queued thin pool messages");
+        }
+        self.ensure(&Dev {
+            name: dm_name(&pool.metadata.vg, &pool.name),
+            uuid: pool.dm_uuid.clone(),
+            table: vec![over(pool.bytes, tpool)],
+            read_only: true,
+        })?;
+        Ok(tpool)
+    }
+
+    /// Takes pool `pool` down when no thin LV uses its tpool any more (the read-only pool
+    /// device holds it open once).
+    fn release_pool(&self, pool: &PoolPlan) -> Result<(), ActivateError> {
+        let tpool = Self::tpool_name(pool);
+        if self.find(&tpool)?.is_some() {
+            let n = DmName::new(&tpool).map_err(|e| dm_err("device name", e))?;
+            let info = self
+                .dm
+                .device_info(&DevId::Name(n))
+                .map_err(|e| dm_err(&format!("info of {tpool}"), e))?;
+            if info.open_count() > 1 {
+                return Ok(());
+            }
+        }
+        let vg = &pool.metadata.vg;
+        self.remove(&dm_name(vg, &pool.name))?;
+        self.remove(&tpool)?;
+        self.remove(&dm_name(vg, &pool.data.lv))?;
+        self.remove(&dm_name(vg, &pool.metadata.lv))
+    }
+
+    fn unsupported(p: &Placement, t: &str) -> ActivateError {
+        ActivateError::Unsupported {
+            lv: format!("{}/{}", p.vg, p.lv),
+            why: format!(
+                "{t} LVs need the dm-{} target, whose tables lvmeta does not build yet",
+                t.split(' ').next().unwrap_or(t)
+            ),
         }
     }
 }
@@ -153,43 +418,54 @@ impl Backend for DmBackend {
         if let Some(node) = self.active(p)? {
             return Ok(node);
         }
-        let table = Self::table(p)?;
-        let name_s = dm_name(&p.vg, &p.lv);
-        let name = DmName::new(&name_s).map_err(|e| dm_err("device name", e))?;
-        let uuid = DmUuid::new(&p.dm_uuid).map_err(|e| dm_err("device uuid", e))?;
-        let flags = if read_only {
-            DmFlags::DM_READONLY
-        } else {
-            DmFlags::empty()
+        let name = dm_name(&p.vg, &p.lv);
+        let devnum = match &p.layout {
+            Layout::Linear(_) => {
+                let mut d = Self::linear_dev(p)?;
+                d.read_only = read_only;
+                self.ensure(&d)?
+            }
+            Layout::Thin { pool, device_id } => {
+                let tpool = self.ensure_pool(pool)?;
+                let made = self.ensure(&Dev {
+                    name: name.clone(),
+                    uuid: p.dm_uuid.clone(),
+                    table: vec![thin_table(p.bytes, tpool, *device_id)],
+                    read_only,
+                });
+                match made {
+                    Ok(d) => d,
+                    Err(e) => {
+                        // Leave nothing behind for a thin LV that did not come up.
+                        if let Err(e2) = self.release_pool(pool) {
+                            tracing::warn!(pool = %pool.name, error = %e2, "could not take the pool down again");
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            Layout::Pool(pool) => {
+                self.ensure_pool(pool)?;
+                self.find(&name)?.ok_or_else(|| ActivateError::Io {
+                    device: name.clone(),
+                    why: "the pool device vanished".into(),
+                })?
+            }
+            Layout::Other(t) => return Err(Self::unsupported(p, t)),
         };
-        let id = DevId::Name(name);
-        let info = self
-            .dm
-            .device_create(name, Some(uuid), DmOptions::default().set_flags(flags))
-            .map_err(|e| dm_err(&format!("create {name_s}"), e))?;
-        // Load and resume; a failure removes the half-made device again.
-        let loaded = self
-            .dm
-            .table_load(&id, &table, DmOptions::default().set_flags(flags))
-            .and_then(|_| self.dm.device_suspend(&id, DmOptions::default()));
-        if let Err(e) = loaded {
-            let _ = self.dm.device_remove(&id, DmOptions::default());
-            return Err(dm_err(&format!("load {name_s}"), e));
-        }
-        let d = info.device();
-        tracing::info!(vg = %p.vg, lv = %p.lv, device = %name_s, targets = table.len(), read_only, "activated with device-mapper");
-        Self::make_node(p, (d.major, d.minor))
+        tracing::info!(vg = %p.vg, lv = %p.lv, device = %name, read_only, "activated with device-mapper");
+        Self::make_node(p, devnum)
     }
 
     fn deactivate(&self, p: &Placement) -> Result<(), ActivateError> {
-        let name_s = dm_name(&p.vg, &p.lv);
-        if self.find(&name_s)?.is_none() {
-            return Ok(());
+        match &p.layout {
+            Layout::Thin { pool, .. } => {
+                self.remove(&dm_name(&p.vg, &p.lv))?;
+                self.release_pool(pool)?;
+            }
+            Layout::Pool(pool) => self.release_pool(pool)?,
+            _ => self.remove(&dm_name(&p.vg, &p.lv))?,
         }
-        let name = DmName::new(&name_s).map_err(|e| dm_err("device name", e))?;
-        self.dm
-            .device_remove(&DevId::Name(name), DmOptions::default())
-            .map_err(|e| dm_err(&format!("remove {name_s} (in use?)"), e))?;
         match std::fs::remove_file(Self::node(p)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ActivateError::Io {
                 device: Self::node(p).display().to_string(),
@@ -200,23 +476,46 @@ impl Backend for DmBackend {
     }
 
     fn refresh(&self, p: &Placement) -> Result<(), ActivateError> {
-        let name_s = dm_name(&p.vg, &p.lv);
-        if self.find(&name_s)?.is_none() {
+        let name = dm_name(&p.vg, &p.lv);
+        if self.find(&name)?.is_none() {
             return Ok(());
         }
-        let table = Self::table(p)?;
-        let name = DmName::new(&name_s).map_err(|e| dm_err("device name", e))?;
-        let id = DevId::Name(name);
-        // The new table goes live at resume; suspending first flushes what is in flight.
-        self.dm
-            .table_load(&id, &table, DmOptions::default())
-            .and_then(|_| {
-                self.dm
-                    .device_suspend(&id, DmOptions::default().set_flags(DmFlags::DM_SUSPEND))
-            })
-            .and_then(|_| self.dm.device_suspend(&id, DmOptions::default()))
-            .map_err(|e| dm_err(&format!("reload {name_s}"), e))?;
-        Ok(())
+        match &p.layout {
+            Layout::Linear(_) => self.reload(&name, &Self::linear_dev(p)?.table),
+            Layout::Thin { pool, device_id } => {
+                // Bottom up: the data LV, the pool over it, the pool device, the thin LV.
+                let tpool = self.refresh_pool(pool)?;
+                self.reload(&name, &[thin_table(p.bytes, tpool, *device_id)])
+            }
+            Layout::Pool(pool) => self.refresh_pool(pool).map(|_| ()),
+            Layout::Other(t) => Err(Self::unsupported(p, t)),
+        }
+    }
+}
+
+impl DmBackend {
+    /// Reloads an active pool's data LV, tpool and pool device with their current sizes;
+    /// returns the tpool's device number.
+    fn refresh_pool(&self, pool: &PoolPlan) -> Result<(u32, u32), ActivateError> {
+        let vg = &pool.metadata.vg;
+        let tpool_name = Self::tpool_name(pool);
+        let (Some(meta), Some(data), Some(tpool)) = (
+            self.find(&dm_name(vg, &pool.metadata.lv))?,
+            self.find(&dm_name(vg, &pool.data.lv))?,
+            self.find(&tpool_name)?,
+        ) else {
+            return Err(ActivateError::Io {
+                device: tpool_name,
+                why: "the pool is not fully active on this host".into(),
+            });
+        };
+        self.reload(
+            &dm_name(vg, &pool.data.lv),
+            &Self::linear_dev(&pool.data)?.table,
+        )?;
+        self.reload(&tpool_name, &[pool_table(pool, meta, data)])?;
+        self.reload(&dm_name(vg, &pool.name), &[over(pool.bytes, tpool)])?;
+        Ok(tpool)
     }
 }
 
@@ -264,6 +563,58 @@ mod tests {
             })
         });
         assert!(missing.is_err());
+    }
+
+    fn pool(zero: bool, discards: &str, error_if_no_space: bool) -> PoolPlan {
+        let sub = |lv: &str| Placement {
+            vg: "vg".into(),
+            lv: lv.into(),
+            bytes: 4 << 20,
+            layout: Layout::Linear(vec![]),
+            dm_uuid: String::new(),
+        };
+        PoolPlan {
+            name: "pool".into(),
+            dm_uuid: "LVM-x".into(),
+            bytes: 100 << 20,
+            metadata: sub("pool_tmeta"),
+            data: sub("pool_tdata"),
+            chunk_size: 128,
+            zero_new_blocks: zero,
+            discards: discards.into(),
+            error_if_no_space,
+            transaction_id: 1,
+            messages: vec![],
+        }
+    }
+
+    fn line(t: &TableLine) -> String {
+        format!("{} {} {} {}", t.0, t.1, t.2, t.3)
+    }
+
+    #[test]
+    fn thin_tables_are_written_as_libdevmapper_writes_them() {
+        // lvm2's defaults (zeroing, passdown): no feature words.
+        let (meta, data) = ((253, 0), (253, 1));
+        assert_eq!(
+            line(&pool_table(&pool(true, "passdown", false), meta, data)),
+            "0 204800 thin-pool 253:0 253:1 128 0 0"
+        );
+        assert_eq!(
+            line(&pool_table(&pool(false, "nopassdown", true), meta, data)),
+            "0 204800 thin-pool 253:0 253:1 128 0 3 skip_block_zeroing no_discard_passdown \
+             error_if_no_space"
+        );
+        assert_eq!(
+            line(&pool_table(&pool(true, "ignore", false), meta, data)),
+            "0 204800 thin-pool 253:0 253:1 128 0 1 ignore_discard"
+        );
+        assert_eq!(
+            line(&thin_table(1 << 30, (253, 2), 7)),
+            "0 2097152 thin 253:2 7"
+        );
+        assert_eq!(line(&over(100 << 20, (253, 2))), "0 204800 linear 253:2 0");
+        assert_eq!(dm_layer_name("my-vg", "pool", "tpool"), "my--vg-pool-tpool");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod dm;
 mod ioctl;
 pub mod loopdev;
 pub mod plan;
+pub mod thin;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -84,13 +85,59 @@ pub trait Backend: Send + Sync {
     fn refresh(&self, p: &Placement) -> Result<(), ActivateError>;
 }
 
-/// Activations in memory: one-piece linear LVs only, as the loop backend (tests).
+/// Activations in memory (tests): one-piece linear LVs, as the loop backend; with
+/// [`FakeBackend::with_thin`] also thin LVs and pools, over a simulated kernel thin pool that
+/// keeps its transaction id and devices from one activation to the next (as the pool's
+/// metadata LV does) and checks every message it gets.
 #[derive(Debug, Default)]
 pub struct FakeBackend {
     active: Mutex<HashMap<(String, String), (Placement, bool)>>,
+    thin: Option<Mutex<HashMap<String, FakePool>>>,
+}
+
+/// A simulated kernel thin pool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FakePool {
+    /// Its transaction id.
+    pub transaction_id: u64,
+    /// Its thin devices.
+    pub devices: std::collections::BTreeSet<u32>,
+    /// Every message it got, in order.
+    pub received: Vec<String>,
+}
+
+impl FakePool {
+    /// Applies `m` as dm-thin does: a create of an existing id, a snapshot of or a delete of
+    /// a missing one, and a wrong `set_transaction_id` fail.
+    fn take(&mut self, m: thin::PoolMessage) -> Result<(), String> {
+        use thin::PoolMessage as M;
+        self.received.push(m.to_string());
+        match m {
+            M::CreateThin(id) if self.devices.insert(id) => Ok(()),
+            M::CreateSnap { id, origin }
+                if self.devices.contains(&origin) && self.devices.insert(id) =>
+            {
+                Ok(())
+            }
+            M::Delete(id) if self.devices.remove(&id) => Ok(()),
+            M::SetTransactionId { from, to } if from == self.transaction_id => {
+                self.transaction_id = to;
+                Ok(())
+            }
+            m => Err(format!("message {m} refused")),
+        }
+    }
 }
 
 impl FakeBackend {
+    /// A backend that also activates thin LVs and pools (see the type's documentation).
+    pub fn with_thin() -> Self {
+        Self {
+            thin: Some(Mutex::default()),
+            ..Self::default()
+        }
+    }
+
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Placement, bool)>> {
         self.active.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -100,6 +147,35 @@ impl FakeBackend {
         self.map()
             .get(&(vg.to_owned(), lv.to_owned()))
             .map(|(_, ro)| *ro)
+    }
+
+    /// The simulated kernel pool of the pool LV with device uuid `dm_uuid`, after `change`
+    /// (which simulates another tool), if the pool was ever activated.
+    pub fn pool(&self, dm_uuid: &str, change: impl FnOnce(&mut FakePool)) -> Option<FakePool> {
+        let mut pools = self
+            .thin
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let p = pools.get_mut(dm_uuid)?;
+        change(p);
+        Some(p.clone())
+    }
+
+    /// Brings the simulated kernel pool of `plan` up to date by lvm2's rule.
+    fn deliver(&self, p: &Placement, plan: &thin::PoolPlan) -> Result<(), ActivateError> {
+        let Some(pools) = &self.thin else {
+            return Err(needs_device_mapper(p));
+        };
+        let mut pools = pools.lock().unwrap_or_else(|p| p.into_inner());
+        let kernel = pools.entry(plan.dm_uuid.clone()).or_default();
+        for m in thin::deliveries(plan, kernel.transaction_id)? {
+            kernel.take(m).map_err(|why| ActivateError::Io {
+                device: format!("fake {}-tpool", plan.name),
+                why,
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -114,7 +190,7 @@ pub fn needs_device_mapper(p: &Placement) -> ActivateError {
             "{} pieces need device-mapper's linear target (dm-linear), which this kernel lacks",
             pieces.len()
         ),
-        Layout::Other(t) if t == "thin" || t == "thin-pool" => {
+        Layout::Thin { .. } | Layout::Pool(_) => {
             "thin LVs need device-mapper's thin-pool target (dm-thin-pool), which this kernel lacks"
                 .into()
         }
@@ -137,8 +213,14 @@ impl Backend for FakeBackend {
         Ok(self.state(&p.vg, &p.lv).map(|_| fake_path(p)))
     }
     fn activate(&self, p: &Placement, read_only: bool) -> Result<PathBuf, ActivateError> {
-        if p.single().is_none() {
-            return Err(needs_device_mapper(p));
+        let thin = match &p.layout {
+            Layout::Thin { pool, .. } | Layout::Pool(pool) => Some(pool),
+            _ => None,
+        };
+        match thin {
+            Some(pool) if self.state(&p.vg, &p.lv).is_none() => self.deliver(p, pool)?,
+            None if p.single().is_none() => return Err(needs_device_mapper(p)),
+            _ => {}
         }
         self.map()
             .entry((p.vg.clone(), p.lv.clone()))
@@ -151,7 +233,7 @@ impl Backend for FakeBackend {
     }
     fn refresh(&self, p: &Placement) -> Result<(), ActivateError> {
         if let Some(e) = self.map().get_mut(&(p.vg.clone(), p.lv.clone())) {
-            if p.single().is_none() {
+            if p.single().is_none() && !matches!(p.layout, Layout::Thin { .. }) {
                 return Err(needs_device_mapper(p));
             }
             e.0 = p.clone();

@@ -3,6 +3,7 @@
 
 use crate::model::{Area, SegKind, Vg};
 
+use super::thin::{plan_pool, PoolPlan};
 use super::ActivateError;
 
 /// One contiguous run of an LV's bytes on one device.
@@ -21,6 +22,15 @@ pub struct Piece {
 pub enum Layout {
     /// Linear: pieces in LV order (adjacent pieces on one device merged).
     Linear(Vec<Piece>),
+    /// A thin LV: device `device_id` of its pool.
+    Thin {
+        /// The pool, with what its kernel target needs.
+        pool: Box<PoolPlan>,
+        /// The thin device's id in the pool.
+        device_id: u32,
+    },
+    /// A thin pool activated by itself (`lvchange -ay vg/pool`).
+    Pool(Box<PoolPlan>),
     /// Anything that needs a device-mapper target other than linear: the segment type.
     Other(String),
 }
@@ -97,6 +107,30 @@ pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, A
         lv: lv.into(),
     })?;
     let ext = u64::from(vg.extent_size) * 512;
+    let dm_uuid = format!(
+        "LVM-{}{}",
+        String::from_utf8_lossy(vg.id.raw()),
+        String::from_utf8_lossy(l.id.raw())
+    );
+    let thin_layout = match l.segments.first().map(|s| &s.kind) {
+        Some(SegKind::Thin(t)) if t.external_origin.is_none() && t.merge.is_none() => {
+            Some(Layout::Thin {
+                pool: Box::new(plan_pool(vg, &t.thin_pool, paths)?),
+                device_id: t.device_id,
+            })
+        }
+        Some(SegKind::ThinPool(_)) => Some(Layout::Pool(Box::new(plan_pool(vg, lv, paths)?))),
+        _ => None,
+    };
+    if let Some(layout) = thin_layout {
+        return Ok(Placement {
+            vg: vg.name.clone(),
+            lv: lv.into(),
+            bytes: l.extents() * ext,
+            layout,
+            dm_uuid,
+        });
+    }
     let mut pieces: Vec<Piece> = Vec::new();
     let mut other = None;
     for seg in &l.segments {
@@ -146,11 +180,7 @@ pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, A
         lv: lv.into(),
         bytes,
         layout: other.map_or(Layout::Linear(pieces), Layout::Other),
-        dm_uuid: format!(
-            "LVM-{}{}",
-            String::from_utf8_lossy(vg.id.raw()),
-            String::from_utf8_lossy(l.id.raw())
-        ),
+        dm_uuid,
     })
 }
 
@@ -266,10 +296,19 @@ mod tests {
         assert_eq!(p.iter().map(|x| x.len).sum::<u64>(), big.bytes);
         assert!(p.iter().any(|x| x.device == "d1"));
         // Thin and missing.
+        let t = place(&vg, "t", &paths).expect("t");
+        let Layout::Thin { pool, device_id } = &t.layout else {
+            panic!("thin: {:?}", t.layout)
+        };
         assert_eq!(
-            place(&vg, "t", &paths).expect("t").layout,
-            Layout::Other("thin".into())
+            (pool.name.as_str(), *device_id, t.bytes),
+            ("pool", 1, 4 << 20)
         );
+        assert!(pool.metadata.single().is_some() && pool.data.single().is_some());
+        assert!(matches!(
+            place(&vg, "pool", &paths).expect("pool").layout,
+            Layout::Pool(_)
+        ));
         assert!(matches!(
             place(&vg, "nope", &paths),
             Err(ActivateError::NoLv { .. })

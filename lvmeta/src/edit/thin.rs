@@ -326,6 +326,31 @@ pub(crate) fn remove_thin(vg: &mut Vg, name: &str) -> Result<(), EditError> {
     Ok(())
 }
 
+/// After the kernel pool took the queued messages (its transaction id is now the metadata's
+/// `transaction_id`): clears the queue of pool `name`, as lvm2's `update_pool_lv` does. A
+/// pool whose transaction id is no longer `transaction_id` is refused: its queue holds
+/// messages not delivered.
+pub fn delivered(vg: Vg, name: &str, transaction_id: u64) -> Result<Vg, EditError> {
+    let mut out = vg;
+    let vg_name = out.name.clone();
+    let i = lv_index(&out, name)?;
+    let Some(p) = pool_mut(&mut out.lvs[i]) else {
+        return Err(refused(format!("{vg_name}/{name}"), "is not a thin pool"));
+    };
+    if p.transaction_id != transaction_id {
+        return Err(refused(
+            format!("{vg_name}/{name}"),
+            format!(
+                "transaction id is {}, not the delivered {transaction_id}",
+                p.transaction_id
+            ),
+        ));
+    }
+    p.messages.clear();
+    finish(&mut out)?;
+    Ok(out)
+}
+
 /// Removes a pool with its `_tdata` and `_tmeta` (and its thin LVs when `force`); the spare
 /// goes with the VG's last pool.
 pub(crate) fn remove_pool(vg: &mut Vg, name: &str, force: bool) -> Result<(), EditError> {

@@ -398,6 +398,8 @@ pub struct LeaseRef {
     pub id: crate::uuid::Uuid,
     /// Its `lock_args`.
     pub lock_args: String,
+    /// A thin pool's transaction id and queued messages: what changes when its thin LVs do.
+    pub pool: Option<(u64, Vec<crate::model::ThinMessage>)>,
 }
 
 impl LeaseRef {
@@ -410,9 +412,18 @@ impl LeaseRef {
                     name: l.name.clone(),
                     id: l.id,
                     lock_args: l.lock_args.clone()?,
+                    pool: pool_state(l),
                 })
             })
             .collect()
+    }
+}
+
+/// A thin pool LV's transaction id and queued messages.
+fn pool_state(lv: &crate::model::Lv) -> Option<(u64, Vec<crate::model::ThinMessage>)> {
+    match &lv.segments.first()?.kind {
+        crate::model::SegKind::ThinPool(p) => Some((p.transaction_id, p.messages.clone())),
+        _ => None,
     }
 }
 
@@ -646,18 +657,24 @@ impl Host {
 
     /// Before a commit, under the VG lease held exclusively: makes sure no host holds the
     /// lease of any LV of `old` that `new` no longer has, as lvmlockd's `lvremove` does by
-    /// taking it, so that an LV active on any host is never removed ([`LeaseError::InUse`]
-    /// then, and nothing is held). A lease the disk does not show free is taken exclusively
-    /// without waiting; release the returned leases after the commit, before
+    /// taking it, so that an LV active on any host is never removed; and the lease of any thin
+    /// pool whose thin LVs change (its transaction id or message queue differs), as lvmlockd's
+    /// `lvcreate`/`lvremove` of a thin LV take the pool's lease, so that a pool active on a
+    /// host never gets messages that only its next activation would deliver (a snapshot cut
+    /// later than asked, a delete under a live device). Either gives [`LeaseError::InUse`],
+    /// and nothing is held. Pools in `owned` are the caller's: it holds their leases (a host
+    /// clearing the queue it delivered). A lease the disk does not show free is taken
+    /// exclusively without waiting; release the returned leases after the commit, before
     /// [`Host::free_old_lvs`].
-    pub fn lock_removed_lvs(
+    pub fn lock_changed_lvs(
         &self,
         old: &[LeaseRef],
         new: &crate::model::Vg,
         at: &VgPlaces,
+        owned: &[crate::uuid::Uuid],
     ) -> Result<Vec<ResourceSpec>, LeaseError> {
         let mut held = Vec::new();
-        for (lv, offset) in gone(old, new) {
+        for (lv, offset) in gone(old, new).chain(changed_pools(old, new, owned)) {
             let Some(r) = layout::lease_at(new, &at.paths, &lv.id.to_string(), offset, at.geometry)
             else {
                 continue;
@@ -718,6 +735,28 @@ fn gone<'a>(
             .iter()
             .any(|l| l.id == lv.id && l.lock_args.as_ref() == Some(&lv.lock_args));
         if kept {
+            return None;
+        }
+        let offset = lv.lock_args.strip_prefix("1.0.0:")?.parse().ok()?;
+        Some((lv, offset))
+    })
+}
+
+/// The thin pools of `old` still in `new`, under the same lease, whose transaction id or
+/// message queue `new` changes, with the offset of their lease in `lvmlock`; pools in
+/// `owned` (whose lease the caller holds) are left out.
+fn changed_pools<'a>(
+    old: &'a [LeaseRef],
+    new: &'a crate::model::Vg,
+    owned: &'a [crate::uuid::Uuid],
+) -> impl Iterator<Item = (&'a LeaseRef, u64)> + 'a {
+    old.iter().filter_map(move |lv| {
+        let before = lv.pool.as_ref()?;
+        let now = new
+            .lvs
+            .iter()
+            .find(|l| l.id == lv.id && l.lock_args.as_ref() == Some(&lv.lock_args))?;
+        if pool_state(now).as_ref() == Some(before) || owned.contains(&lv.id) {
             return None;
         }
         let offset = lv.lock_args.strip_prefix("1.0.0:")?.parse().ok()?;

@@ -1,0 +1,404 @@
+//! Thin pools on this host, planned (pure): what a kernel thin pool needs from the metadata
+//! (its `_tmeta` and `_tdata` devices, chunk size, features), the messages lvm2 queued in the
+//! pool for the kernel, and lvm2's rule for delivering them (reference section 7.2):
+//!
+//! * kernel transaction id K equal to the metadata's T: the queue was delivered already;
+//! * K + 1 == T: send the queue in order, then `set_transaction_id K T`;
+//! * anything else: refuse, the kernel pool and the metadata disagree.
+//!
+//! Also the kernel's thin-pool status line, of which the transaction id and the health
+//! words are read.
+
+use crate::model::{SegKind, ThinMessage, Vg};
+
+use super::plan::{place, Layout, Placement};
+use super::ActivateError;
+
+/// A thin pool as the kernel gets it: the `thin-pool` target over its two sub-LVs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolPlan {
+    /// The pool LV.
+    pub name: String,
+    /// lvm2's device uuid of the pool LV (`LVM-<vg id><lv id>`); the `-tpool` layer adds
+    /// `-tpool`.
+    pub dm_uuid: String,
+    /// Size of the pool (its data) in bytes.
+    pub bytes: u64,
+    /// The `_tmeta` LV (linear).
+    pub metadata: Placement,
+    /// The `_tdata` LV (linear).
+    pub data: Placement,
+    /// Data block size in sectors.
+    pub chunk_size: u32,
+    /// Zero data blocks as they are provisioned (`zero = 1`).
+    pub zero_new_blocks: bool,
+    /// What discards do: `passdown`, `nopassdown` or `ignore`.
+    pub discards: String,
+    /// Fail writes when the pool is full instead of queueing them (`ERROR_WHEN_FULL`).
+    pub error_if_no_space: bool,
+    /// The metadata's transaction id T.
+    pub transaction_id: u64,
+    /// The queued messages, resolved to device ids, in queue order.
+    pub messages: Vec<PoolMessage>,
+}
+
+/// A message for the kernel thin-pool target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolMessage {
+    /// `create_thin <id>`: a new, empty thin device.
+    CreateThin(u32),
+    /// `create_snap <id> <origin id>`: a snapshot of a thin device.
+    CreateSnap {
+        /// The new device.
+        id: u32,
+        /// Its origin.
+        origin: u32,
+    },
+    /// `delete <id>`.
+    Delete(u32),
+    /// `set_transaction_id <from> <to>`, always last.
+    SetTransactionId {
+        /// The kernel's id now.
+        from: u64,
+        /// The metadata's.
+        to: u64,
+    },
+}
+
+impl std::fmt::Display for PoolMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::CreateThin(id) => write!(f, "create_thin {id}"),
+            Self::CreateSnap { id, origin } => write!(f, "create_snap {id} {origin}"),
+            Self::Delete(id) => write!(f, "delete {id}"),
+            Self::SetTransactionId { from, to } => write!(f, "set_transaction_id {from} {to}"),
+        }
+    }
+}
+
+fn unsupported(vg: &Vg, lv: &str, why: String) -> ActivateError {
+    ActivateError::Unsupported {
+        lv: format!("{}/{lv}", vg.name),
+        why,
+    }
+}
+
+/// The plan of thin pool `pool` of `vg`; `paths[i]` is the device of PV `i` here.
+pub fn plan_pool(vg: &Vg, pool: &str, paths: &[Option<String>]) -> Result<PoolPlan, ActivateError> {
+    let lv = vg.lv(pool).ok_or_else(|| ActivateError::NoLv {
+        vg: vg.name.clone(),
+        lv: pool.into(),
+    })?;
+    let Some(SegKind::ThinPool(p)) = lv.segments.first().map(|s| &s.kind) else {
+        return Err(unsupported(vg, pool, "is not a thin pool".into()));
+    };
+    let linear = |sub: &str| -> Result<Placement, ActivateError> {
+        let placed = place(vg, sub, paths)?;
+        match placed.layout {
+            Layout::Linear(_) => Ok(placed),
+            _ => Err(unsupported(
+                vg,
+                sub,
+                "thin pool sub-LVs other than linear ones are not activated by lvmeta".into(),
+            )),
+        }
+    };
+    let device_of = |name: &str| -> Result<(u32, Option<&str>), ActivateError> {
+        match vg
+            .lv(name)
+            .and_then(|l| l.segments.first())
+            .map(|s| &s.kind)
+        {
+            Some(SegKind::Thin(t)) if t.thin_pool == pool => Ok((t.device_id, t.origin.as_deref())),
+            _ => Err(unsupported(
+                vg,
+                pool,
+                format!("a queued message creates {name:?}, which is not a thin LV of the pool"),
+            )),
+        }
+    };
+    let mut messages = Vec::with_capacity(p.messages.len());
+    for m in &p.messages {
+        messages.push(match m {
+            ThinMessage::Delete(id) => PoolMessage::Delete(*id),
+            ThinMessage::Create(name) => match device_of(name)? {
+                (id, None) => PoolMessage::CreateThin(id),
+                (id, Some(origin)) => PoolMessage::CreateSnap {
+                    id,
+                    origin: device_of(origin)?.0,
+                },
+            },
+        });
+    }
+    Ok(PoolPlan {
+        name: pool.into(),
+        dm_uuid: format!(
+            "LVM-{}{}",
+            String::from_utf8_lossy(vg.id.raw()),
+            String::from_utf8_lossy(lv.id.raw())
+        ),
+        bytes: lv.extents() * u64::from(vg.extent_size) * 512,
+        metadata: linear(&p.metadata)?,
+        data: linear(&p.pool)?,
+        chunk_size: p.chunk_size,
+        zero_new_blocks: p.zero_new_blocks,
+        discards: p.discards.clone().unwrap_or_else(|| "ignore".into()),
+        error_if_no_space: lv.status.iter().any(|s| s == "ERROR_WHEN_FULL"),
+        transaction_id: p.transaction_id,
+        messages,
+    })
+}
+
+/// The messages that bring a kernel pool at transaction id `kernel` to `pool`'s, by lvm2's
+/// rule (see the module documentation); empty when it is there already.
+pub fn deliveries(pool: &PoolPlan, kernel: u64) -> Result<Vec<PoolMessage>, ActivateError> {
+    let t = pool.transaction_id;
+    if kernel == t {
+        return Ok(Vec::new());
+    }
+    if kernel.checked_add(1) != Some(t) {
+        return Err(ActivateError::Unsupported {
+            lv: format!("{}/{}", pool.metadata.vg, pool.name),
+            why: format!(
+                "the kernel thin pool has transaction id {kernel}, the metadata {t}: \
+                 expected {t} or {} (the pool metadata was changed by another tool, or \
+                 needs repair)",
+                t.saturating_sub(1)
+            ),
+        });
+    }
+    // lvm2 accepts one less with nothing queued, and sends nothing.
+    if pool.messages.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = pool.messages.clone();
+    out.push(PoolMessage::SetTransactionId {
+        from: kernel,
+        to: t,
+    });
+    Ok(out)
+}
+
+/// What the kernel's thin-pool status line says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// The transaction id in the kernel's pool metadata.
+    pub transaction_id: u64,
+    /// Metadata is read-only (`ro`): no messages can be sent.
+    pub read_only: bool,
+    /// Out of data space.
+    pub out_of_data_space: bool,
+    /// `needs_check`: the metadata must be checked (`thin_check`) first.
+    pub needs_check: bool,
+}
+
+/// Parses a thin-pool status line (`<transaction id> <used>/<total metadata blocks>
+/// <used>/<total data blocks> <held root> ro|rw|out_of_data_space ... needs_check|-`);
+/// `Fail` and anything unreadable are errors naming `device`.
+pub fn parse_pool_status(device: &str, line: &str) -> Result<PoolStatus, ActivateError> {
+    let bad = |why: &str| ActivateError::Io {
+        device: device.into(),
+        why: format!("thin-pool status {line:?}: {why}"),
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.first() {
+        Some(&"Fail") => return Err(bad("the pool has failed")),
+        Some(&"Error") => return Err(bad("the kernel reports an error")),
+        _ => {}
+    }
+    let transaction_id = words
+        .first()
+        .and_then(|w| w.parse().ok())
+        .ok_or_else(|| bad("no transaction id"))?;
+    let mode = *words.get(4).ok_or_else(|| bad("no metadata mode"))?;
+    if !["rw", "ro", "out_of_data_space"].contains(&mode) {
+        return Err(bad("unknown metadata mode"));
+    }
+    Ok(PoolStatus {
+        transaction_id,
+        read_only: mode == "ro",
+        out_of_data_space: mode == "out_of_data_space",
+        needs_check: words.contains(&"needs_check"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dev::{BlockDevice, MemDevice};
+    use crate::edit::{self, LvSpec, PoolSpec, Stamp, ThinSpec, VgSpec};
+    use crate::ops::Session;
+
+    fn stamp() -> Stamp {
+        Stamp {
+            time: 1_800_000_000,
+            host: "t".into(),
+        }
+    }
+
+    fn thin(name: &str, origin: Option<&str>) -> ThinSpec {
+        ThinSpec {
+            name: Some(name.into()),
+            pool: "pool".into(),
+            extents: 1,
+            origin: origin.map(Into::into),
+            tags: vec![],
+            activation_skip: None,
+            stamp: stamp(),
+        }
+    }
+
+    /// A pool with thin LV `a` (id 1), snapshot `s` of it (id 2) and thin LV `b` (id 3),
+    /// then `b` removed again once delivered: the queue lvm2 leaves for an inactive pool.
+    fn session() -> Session {
+        let s = Session::new(vec![
+            Box::new(MemDevice::new("pv0", 64 << 20, 512)) as Box<dyn BlockDevice>
+        ]);
+        s.vgcreate(
+            &VgSpec {
+                name: "vg".into(),
+                extent_size: 8192,
+                tags: vec![],
+                shared: None,
+            },
+            &["pv0"],
+        )
+        .expect("vgcreate");
+        s.update("vg", "lvcreate", |v| {
+            let pool = PoolSpec {
+                data: LvSpec::linear("pool", 2, stamp()),
+                chunk_size: None,
+                metadata_extents: None,
+                discards: "nopassdown".into(),
+                zero: false,
+            };
+            let v = edit::thin::create_pool(v, &pool)?.0;
+            let v = edit::thin::create_thin(v, &thin("a", None))?.0;
+            let v = edit::thin::create_thin(v, &thin("s", Some("a")))?.0;
+            Ok(edit::thin::create_thin(v, &thin("b", None))?.0)
+        })
+        .expect("thin LVs");
+        s
+    }
+
+    #[test]
+    fn queued_creates_become_device_ids() {
+        let vg = session().vg("vg").expect("vg");
+        let plan = plan_pool(&vg, "pool", &[Some("d".into())]).expect("plan");
+        assert_eq!(plan.transaction_id, 1);
+        assert_eq!(
+            plan.messages,
+            [
+                PoolMessage::CreateThin(1),
+                PoolMessage::CreateSnap { id: 2, origin: 1 },
+                PoolMessage::CreateThin(3),
+            ]
+        );
+        assert_eq!(
+            (plan.chunk_size, plan.discards.as_str()),
+            (128, "nopassdown")
+        );
+        assert!(!plan.zero_new_blocks && !plan.error_if_no_space);
+        assert_eq!(plan.bytes, 8 << 20);
+        assert_eq!(plan.data.bytes, plan.bytes);
+        assert!(plan.dm_uuid.starts_with("LVM-") && plan.dm_uuid.len() == 68);
+        // Strings as libdevmapper sends them.
+        let text: Vec<String> = plan.messages.iter().map(|m| m.to_string()).collect();
+        assert_eq!(text, ["create_thin 1", "create_snap 2 1", "create_thin 3"]);
+        assert!(matches!(
+            plan_pool(&vg, "a", &[Some("d".into())]),
+            Err(ActivateError::Unsupported { .. })
+        ));
+    }
+
+    #[test]
+    fn lvm2s_transaction_rule_decides_what_is_sent() {
+        let vg = session().vg("vg").expect("vg");
+        let plan = plan_pool(&vg, "pool", &[Some("d".into())]).expect("plan");
+        // A new pool: the kernel formats metadata at transaction 0.
+        let sent = deliveries(&plan, 0).expect("deliver");
+        assert_eq!(sent.len(), 4);
+        assert_eq!(
+            sent.last().map(|m| m.to_string()).as_deref(),
+            Some("set_transaction_id 0 1")
+        );
+        // Delivered before (a crash before the queue was cleared): nothing again.
+        assert_eq!(deliveries(&plan, 1).expect("skip"), []);
+        // Disagreement either way is refused, naming both ids.
+        for k in [2, 5] {
+            let err = deliveries(&plan, k).expect_err("mismatch").to_string();
+            assert!(err.contains(&format!("transaction id {k}")), "{err}");
+        }
+        let mut later = plan.clone();
+        later.transaction_id = 3;
+        assert!(deliveries(&later, 0).is_err());
+        // One less with nothing queued: accepted, nothing sent (as libdevmapper).
+        let mut quiet = plan;
+        quiet.messages.clear();
+        assert_eq!(deliveries(&quiet, 0).expect("quiet"), []);
+    }
+
+    #[test]
+    fn deletes_keep_their_place_in_the_queue() {
+        let s = session();
+        // Delivered and cleared, then b removed and a new thin LV made: delete 3, create 3.
+        s.update("vg", "delivered", |mut v| {
+            if let Some(SegKind::ThinPool(p)) = v
+                .lvs
+                .iter_mut()
+                .find(|l| l.name == "pool")
+                .and_then(|l| l.segments.first_mut())
+                .map(|s| &mut s.kind)
+            {
+                p.messages.clear();
+            }
+            Ok(v)
+        })
+        .expect("clear");
+        s.update("vg", "lvremove", |v| edit::lv::remove(v, "b", false))
+            .expect("remove b");
+        s.update("vg", "lvcreate", |v| {
+            edit::thin::create_thin(v, &thin("c", None)).map(|x| x.0)
+        })
+        .expect("c");
+        let vg = s.vg("vg").expect("vg");
+        let plan = plan_pool(&vg, "pool", &[Some("d".into())]).expect("plan");
+        let sent: Vec<String> = deliveries(&plan, 1)
+            .expect("deliver")
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
+        assert_eq!(
+            sent,
+            ["delete 3", "create_thin 3", "set_transaction_id 1 2"]
+        );
+    }
+
+    #[test]
+    fn pool_status_lines_are_read_as_the_kernel_writes_them() {
+        let ok = parse_pool_status(
+            "vg-pool-tpool",
+            "7 12/1024 0/160 - rw no_discard_passdown queue_if_no_space - 1024",
+        )
+        .expect("status");
+        assert_eq!(
+            ok,
+            PoolStatus {
+                transaction_id: 7,
+                read_only: false,
+                out_of_data_space: false,
+                needs_check: false
+            }
+        );
+        let ro = parse_pool_status(
+            "p",
+            "3 12/1024 5/160 - ro discard_passdown error_if_no_space needs_check 1024",
+        )
+        .expect("ro");
+        assert!(ro.read_only && ro.needs_check);
+        for bad in ["Fail", "", "x 1/2 1/2 - rw", "1 1/2 1/2 - zz", "1 1/2"] {
+            let err = parse_pool_status("vg-pool-tpool", bad).expect_err(bad);
+            assert!(err.to_string().contains("vg-pool-tpool"), "{err}");
+        }
+    }
+}
