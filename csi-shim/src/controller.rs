@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use lvmeta::ops::Session;
-use lvmeta::volume::{Content, SizeRange, Snapshot, Volume, VolumeError, Volumes};
+use lvmeta::volume::{
+    Content, Mode, Request as VolumeRequest, SizeRange, Snapshot, Volume, VolumeError, Volumes,
+};
 use tonic::{Request, Response, Status};
 
 use crate::csi::controller_server::Controller;
@@ -37,7 +39,12 @@ pub struct Backend {
     session: Session,
     vgs: Vec<String>,
     inflight: InFlight,
+    holder_wait: std::time::Duration,
 }
+
+/// How long a controller call waits for the node where a thin pool is active to make the
+/// change asked of it (see [`lvmeta::volume::Request`]) before answering UNAVAILABLE.
+pub const HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl Backend {
     /// Serves the volumes of `vgs` through `session`.
@@ -46,7 +53,14 @@ impl Backend {
             session,
             vgs,
             inflight: InFlight::default(),
+            holder_wait: HOLDER_WAIT,
         }
+    }
+
+    /// The same, waiting `wait` (instead of [`HOLDER_WAIT`]) for a node to serve a request.
+    pub fn with_holder_wait(mut self, wait: std::time::Duration) -> Self {
+        self.holder_wait = wait;
+        self
     }
 
     /// The lvmeta session over the LUN.
@@ -292,8 +306,21 @@ impl Controller for ControllerService {
                     Some(Source::Snapshot(n)) => Content::Snapshot(n),
                     Some(Source::Volume(n)) => Content::Volume(n),
                 };
-                vols.create_from(&lv, class.mode, size, content)
-                    .map_err(from_volume)
+                let create = |v: &Volumes<'_>| v.create_from(&lv, class.mode, size, content);
+                match (&source, class.mode) {
+                    // A thin copy goes into the source's pool: its node makes it, if active.
+                    (Some(Source::Snapshot(src) | Source::Volume(src)), Mode::Thin) => {
+                        let r = VolumeRequest::Copy {
+                            name: lv.clone(),
+                            source: src.clone(),
+                            from_snapshot: matches!(source, Some(Source::Snapshot(_))),
+                            size,
+                        };
+                        vols.through_holder(&r, b.holder_wait, create)
+                    }
+                    _ => create(&vols),
+                }
+                .map_err(from_volume)
             })
             .await?;
         let mut volume = csi_volume(&v);
@@ -504,7 +531,12 @@ impl Controller for ControllerService {
                 let vols = b.volumes_of_id(&vg)?;
                 let lv = params::lv_name(&vg, &req.name);
                 let _g = b.inflight.enter(&params::volume_id(&vg, &lv))?;
-                vols.snapshot(&lv, &source).map_err(from_volume)
+                let r = VolumeRequest::Snapshot {
+                    name: lv.clone(),
+                    source: source.clone(),
+                };
+                vols.through_holder(&r, b.holder_wait, |v| v.snapshot(&lv, &source))
+                    .map_err(from_volume)
             })
             .await?;
         Ok(Response::new(CreateSnapshotResponse {
@@ -528,8 +560,9 @@ impl Controller for ControllerService {
                 return Ok(false);
             }
             let _g = b.inflight.enter(&id)?;
+            let r = VolumeRequest::DeleteSnapshot { name: name.clone() };
             Volumes::new(&b.session, &vg)
-                .delete_snapshot(&name)
+                .through_holder(&r, b.holder_wait, |v| v.delete_snapshot(&name))
                 .map_err(from_volume)
         })
         .await?;

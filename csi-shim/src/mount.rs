@@ -1,6 +1,6 @@
 //! What the node does to filesystems and mount points, behind a small trait: [`Real`] does it
-//! (mount(8), mkfs, blkid, resize2fs / xfs_growfs, statvfs), [`Fake`] keeps it in memory for
-//! the gRPC tests.
+//! (mount(8), mkfs, blkid, resize2fs / xfs_growfs, statvfs, fsfreeze), [`Fake`] keeps it in
+//! memory for the gRPC tests.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -62,6 +62,9 @@ pub trait System: Send + Sync {
     fn usage(&self, path: &Path) -> Result<Usage, SysError>;
     /// Size in bytes of the block device (or device file) at `path`.
     fn device_bytes(&self, path: &Path) -> Result<u64, SysError>;
+    /// Freezes the filesystem mounted at `path` (writes wait, everything is on disk), or
+    /// thaws it.
+    fn freeze(&self, path: &Path, frozen: bool) -> Result<(), SysError>;
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, ...).
@@ -221,6 +224,16 @@ impl System for Real {
         })
     }
 
+    fn freeze(&self, path: &Path, frozen: bool) -> Result<(), SysError> {
+        let flag = if frozen { "-f" } else { "-u" };
+        run(
+            &format!("fsfreeze {flag}"),
+            path,
+            Command::new("fsfreeze").arg(flag).arg(path),
+        )
+        .map(drop)
+    }
+
     fn device_bytes(&self, path: &Path) -> Result<u64, SysError> {
         use std::io::Seek;
         let mut f = std::fs::File::open(path).map_err(|e| sys_err("open", path, e))?;
@@ -242,6 +255,7 @@ struct FakeState {
     mounts: HashMap<PathBuf, String>,
     filesystems: HashMap<PathBuf, String>,
     grown: Vec<PathBuf>,
+    freezes: Vec<(PathBuf, bool)>,
 }
 
 impl Fake {
@@ -267,6 +281,11 @@ impl Fake {
     /// How many times a filesystem was grown.
     pub fn grown(&self) -> usize {
         self.lock().grown.len()
+    }
+
+    /// Every freeze (true) and thaw (false), in order.
+    pub fn freezes(&self) -> Vec<(PathBuf, bool)> {
+        self.lock().freezes.clone()
     }
 }
 
@@ -317,6 +336,14 @@ impl System for Fake {
     }
     fn device_bytes(&self, _path: &Path) -> Result<u64, SysError> {
         Ok(self.device_size)
+    }
+    fn freeze(&self, path: &Path, frozen: bool) -> Result<(), SysError> {
+        let mut st = self.lock();
+        if !st.mounts.contains_key(path) {
+            return Err(sys_err("fsfreeze", path, "not mounted"));
+        }
+        st.freezes.push((path.into(), frozen));
+        Ok(())
     }
 }
 

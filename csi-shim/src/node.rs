@@ -67,6 +67,21 @@ pub struct Node {
     backend: Arc<Backend>,
     config: NodeConfig,
     staged: Mutex<HashMap<String, Staged>>,
+    /// Held while a request is served and while a volume is unstaged, so that a pool is
+    /// not taken down under a request being served.
+    serving: Mutex<()>,
+}
+
+/// How often the node looks for requests on the pools of its staged thin volumes.
+pub const REQUEST_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A staged thin volume, as the request server needs it.
+struct ThinStaged {
+    vg: String,
+    lv: String,
+    pool: String,
+    /// The mount to freeze, for a filesystem volume.
+    staging: Option<PathBuf>,
 }
 
 impl Node {
@@ -76,7 +91,102 @@ impl Node {
             backend,
             config,
             staged: Mutex::new(HashMap::new()),
+            serving: Mutex::new(()),
         }
+    }
+
+    /// Serves the requests posted on the pools of the thin volumes staged here (see
+    /// [`lvmeta::volume::Request`]): for each, freezes the filesystem whose data it takes,
+    /// makes the change as the pool's holder, delivers it to the kernel pool, thaws, and
+    /// removes the request. A request that fails is logged and removed, so the controller
+    /// stops waiting for it. Returns how many were served.
+    pub fn serve_requests(&self) -> usize {
+        let mut pools: Vec<ThinStaged> = Vec::new();
+        for (id, s) in self.staged().iter() {
+            let activate::Layout::Thin { pool, .. } = &s.activation.placement.layout else {
+                continue;
+            };
+            let Ok((vg, lv)) = params::parse_volume_id(id) else {
+                continue;
+            };
+            pools.push(ThinStaged {
+                vg,
+                lv,
+                pool: pool.name.clone(),
+                staging: s.fs.as_ref().map(|_| s.staging.clone()),
+            });
+        }
+        let mut served = 0;
+        for t in &pools {
+            let vols = lvmeta::volume::Volumes::new(self.backend.session(), &t.vg);
+            let requests = match vols.requests(&t.pool) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(vg = %t.vg, pool = %t.pool, error = %e, "reading requests");
+                    continue;
+                }
+            };
+            for r in requests {
+                let _serving = self.serving.lock().unwrap_or_else(|p| p.into_inner());
+                let still = self.staged().values().any(|s| {
+                    s.activation.placement.vg == t.vg && s.activation.placement.lv == t.lv
+                });
+                if !still {
+                    break;
+                }
+                let result = self.serve_one(t, &pools, &r);
+                let tag = r.tag();
+                match &result {
+                    Ok(()) => {
+                        tracing::info!(vg = %t.vg, pool = %t.pool, request = %tag, "served a request")
+                    }
+                    Err(e) => {
+                        tracing::warn!(vg = %t.vg, pool = %t.pool, request = %tag, error = %e, "request failed; dropping it")
+                    }
+                }
+                let holder = lvmeta::volume::Volumes::new(self.backend.session(), &t.vg)
+                    .holding(vec![t.pool.clone()]);
+                if let Err(e) = holder.finish(&t.pool, &r) {
+                    tracing::warn!(vg = %t.vg, pool = %t.pool, request = %tag, error = %e, "removing the request");
+                }
+                served += 1;
+            }
+        }
+        served
+    }
+
+    /// One request on `t`'s pool: the filesystem it reads frozen around the change and its
+    /// delivery to the kernel pool.
+    fn serve_one(
+        &self,
+        t: &ThinStaged,
+        all: &[ThinStaged],
+        r: &lvmeta::volume::Request,
+    ) -> Result<(), String> {
+        let sys = &self.config.system;
+        let frozen = r
+            .reads_volume()
+            .and_then(|v| all.iter().find(|s| s.vg == t.vg && s.lv == v))
+            .and_then(|s| s.staging.clone());
+        if let Some(path) = &frozen {
+            sys.freeze(path, true).map_err(|e| e.to_string())?;
+        }
+        let holder = lvmeta::volume::Volumes::new(self.backend.session(), &t.vg)
+            .holding(vec![t.pool.clone()]);
+        let done = holder.serve(r).map_err(|e| e.to_string()).and_then(|()| {
+            self.backend
+                .session()
+                .refresh(&t.vg, &t.lv, self.config.activation.as_ref())
+                .map(drop)
+                .map_err(|e| e.to_string())
+        });
+        if let Some(path) = &frozen {
+            if let Err(e) = sys.freeze(path, false) {
+                tracing::error!(path = %path.display(), error = %e, "could not thaw the filesystem");
+                return done.and(Err(e.to_string()));
+            }
+        }
+        done
     }
 
     fn staged(&self) -> std::sync::MutexGuard<'_, HashMap<String, Staged>> {
@@ -257,6 +367,7 @@ impl Node {
         let (vg, lv) = params::parse_volume_id(&req.volume_id)?;
         let staging = self.checked_path("staging_target_path", &req.staging_target_path)?;
         let _g = self.backend.inflight().enter(&req.volume_id)?;
+        let _serving = self.serving.lock().unwrap_or_else(|p| p.into_inner());
         let sys = &self.config.system;
         if sys.mounted(&staging).map_err(sys_status)?.is_some() {
             sys.umount(&staging).map_err(sys_status)?;

@@ -57,6 +57,7 @@ pub fn listen(path: &Path) -> Result<UnixListener, ServeError> {
 }
 
 /// Serves Identity, Controller and, when `node` is given, Node for `backend` on `listener`
+/// (and the node's requests, [`Node::serve_requests`], every [`crate::node::REQUEST_POLL`])
 /// until `shutdown` resolves. The caller decides what becomes of the node's staged volumes'
 /// leases ([`Node::keep_all`] or [`Node::release_all`]).
 pub async fn serve(
@@ -65,12 +66,31 @@ pub async fn serve(
     listener: UnixListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    // The node serves requests on the pools of its staged thin volumes until shutdown.
+    let requests = node.clone().map(|n| {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(crate::node::REQUEST_POLL);
+            loop {
+                tick.tick().await;
+                let n = n.clone();
+                if tokio::task::spawn_blocking(move || n.serve_requests())
+                    .await
+                    .is_err()
+                {
+                    tracing::error!("the request server panicked");
+                }
+            }
+        })
+    });
     let served = tonic::transport::Server::builder()
         .add_service(IdentityServer::new(IdentityService::new(backend.clone())))
         .add_service(ControllerServer::new(ControllerService::new(backend)))
         .add_optional_service(node.map(|n| NodeServer::new(NodeService::new(n))))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await;
+    if let Some(r) = requests {
+        r.abort();
+    }
     served?;
     Ok(())
 }

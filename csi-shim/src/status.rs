@@ -15,6 +15,7 @@ pub fn from_volume(e: VolumeError) -> Status {
         VolumeError::OutOfRange(m) => Status::out_of_range(m),
         VolumeError::NoSpace(m) => Status::resource_exhausted(m),
         VolumeError::Refused(m) => Status::failed_precondition(m),
+        VolumeError::Pending(m) => Status::unavailable(m),
         VolumeError::Lvmeta(e) => from_lvmeta(e),
     }
 }

@@ -40,6 +40,8 @@ pub struct Session {
     scratch: Mutex<(String, Vec<u8>)>,
     /// Change shared VGs without leases (lvm2's `--nolocking`).
     nolocking: bool,
+    /// Thin pools active through this session in VGs without leases.
+    local_pools: activate::LocalPools,
 }
 
 impl Session {
@@ -53,6 +55,7 @@ impl Session {
             host: None,
             nolocking: false,
             scratch: Mutex::new((String::new(), Vec::new())),
+            local_pools: activate::LocalPools::default(),
         }
     }
 
@@ -310,21 +313,37 @@ impl Session {
             None => None,
         };
         drop(locks);
+        // Without leases, this session's count of the pool stands in for its lease.
+        let local = match (&lease, &placement.layout) {
+            (None, Layout::Thin { pool, .. } | Layout::Pool(pool)) => {
+                Some(self.local_pools.hold(vg, &pool.name))
+            }
+            _ => None,
+        };
         // The activation owns the lease from here: a backend failure releases it.
         let mut held = Activation::new(placement, PathBuf::new(), lease);
+        if let Some(h) = local {
+            held = held.with_local_hold(h);
+        }
         held.device = backend.activate(&held.placement, read_only)?;
-        // The kernel pool took the queued messages: clear the queue, or the next change
-        // would join messages already sent without a new transaction id.
-        if let Layout::Thin { pool, .. } | Layout::Pool(pool) = &held.placement.layout {
+        self.clear_delivered(&held.placement, "lvchange -ay")?;
+        Ok(held)
+    }
+
+    /// After the backend brought `p`'s kernel pool to the metadata's transaction id: clears
+    /// the pool's queue, or the next change would join messages already sent without a new
+    /// transaction id (lvm2's `update_pool_lv`). The caller holds the pool's lease.
+    fn clear_delivered(&self, p: &Placement, verb: &str) -> Result<(), Error> {
+        if let Layout::Thin { pool, .. } | Layout::Pool(pool) = &p.layout {
             if !pool.messages.is_empty() {
-                let (name, tid) = (pool.name.clone(), pool.transaction_id);
-                self.update_owning(vg, "lvchange -ay", &[&name], |v| {
-                    edit::thin::delivered(v, &name, tid)
+                let (name, tid) = (pool.name.as_str(), pool.transaction_id);
+                self.update_holding(&p.vg, verb, &[name], |v| {
+                    edit::thin::delivered(v, name, tid)
                 })?;
-                tracing::info!(vg, pool = %name, transaction_id = tid, "cleared the delivered thin pool messages");
+                tracing::info!(vg = %p.vg, pool = name, transaction_id = tid, "cleared the delivered thin pool messages");
             }
         }
-        Ok(held)
+        Ok(())
     }
 
     /// Copies the bytes of linear LV `src` of `vg` into the start of linear LV `dst` (at
@@ -434,10 +453,17 @@ impl Session {
         Ok(backend.active(&self.placement(vg, lv)?)?)
     }
 
-    /// Tells an active LV's device that the LV has grown (after `lvextend`).
+    /// Brings an active LV's device up to the metadata (`lvchange --refresh`): its size after
+    /// `lvextend`; for a thin LV also its pool's size and the pool's queued messages, which
+    /// are then cleared. The caller holds the LV's lease (a thin LV's: its pool's).
     pub fn refresh(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Placement, Error> {
         let placement = self.placement(vg, lv)?;
+        // Not active here: nothing to bring up to date, and no queue delivered to clear.
+        if backend.active(&placement)?.is_none() {
+            return Ok(placement);
+        }
         backend.refresh(&placement)?;
+        self.clear_delivered(&placement, "lvchange --refresh")?;
         Ok(placement)
     }
 
@@ -729,12 +755,12 @@ impl Session {
         verb: &str,
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
     ) -> Result<R::Value, Error> {
-        self.update_owning(vg, verb, &[], edit)
+        self.update_holding(vg, verb, &[], edit)
     }
 
-    /// [`Session::update`] by the holder of the leases of the thin pools named in `owned`,
-    /// whose changes then need no lease of their own.
-    fn update_owning<R: Edited>(
+    /// [`Session::update`] by the holder of the leases of the thin pools named in `owned`
+    /// (the host where they are active), whose changes then need no lease of their own.
+    pub fn update_holding<R: Edited>(
         &self,
         vg: &str,
         verb: &str,
@@ -794,6 +820,10 @@ impl Session {
         let sv = writable(&scan, vg)?;
         let pvs: Vec<ScannedPv> = members(&scan, sv)?.into_iter().cloned().collect();
         let before = lease::LeaseRef::of(&sv.vg);
+        let local_before = match lease {
+            None => self.local_pool_states(&sv.vg),
+            Some(_) => Vec::new(),
+        };
         let owned: Vec<Uuid> = owned
             .iter()
             .filter_map(|n| sv.vg.lv(n).map(|l| l.id))
@@ -809,7 +839,10 @@ impl Session {
         // in use; held until the commit is done (or failed).
         let removed = match lease {
             Some((h, _, at, _)) => h.lock_changed_lvs(&before, &out, at, &owned)?,
-            None => Vec::new(),
+            None => {
+                self.check_local_pools(&local_before, &out, &owned)?;
+                Vec::new()
+            }
         };
         let all: Vec<&ScannedPv> = pvs.iter().collect();
         let committed = lease
@@ -843,6 +876,38 @@ impl Session {
         });
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan);
         Ok((seqno, value))
+    }
+
+    /// The thin pools of `vg` active through this session (in a VG without leases), with
+    /// their id, transaction id and queue.
+    fn local_pool_states(&self, vg: &Vg) -> Vec<(Uuid, String, lease::PoolState)> {
+        vg.lvs
+            .iter()
+            .filter(|l| self.local_pools.held(&vg.name, &l.name))
+            .filter_map(|l| Some((l.id, l.name.clone(), lease::pool_state(l)?)))
+            .collect()
+    }
+
+    /// In a VG without leases: refuses a change to a pool active through this session
+    /// (other than by its holder, `owned`), as [`lease::Host::lock_changed_lvs`] does with
+    /// leases.
+    fn check_local_pools(
+        &self,
+        before: &[(Uuid, String, lease::PoolState)],
+        out: &Vg,
+        owned: &[Uuid],
+    ) -> Result<(), Error> {
+        for (id, name, state) in before {
+            let now = out.lvs.iter().find(|l| l.id == *id);
+            let same = now.and_then(lease::pool_state).as_ref() == Some(state);
+            if !same && !owned.contains(id) {
+                return Err(lease::LeaseError::InUse {
+                    lv: format!("{}/{name}", out.name),
+                }
+                .into());
+            }
+        }
+        Ok(())
     }
 
     /// Before the commit that adds them: zeroes the metadata LV of every thin pool of `out`

@@ -27,6 +27,7 @@ fn corpora_replay() {
     assert!(replay("device", fuzzing::device) >= 1);
     assert!(replay("history", fuzzing::history) >= 1);
     assert!(replay("lease", fuzzing::lease) >= 3);
+    assert!(replay("words", fuzzing::words) >= 6);
 }
 
 #[test]
@@ -39,6 +40,7 @@ fn seeds_truncated_and_flipped_never_panic() {
         ("device", fuzzing::device),
         ("history", fuzzing::history),
         ("lease", fuzzing::lease),
+        ("words", fuzzing::words),
     ] {
         for e in std::fs::read_dir(dir.join(target)).expect("corpus dir") {
             let seed = std::fs::read(e.expect("entry").path()).expect("seed");

@@ -782,3 +782,66 @@ fn thin_activation_delivers_the_queue_by_lvm2s_transaction_rule() {
     assert!(err.to_string().contains("transaction id 7"), "{err}");
     assert!(!busy());
 }
+
+#[test]
+fn a_pool_held_by_a_node_is_changed_through_a_request() {
+    use lvmeta::volume::{Mode, Request, SizeRange, Volumes};
+    let (s, _fake, _host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    let vols = Volumes::new(&s, "vg");
+    let size = SizeRange {
+        required: 8 << 20,
+        limit: 0,
+    };
+    vols.create("src", Mode::Thin, size).expect("thin volume");
+    let backend = lvmeta::activate::FakeBackend::with_thin();
+    let act = s
+        .activate("vg", "src", false, false, &backend)
+        .expect("staged");
+    let r = Request::Snapshot {
+        name: "snap".into(),
+        source: "src".into(),
+    };
+    // Nobody serves: the request stays posted and the caller is told to retry.
+    let err = vols
+        .through_holder(&r, Duration::from_millis(200), |v| {
+            v.snapshot("snap", "src")
+        })
+        .expect_err("nobody serves");
+    assert!(
+        matches!(err, lvmeta::volume::VolumeError::Pending(_)),
+        "{err}"
+    );
+    assert_eq!(
+        vols.requests("src-pool").expect("requests"),
+        std::slice::from_ref(&r)
+    );
+    // The node serves it (as the pool's holder) while the controller waits.
+    let snap = std::thread::scope(|scope| {
+        let node = scope.spawn(|| loop {
+            let pending = vols.requests("src-pool").expect("requests");
+            if let Some(r) = pending.first() {
+                let holder = Volumes::new(&s, "vg").holding(vec!["src-pool".into()]);
+                holder.serve(r).expect("serve");
+                s.refresh("vg", "src", &backend).expect("deliver");
+                holder.finish("src-pool", r).expect("finish");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        });
+        let snap = vols.through_holder(&r, Duration::from_secs(10), |v| v.snapshot("snap", "src"));
+        node.join().expect("node");
+        snap
+    })
+    .expect("snapshot through the node");
+    assert_eq!(snap.source, "src");
+    let uuid = lvmeta::activate::place(&s.vg("vg").expect("vg"), "src-pool", &places().paths)
+        .expect("place")
+        .dm_uuid;
+    let received = backend.pool(&uuid, |_| {}).expect("pool").received;
+    assert_eq!(received[2..], ["create_snap 2 1", "set_transaction_id 1 2"]);
+    assert_eq!(queue(&s, "src-pool"), (2, 0));
+    assert!(vols.requests("src-pool").expect("requests").is_empty());
+    act.deactivate(&backend).expect("deactivate");
+    drop(act);
+}

@@ -47,6 +47,24 @@ pub async fn driver() -> Driver {
 
 /// A driver serving VG `vg` on a LUN of `bytes` (memory is only used where written).
 pub async fn driver_of(bytes: u64) -> Driver {
+    let (backend, dev) = backend_of(bytes);
+    serve(backend, dev).await
+}
+
+/// A driver whose node activates thin volumes too, over simulated kernel thin pools
+/// ([`FakeBackend::with_thin`]), and whose controller waits at most `wait` for the node.
+pub async fn driver_thin(wait: std::time::Duration) -> Driver {
+    let (backend, dev) = backend_of(200 << 20);
+    serve_with(
+        backend.with_holder_wait(wait),
+        dev,
+        Arc::new(FakeBackend::with_thin()),
+    )
+    .await
+}
+
+/// The backend over a new LUN of `bytes` holding VG `vg`, and the LUN.
+fn backend_of(bytes: u64) -> (Backend, Arc<MemDevice>) {
     let dev = Arc::new(MemDevice::new("lun", bytes, 512));
     let session = Session::new(vec![Box::new(dev.clone()) as Box<dyn BlockDevice>]);
     session
@@ -59,10 +77,19 @@ pub async fn driver_of(bytes: u64) -> Driver {
         shared: None,
     };
     session.vgcreate(&spec, &["lun"]).expect("vgcreate");
-    serve(Backend::new(session, vec!["vg".into()]), dev).await
+    (Backend::new(session, vec!["vg".into()]), dev)
 }
 
 pub async fn serve(backend: Backend, lun: Arc<MemDevice>) -> Driver {
+    serve_with(backend, lun, Arc::new(FakeBackend::default())).await
+}
+
+/// Serves `backend` with `activation` as the node's backend.
+pub async fn serve_with(
+    backend: Backend,
+    lun: Arc<MemDevice>,
+    activation: Arc<FakeBackend>,
+) -> Driver {
     let dir = tempfile::tempdir().expect("temp dir");
     let socket = dir.path().join("csi.sock");
     // A stale socket from an earlier run is replaced.
@@ -70,7 +97,6 @@ pub async fn serve(backend: Backend, lun: Arc<MemDevice>) -> Driver {
     let listener = csi_shim::server::listen(&socket).expect("listen");
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let kubelet = dir.path().join("kubelet");
-    let activation = Arc::new(FakeBackend::default());
     let system = Arc::new(Fake::new(64 << 20));
     let backend = Arc::new(backend);
     let node = Arc::new(Node::new(

@@ -311,18 +311,101 @@ impl DmBackend {
             table: vec![pool_table(pool, meta, data)],
             read_only: false,
         })?;
-        let status = self.pool_status(&tpool_name)?;
+        self.deliver(pool, &tpool_name)?;
+        self.ensure(&Dev {
+            name: dm_name(&pool.metadata.vg, &pool.name),
+            uuid: pool.dm_uuid.clone(),
+            table: vec![over(pool.bytes, tpool)],
+            read_only: true,
+        })?;
+        Ok(tpool)
+    }
+
+    /// Sends the kernel pool `tpool_name` the messages lvm2's rule asks for, each thin LV
+    /// active here that is the origin of a new snapshot suspended around them (the kernel
+    /// needs it quiet for a consistent snapshot), and checks the transaction id after.
+    fn deliver(&self, pool: &PoolPlan, tpool_name: &str) -> Result<(), ActivateError> {
+        let status = self.pool_status(tpool_name)?;
         let messages = deliveries(pool, status.transaction_id)?;
-        if !messages.is_empty() && (status.read_only || status.needs_check) {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        if status.read_only || status.needs_check {
             return Err(ActivateError::Io {
-                device: tpool_name,
+                device: tpool_name.into(),
                 why: "cannot send the queued messages: the pool's metadata is read-only or \
                       needs thin_check first"
                     .into(),
             });
         }
-        let n = DmName::new(&tpool_name).map_err(|e| dm_err("device name", e))?;
+        let vg = &pool.metadata.vg;
+        let mut suspended = Vec::new();
+        let mut result = Ok(());
         for m in &messages {
+            if let PoolMessage::CreateSnap { origin, .. } = m {
+                let name = pool
+                    .thin_lvs
+                    .iter()
+                    .find(|(id, _)| id == origin)
+                    .map(|(_, lv)| dm_name(vg, lv));
+                if let Some(name) = name.filter(|n| !suspended.contains(n)) {
+                    if self.find(&name)?.is_some() {
+                        result = self.set_suspended(&name, true);
+                        if result.is_err() {
+                            break;
+                        }
+                        suspended.push(name);
+                    }
+                }
+            }
+        }
+        if result.is_ok() {
+            result = self.send(tpool_name, &messages);
+        }
+        for name in &suspended {
+            if let Err(e) = self.set_suspended(name, false) {
+                tracing::error!(device = %name, error = %e, "could not resume a snapshot origin");
+                result = result.and(Err(e));
+            }
+        }
+        result?;
+        let now = self.pool_status(tpool_name)?.transaction_id;
+        if now != pool.transaction_id {
+            return Err(ActivateError::Io {
+                device: tpool_name.into(),
+                why: format!(
+                    "transaction id is {now} after the messages, expected {}",
+                    pool.transaction_id
+                ),
+            });
+        }
+        tracing::info!(pool = %tpool_name, messages = messages.len(), transaction_id = now, "delivered the queued thin pool messages");
+        Ok(())
+    }
+
+    /// Suspends (flushing what is in flight) or resumes device `name`.
+    fn set_suspended(&self, name: &str, suspend: bool) -> Result<(), ActivateError> {
+        let n = DmName::new(name).map_err(|e| dm_err("device name", e))?;
+        let flags = if suspend {
+            DmFlags::DM_SUSPEND
+        } else {
+            DmFlags::empty()
+        };
+        self.dm
+            .device_suspend(&DevId::Name(n), DmOptions::default().set_flags(flags))
+            .map_err(|e| {
+                dm_err(
+                    &format!("{} {name}", if suspend { "suspend" } else { "resume" }),
+                    e,
+                )
+            })?;
+        Ok(())
+    }
+
+    /// Sends `messages` to pool device `tpool_name`, sector 0, in order.
+    fn send(&self, tpool_name: &str, messages: &[PoolMessage]) -> Result<(), ActivateError> {
+        let n = DmName::new(tpool_name).map_err(|e| dm_err("device name", e))?;
+        for m in messages {
             let sent = self.dm.target_msg(&DevId::Name(n), Some(0), &m.to_string());
             match (sent, m) {
                 (Ok(_), _) => {}
@@ -337,7 +420,7 @@ impl DmBackend {
                     if errno(&e) == Some(libc::EEXIST) =>
                 {
                     return Err(ActivateError::Io {
-                        device: tpool_name,
+                        device: tpool_name.into(),
                         why: format!(
                             "the pool already has thin device {id}: remove it from the pool \
                              metadata by hand (thin_dump/thin_restore) before this volume \
@@ -348,26 +431,7 @@ impl DmBackend {
                 (Err(e), _) => return Err(dm_err(&format!("{tpool_name}: message {m}"), e)),
             }
         }
-        if !messages.is_empty() {
-            let now = self.pool_status(&tpool_name)?.transaction_id;
-            if now != pool.transaction_id {
-                return Err(ActivateError::Io {
-                    device: tpool_name,
-                    why: format!(
-                        "transaction id is {now} after the messages, expected {}",
-                        pool.transaction_id
-                    ),
-                });
-            }
-            tracing::info!(pool = %tpool_name, messages = messages.len(), transaction_id = now, "delivered the queued thin pool messages");
-        }
-        self.ensure(&Dev {
-            name: dm_name(&pool.metadata.vg, &pool.name),
-            uuid: pool.dm_uuid.clone(),
-            table: vec![over(pool.bytes, tpool)],
-            read_only: true,
-        })?;
-        Ok(tpool)
+        Ok(())
     }
 
     /// Takes pool `pool` down when no thin LV uses its tpool any more (the read-only pool
@@ -483,11 +547,16 @@ impl Backend for DmBackend {
         match &p.layout {
             Layout::Linear(_) => self.reload(&name, &Self::linear_dev(p)?.table),
             Layout::Thin { pool, device_id } => {
-                // Bottom up: the data LV, the pool over it, the pool device, the thin LV.
+                // Bottom up: the data LV, the pool over it, the pool device, the queued
+                // messages, the thin LV.
                 let tpool = self.refresh_pool(pool)?;
+                self.deliver(pool, &Self::tpool_name(pool))?;
                 self.reload(&name, &[thin_table(p.bytes, tpool, *device_id)])
             }
-            Layout::Pool(pool) => self.refresh_pool(pool).map(|_| ()),
+            Layout::Pool(pool) => {
+                self.refresh_pool(pool)?;
+                self.deliver(pool, &Self::tpool_name(pool))
+            }
             Layout::Other(t) => Err(Self::unsupported(p, t)),
         }
     }
@@ -585,6 +654,7 @@ mod tests {
             error_if_no_space,
             transaction_id: 1,
             messages: vec![],
+            thin_lvs: vec![],
         }
     }
 

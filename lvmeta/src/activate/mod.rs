@@ -81,7 +81,8 @@ pub trait Backend: Send + Sync {
     fn activate(&self, p: &Placement, read_only: bool) -> Result<PathBuf, ActivateError>;
     /// Removes `p`'s device; nothing to do when it is not active.
     fn deactivate(&self, p: &Placement) -> Result<(), ActivateError>;
-    /// Tells the device that `p` has grown (the LV was extended in place).
+    /// Brings `p`'s active device up to the metadata: its new size (the LV was extended in
+    /// place) and, for a thin LV or pool, the pool's size and its queued messages.
     fn refresh(&self, p: &Placement) -> Result<(), ActivateError>;
 }
 
@@ -232,13 +233,64 @@ impl Backend for FakeBackend {
         Ok(())
     }
     fn refresh(&self, p: &Placement) -> Result<(), ActivateError> {
+        if self.state(&p.vg, &p.lv).is_none() {
+            return Ok(());
+        }
+        match &p.layout {
+            Layout::Thin { pool, .. } | Layout::Pool(pool) => self.deliver(p, pool)?,
+            _ if p.single().is_none() => return Err(needs_device_mapper(p)),
+            _ => {}
+        }
         if let Some(e) = self.map().get_mut(&(p.vg.clone(), p.lv.clone())) {
-            if p.single().is_none() && !matches!(p.layout, Layout::Thin { .. }) {
-                return Err(needs_device_mapper(p));
-            }
             e.0 = p.clone();
         }
         Ok(())
+    }
+}
+
+/// The thin pools active through this process in VGs without leases, counted by
+/// activation: what stands in for the pool's lease there (one host, one process), so that a
+/// change to a pool active here is refused as it is elsewhere ([`crate::lease::LeaseError::InUse`]).
+#[derive(Debug, Clone, Default)]
+pub struct LocalPools(std::sync::Arc<Mutex<HashMap<(String, String), usize>>>);
+
+impl LocalPools {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), usize>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts one more activation of pool `vg/pool`, until the returned hold is dropped.
+    pub fn hold(&self, vg: &str, pool: &str) -> LocalHold {
+        let key = (vg.to_owned(), pool.to_owned());
+        *self.map().entry(key.clone()).or_insert(0) += 1;
+        LocalHold {
+            pools: self.clone(),
+            key,
+        }
+    }
+
+    /// Is pool `vg/pool` active through this process?
+    pub fn held(&self, vg: &str, pool: &str) -> bool {
+        self.map().contains_key(&(vg.to_owned(), pool.to_owned()))
+    }
+}
+
+/// One activation's count in [`LocalPools`], given back when dropped.
+#[derive(Debug)]
+pub struct LocalHold {
+    pools: LocalPools,
+    key: (String, String),
+}
+
+impl Drop for LocalHold {
+    fn drop(&mut self) {
+        let mut m = self.pools.map();
+        if let Some(n) = m.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -252,6 +304,8 @@ pub struct Activation {
     /// Lease mode held (`None` outside shared VGs).
     pub mode: Option<crate::lease::Mode>,
     lease: Option<crate::lease::Held>,
+    /// A thin pool held in a VG without leases.
+    local: Option<LocalHold>,
 }
 
 impl std::fmt::Debug for Activation {
@@ -281,7 +335,14 @@ impl Activation {
             device,
             mode,
             lease: lease.map(|(h, r, _)| crate::lease::Held::new(h, r, "LV")),
+            local: None,
         }
+    }
+
+    /// The same activation, also holding its thin pool in a VG without leases.
+    pub fn with_local_hold(mut self, hold: LocalHold) -> Self {
+        self.local = Some(hold);
+        self
     }
 
     /// Removes the device through `backend`; drop the activation afterwards to release the

@@ -40,6 +40,8 @@ pub struct PoolPlan {
     pub transaction_id: u64,
     /// The queued messages, resolved to device ids, in queue order.
     pub messages: Vec<PoolMessage>,
+    /// The pool's thin LVs: device id and LV name.
+    pub thin_lvs: Vec<(u32, String)>,
 }
 
 /// A message for the kernel thin-pool target.
@@ -146,6 +148,14 @@ pub fn plan_pool(vg: &Vg, pool: &str, paths: &[Option<String>]) -> Result<PoolPl
         error_if_no_space: lv.status.iter().any(|s| s == "ERROR_WHEN_FULL"),
         transaction_id: p.transaction_id,
         messages,
+        thin_lvs: vg
+            .lvs
+            .iter()
+            .filter_map(|l| match &l.segments.first()?.kind {
+                SegKind::Thin(t) if t.thin_pool == pool => Some((t.device_id, l.name.clone())),
+                _ => None,
+            })
+            .collect(),
     })
 }
 
@@ -300,6 +310,12 @@ mod tests {
         );
         assert!(!plan.zero_new_blocks && !plan.error_if_no_space);
         assert_eq!(plan.bytes, 8 << 20);
+        let names: Vec<(u32, &str)> = plan
+            .thin_lvs
+            .iter()
+            .map(|(i, n)| (*i, n.as_str()))
+            .collect();
+        assert_eq!(names, [(1, "a"), (2, "s"), (3, "b")]);
         assert_eq!(plan.data.bytes, plan.bytes);
         assert!(plan.dm_uuid.starts_with("LVM-") && plan.dm_uuid.len() == 68);
         // Strings as libdevmapper sends them.

@@ -399,7 +399,7 @@ pub struct LeaseRef {
     /// Its `lock_args`.
     pub lock_args: String,
     /// A thin pool's transaction id and queued messages: what changes when its thin LVs do.
-    pub pool: Option<(u64, Vec<crate::model::ThinMessage>)>,
+    pub pool: Option<PoolState>,
 }
 
 impl LeaseRef {
@@ -419,8 +419,11 @@ impl LeaseRef {
     }
 }
 
-/// A thin pool LV's transaction id and queued messages.
-fn pool_state(lv: &crate::model::Lv) -> Option<(u64, Vec<crate::model::ThinMessage>)> {
+/// A thin pool's transaction id and queued messages.
+pub type PoolState = (u64, Vec<crate::model::ThinMessage>);
+
+/// A thin pool LV's transaction id and queued messages (`None` for other LVs).
+pub fn pool_state(lv: &crate::model::Lv) -> Option<PoolState> {
     match &lv.segments.first()?.kind {
         crate::model::SegKind::ThinPool(p) => Some((p.transaction_id, p.messages.clone())),
         _ => None,

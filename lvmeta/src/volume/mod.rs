@@ -8,6 +8,10 @@
 //! creating a volume that exists with a compatible size returns it, deleting one that is gone
 //! succeeds.
 
+mod request;
+
+pub use request::{Request, REQUEST_TAG};
+
 use crate::edit::{self, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
 use crate::model::{SegKind, Vg};
 use crate::ops::Session;
@@ -165,6 +169,10 @@ pub enum VolumeError {
     /// The state of the volume forbids the change.
     #[error("{0}")]
     Refused(String),
+    /// The change was asked of the node where the volume's pool is active, which has not
+    /// made it (yet): retry.
+    #[error("{0}")]
+    Pending(String),
     /// Reading or writing the VG failed.
     #[error(transparent)]
     Lvmeta(crate::Error),
@@ -198,6 +206,8 @@ impl From<EditError> for VolumeError {
 pub struct Volumes<'s> {
     session: &'s Session,
     vg: String,
+    /// Thin pools whose leases the caller holds (see [`Volumes::holding`]).
+    holding: Vec<String>,
 }
 
 impl<'s> Volumes<'s> {
@@ -206,7 +216,26 @@ impl<'s> Volumes<'s> {
         Self {
             session,
             vg: vg.to_owned(),
+            holding: Vec::new(),
         }
+    }
+
+    /// The same volumes, changed by the holder of the leases of thin pools `pools` (the node
+    /// where they are active, serving a [`Request`]): changes to them need no lease of
+    /// their own.
+    pub fn holding(mut self, pools: Vec<String>) -> Self {
+        self.holding = pools;
+        self
+    }
+
+    /// One commit of `edit` (see [`Session::update`]), as the holder of `self.holding`.
+    fn update<R: crate::ops::Edited>(
+        &self,
+        verb: &str,
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, crate::Error> {
+        let pools: Vec<&str> = self.holding.iter().map(String::as_str).collect();
+        self.session.update_holding(&self.vg, verb, &pools, edit)
     }
 
     /// The VG as last read or written.
@@ -290,58 +319,57 @@ impl<'s> Volumes<'s> {
         let tags = vec![format!("{MODE_TAG}{}", mode.as_str())];
         let stamp = Stamp::now();
         let verb = "lvcreate";
-        self.session
-            .update(&self.vg, verb, |vg| {
-                // Another writer may have made it since the check above (the lease is held now).
-                if let Some(v) = existing(&vg, name, mode, size)? {
-                    return Ok((vg, v));
+        self.update(verb, |vg| {
+            // Another writer may have made it since the check above (the lease is held now).
+            if let Some(v) = existing(&vg, name, mode, size)? {
+                return Ok((vg, v));
+            }
+            let vg = match (mode, content) {
+                (_, Content::Snapshot(src) | Content::Volume(src)) => {
+                    let source_ok = match content {
+                        Content::Snapshot(_) => snapshot_of(&vg, src).is_some(),
+                        _ => volume_of(&vg, src).is_some_and(|v| v.mode == Mode::Thin),
+                    };
+                    if !source_ok {
+                        return Err(EditError::NoLv {
+                            vg: vg.name.clone(),
+                            lv: src.to_owned(),
+                        });
+                    }
+                    thin_copy(vg, name, src, size, tags, stamp)?
                 }
-                let vg = match (mode, content) {
-                    (_, Content::Snapshot(src) | Content::Volume(src)) => {
-                        let source_ok = match content {
-                            Content::Snapshot(_) => snapshot_of(&vg, src).is_some(),
-                            _ => volume_of(&vg, src).is_some_and(|v| v.mode == Mode::Thin),
-                        };
-                        if !source_ok {
-                            return Err(EditError::NoLv {
-                                vg: vg.name.clone(),
-                                lv: src.to_owned(),
-                            });
-                        }
-                        thin_copy(vg, name, src, size, tags, stamp)?
-                    }
-                    (Mode::Linear, Content::Empty) => {
-                        let mut spec = LvSpec::linear(name, extents, stamp);
-                        spec.tags = tags;
-                        edit::lv::create(vg, &spec)?.0
-                    }
-                    (Mode::Thin, Content::Empty) => {
-                        let pool = PoolSpec {
-                            data: LvSpec::linear(&Volume::pool_name(name), extents, stamp.clone()),
-                            chunk_size: None,
-                            metadata_extents: None,
-                            discards: "passdown".into(),
-                            zero: true,
-                        };
-                        let (vg, pool_name) = edit::thin::create_pool(vg, &pool)?;
-                        let thin = ThinSpec {
-                            name: Some(name.to_owned()),
-                            pool: pool_name,
-                            extents,
-                            origin: None,
-                            tags,
-                            activation_skip: Some(false),
-                            stamp,
-                        };
-                        edit::thin::create_thin(vg, &thin)?.0
-                    }
-                };
-                let v = volume_of(&vg, name).ok_or_else(|| {
-                    edit::refused(name, "the new LV is not a volume (internal error)")
-                })?;
-                Ok((vg, v))
-            })
-            .map_err(VolumeError::from)
+                (Mode::Linear, Content::Empty) => {
+                    let mut spec = LvSpec::linear(name, extents, stamp);
+                    spec.tags = tags;
+                    edit::lv::create(vg, &spec)?.0
+                }
+                (Mode::Thin, Content::Empty) => {
+                    let pool = PoolSpec {
+                        data: LvSpec::linear(&Volume::pool_name(name), extents, stamp.clone()),
+                        chunk_size: None,
+                        metadata_extents: None,
+                        discards: "passdown".into(),
+                        zero: true,
+                    };
+                    let (vg, pool_name) = edit::thin::create_pool(vg, &pool)?;
+                    let thin = ThinSpec {
+                        name: Some(name.to_owned()),
+                        pool: pool_name,
+                        extents,
+                        origin: None,
+                        tags,
+                        activation_skip: Some(false),
+                        stamp,
+                    };
+                    edit::thin::create_thin(vg, &thin)?.0
+                }
+            };
+            let v = volume_of(&vg, name).ok_or_else(|| {
+                edit::refused(name, "the new LV is not a volume (internal error)")
+            })?;
+            Ok((vg, v))
+        })
+        .map_err(VolumeError::from)
     }
 
     /// A linear clone: the new linear volume `name` is made tagged [`CLONE_PENDING_TAG`],
@@ -417,15 +445,14 @@ impl<'s> Volumes<'s> {
             del_tags: vec![pending.clone()],
             ..Default::default()
         };
-        self.session
-            .update(&self.vg, "lvchange", |vg| {
-                if clone_source(&vg, name) == Some(src) {
-                    edit::lv::change(vg, name, &done)
-                } else {
-                    Ok(vg)
-                }
-            })
-            .map_err(VolumeError::from)?;
+        self.update("lvchange", |vg| {
+            if clone_source(&vg, name) == Some(src) {
+                edit::lv::change(vg, name, &done)
+            } else {
+                Ok(vg)
+            }
+        })
+        .map_err(VolumeError::from)?;
         tracing::info!(vg = %self.vg, name, src, "linear clone made");
         Ok(v)
     }
@@ -453,44 +480,43 @@ impl<'s> Volumes<'s> {
         crate::names::check_new_lv_name(&self.vg, name)
             .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         let stamp = Stamp::now();
-        self.session
-            .update(&self.vg, "lvcreate", |vg| {
-                if let Some(s) = snapshot_of(&vg, name) {
-                    if s.source == source {
-                        return Ok((vg, s));
-                    }
-                    return Err(EditError::Exists {
-                        what: "Snapshot (of another volume)",
-                        name: format!("{name} (of {})", s.source),
-                        vg: vg.name.clone(),
-                    });
+        self.update("lvcreate", |vg| {
+            if let Some(s) = snapshot_of(&vg, name) {
+                if s.source == source {
+                    return Ok((vg, s));
                 }
-                if vg.lv(name).is_some() {
-                    return Err(EditError::Exists {
-                        what: "Logical Volume (not a snapshot)",
-                        name: name.to_owned(),
-                        vg: vg.name.clone(),
-                    });
-                }
-                let v = volume_of(&vg, source).ok_or_else(|| EditError::NoLv {
+                return Err(EditError::Exists {
+                    what: "Snapshot (of another volume)",
+                    name: format!("{name} (of {})", s.source),
                     vg: vg.name.clone(),
-                    lv: source.to_owned(),
-                })?;
-                if v.mode != Mode::Thin {
-                    return Err(edit::refused(
-                        source,
-                        "snapshots are taken of thin volumes only (mode thin)",
-                    ));
-                }
-                let more = vg.lv(source).map_or(0, |l| l.extents());
-                let tags = vec![format!("{SNAPSHOT_TAG}{source}")];
-                let vg = snapshot_in_pool(vg, name, source, more, tags, true, stamp)?;
-                let s = snapshot_of(&vg, name).ok_or_else(|| {
-                    edit::refused(name, "the new LV is not a snapshot (internal error)")
-                })?;
-                Ok((vg, s))
-            })
-            .map_err(VolumeError::from)
+                });
+            }
+            if vg.lv(name).is_some() {
+                return Err(EditError::Exists {
+                    what: "Logical Volume (not a snapshot)",
+                    name: name.to_owned(),
+                    vg: vg.name.clone(),
+                });
+            }
+            let v = volume_of(&vg, source).ok_or_else(|| EditError::NoLv {
+                vg: vg.name.clone(),
+                lv: source.to_owned(),
+            })?;
+            if v.mode != Mode::Thin {
+                return Err(edit::refused(
+                    source,
+                    "snapshots are taken of thin volumes only (mode thin)",
+                ));
+            }
+            let more = vg.lv(source).map_or(0, |l| l.extents());
+            let tags = vec![format!("{SNAPSHOT_TAG}{source}")];
+            let vg = snapshot_in_pool(vg, name, source, more, tags, true, stamp)?;
+            let s = snapshot_of(&vg, name).ok_or_else(|| {
+                edit::refused(name, "the new LV is not a snapshot (internal error)")
+            })?;
+            Ok((vg, s))
+        })
+        .map_err(VolumeError::from)
     }
 
     /// Removes snapshot `name` (and its pool when nothing else is left in it). Returns false
@@ -499,12 +525,11 @@ impl<'s> Volumes<'s> {
         if snapshot_of(&self.vg()?, name).is_none() {
             return Ok(false);
         }
-        self.session
-            .update(&self.vg, "lvremove", |vg| match snapshot_of(&vg, name) {
-                None => Ok((vg, false)),
-                Some(_) => Ok((remove_thin(vg, name)?, true)),
-            })
-            .map_err(VolumeError::from)
+        self.update("lvremove", |vg| match snapshot_of(&vg, name) {
+            None => Ok((vg, false)),
+            Some(_) => Ok((remove_thin(vg, name)?, true)),
+        })
+        .map_err(VolumeError::from)
     }
 
     /// Removes `name` (a thin volume with its pool and any snapshots in it). Returns false
@@ -514,18 +539,17 @@ impl<'s> Volumes<'s> {
         if volume_of(&vg, name).is_none() {
             return Ok(false);
         }
-        self.session
-            .update(&self.vg, "lvremove", |vg| match volume_of(&vg, name) {
-                None => Ok((vg, false)),
-                Some(v) => {
-                    let vg = match v.mode {
-                        Mode::Linear => edit::lv::remove(vg, name, false)?,
-                        Mode::Thin => remove_thin(vg, name)?,
-                    };
-                    Ok((vg, true))
-                }
-            })
-            .map_err(VolumeError::from)
+        self.update("lvremove", |vg| match volume_of(&vg, name) {
+            None => Ok((vg, false)),
+            Some(v) => {
+                let vg = match v.mode {
+                    Mode::Linear => edit::lv::remove(vg, name, false)?,
+                    Mode::Thin => remove_thin(vg, name)?,
+                };
+                Ok((vg, true))
+            }
+        })
+        .map_err(VolumeError::from)
     }
 
     /// Grows `name` to at least `size.required` bytes (a thin volume's pool grows with it).
@@ -537,31 +561,30 @@ impl<'s> Volumes<'s> {
         if u64::from(extents) * extent_bytes(&vg) <= v.bytes {
             return Ok(v);
         }
-        self.session
-            .update(&self.vg, "lvextend", |vg| {
-                let v = volume_of(&vg, name).ok_or_else(|| EditError::NoLv {
-                    vg: vg.name.clone(),
-                    lv: name.to_owned(),
-                })?;
-                if u64::from(extents) * extent_bytes(&vg) <= v.bytes {
-                    return Ok((vg, v));
+        self.update("lvextend", |vg| {
+            let v = volume_of(&vg, name).ok_or_else(|| EditError::NoLv {
+                vg: vg.name.clone(),
+                lv: name.to_owned(),
+            })?;
+            if u64::from(extents) * extent_bytes(&vg) <= v.bytes {
+                return Ok((vg, v));
+            }
+            let vg = match v.mode {
+                Mode::Linear => edit::lv::resize(vg, name, extents, None, false)?,
+                Mode::Thin => {
+                    let pool = pool_of(&vg, name).unwrap_or_default();
+                    let more =
+                        u64::from(extents).saturating_sub(vg.lv(name).map_or(0, |l| l.extents()));
+                    let vg = grow_by(vg, &pool, more)?;
+                    edit::lv::resize(vg, name, extents, None, false)?
                 }
-                let vg = match v.mode {
-                    Mode::Linear => edit::lv::resize(vg, name, extents, None, false)?,
-                    Mode::Thin => {
-                        let pool = pool_of(&vg, name).unwrap_or_default();
-                        let more = u64::from(extents)
-                            .saturating_sub(vg.lv(name).map_or(0, |l| l.extents()));
-                        let vg = grow_by(vg, &pool, more)?;
-                        edit::lv::resize(vg, name, extents, None, false)?
-                    }
-                };
-                let v = volume_of(&vg, name).ok_or_else(|| {
-                    edit::refused(name, "the resized LV is not a volume (internal error)")
-                })?;
-                Ok((vg, v))
-            })
-            .map_err(VolumeError::from)
+            };
+            let v = volume_of(&vg, name).ok_or_else(|| {
+                edit::refused(name, "the resized LV is not a volume (internal error)")
+            })?;
+            Ok((vg, v))
+        })
+        .map_err(VolumeError::from)
     }
 }
 

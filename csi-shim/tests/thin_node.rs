@@ -1,0 +1,145 @@
+//! Thin volumes staged on a node whose kernel has dm-thin (simulated: the fake activation
+//! backend with its kernel thin pools): the queued pool messages reach the kernel at
+//! NodeStage; while the volume is staged, snapshots, restores and snapshot deletions are
+//! asked of the node through the LUN and made there, the filesystem frozen around a cut.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use csi_shim::csi::volume_capability::access_mode::Mode as Access;
+use csi_shim::csi::*;
+use lvmeta::dev::BlockDevice;
+use lvmeta::ops::Session;
+
+/// What the metadata on the LUN says: the pool's transaction id, queue length and tags.
+fn pool_state(d: &Driver, pool: &str) -> (u64, usize, Vec<String>, String) {
+    let s = Session::new(vec![Box::new(d.lun.clone()) as Box<dyn BlockDevice>]);
+    let vg = s.vg("vg").expect("vg");
+    let lv = vg.lv(pool).expect("pool");
+    let uuid = lvmeta::activate::place(&vg, pool, &[Some("lun".into())])
+        .expect("place")
+        .dm_uuid;
+    match &lv.segments[0].kind {
+        lvmeta::model::SegKind::ThinPool(p) => {
+            (p.transaction_id, p.messages.len(), lv.tags.clone(), uuid)
+        }
+        k => panic!("not a pool: {k:?}"),
+    }
+}
+
+fn snapshot(name: &str, source: &str) -> CreateSnapshotRequest {
+    CreateSnapshotRequest {
+        name: name.into(),
+        source_volume_id: source.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_staged_thin_volume_is_changed_by_its_node() {
+    let mut d = driver_thin(Duration::from_secs(10)).await;
+    let fs = cap(Access::SingleNodeWriter, false);
+    d.controller
+        .create_volume(create("src", "thin", 8 * MIB, rwo()))
+        .await
+        .expect("thin volume");
+    assert_eq!(pool_state(&d, "src-pool").1, 1, "create_thin queued");
+    // NodeStage brings the pool up: the kernel gets the queue, the metadata drops it.
+    d.node
+        .node_stage_volume(stage(&d, "vg/src", "st/src", fs.clone()))
+        .await
+        .expect("stage thin");
+    let (tid, queued, _, uuid) = pool_state(&d, "src-pool");
+    assert_eq!((tid, queued), (1, 0));
+    let kernel = |d: &Driver| d.activation.pool(&uuid, |_| {}).expect("kernel pool");
+    assert_eq!(
+        kernel(&d).received,
+        ["create_thin 1", "set_transaction_id 0 1"]
+    );
+    // A snapshot while staged: cut by the node, with the filesystem frozen around it.
+    let snap = d
+        .controller
+        .create_snapshot(snapshot("snap1", "vg/src"))
+        .await
+        .expect("snapshot of a staged volume")
+        .into_inner()
+        .snapshot
+        .expect("snapshot");
+    assert!(snap.ready_to_use);
+    let staging = d.kubelet.join("st/src");
+    assert_eq!(
+        d.system.freezes(),
+        [(staging.clone(), true), (staging.clone(), false)]
+    );
+    assert_eq!(
+        kernel(&d).received[2..],
+        ["create_snap 2 1", "set_transaction_id 1 2"]
+    );
+    let (tid, queued, tags, _) = pool_state(&d, "src-pool");
+    assert_eq!((tid, queued), (2, 0));
+    assert!(
+        !tags
+            .iter()
+            .any(|t| t.starts_with(lvmeta::volume::REQUEST_TAG)),
+        "{tags:?}"
+    );
+    // The same call again finds it made (idempotent), and asks nothing more of the node.
+    d.controller
+        .create_snapshot(snapshot("snap1", "vg/src"))
+        .await
+        .expect("again");
+    assert_eq!(kernel(&d).received.len(), 4);
+    // A volume restored from the snapshot goes into the same pool: made by the node too,
+    // with nothing frozen (a snapshot does not change).
+    let mut restore = create("restored", "thin", 8 * MIB, rwo());
+    restore.volume_content_source = Some(VolumeContentSource {
+        r#type: Some(volume_content_source::Type::Snapshot(
+            volume_content_source::SnapshotSource {
+                snapshot_id: "vg/snap1".into(),
+            },
+        )),
+    });
+    d.controller
+        .create_volume(restore)
+        .await
+        .expect("restore while the source is staged");
+    assert_eq!(kernel(&d).received[4], "create_snap 3 2");
+    assert_eq!(d.system.freezes().len(), 2);
+    // Deleting the snapshot while staged: the node deletes the thin device.
+    d.controller
+        .delete_snapshot(DeleteSnapshotRequest {
+            snapshot_id: "vg/snap1".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("delete a snapshot of a staged volume");
+    assert_eq!(kernel(&d).received[6], "delete 2");
+    // Unstaged, the controller changes the pool itself and the queue waits for the next
+    // activation.
+    d.node
+        .node_unstage_volume(NodeUnstageVolumeRequest {
+            volume_id: "vg/src".into(),
+            staging_target_path: staging.display().to_string(),
+        })
+        .await
+        .expect("unstage");
+    d.controller
+        .create_snapshot(snapshot("snap2", "vg/src"))
+        .await
+        .expect("snapshot of an unstaged volume");
+    let before = kernel(&d).received.len();
+    assert_eq!(pool_state(&d, "src-pool").1, 1);
+    d.node
+        .node_stage_volume(stage(&d, "vg/src", "st/src", fs))
+        .await
+        .expect("stage again");
+    let received = kernel(&d).received;
+    assert_eq!(received.len(), before + 2);
+    assert!(received[before].starts_with("create_snap "), "{received:?}");
+    assert_eq!(pool_state(&d, "src-pool").1, 0);
+    if let Some(stop) = d.stop.take() {
+        let _ = stop.send(());
+    }
+}

@@ -1,0 +1,273 @@
+//! Changes to a thin pool that is active on a node, asked of that node through the LUN.
+//!
+//! A thin pool active on a host is that host's to change: the kernel owns its metadata, and
+//! a snapshot must be cut there, with the origin quiet (lvmlockd gives `lvcreate -s` the
+//! pool's lease for the same reason). A controller that finds the pool's lease held posts a
+//! [`Request`] as a tag on the pool LV (`lvmeta.csi/request=<op>:<args>`), which changes no
+//! pool state and so needs no pool lease; the node, which polls the pools of the volumes it
+//! has staged, freezes the filesystem being read, makes the same change holding the pool
+//! ([`Volumes::holding`]), delivers it to its kernel pool (`Session::refresh`), thaws, and
+//! removes the tag. The controller waits for the tag to go, then makes the same call again,
+//! which now finds the work done.
+
+use std::time::{Duration, Instant};
+
+use super::{Content, Mode, SizeRange, VolumeError, Volumes};
+use crate::edit::EditError;
+use crate::lease::LeaseError;
+
+/// The tag prefix of a request on a pool LV.
+pub const REQUEST_TAG: &str = "lvmeta.csi/request=";
+
+/// How often a waiting controller looks for the request to be done.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A change to a thin pool, for the host where the pool is active.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// [`Volumes::snapshot`]: snapshot `name` of thin volume `source`.
+    Snapshot {
+        /// The snapshot.
+        name: String,
+        /// The volume.
+        source: String,
+    },
+    /// [`Volumes::delete_snapshot`].
+    DeleteSnapshot {
+        /// The snapshot.
+        name: String,
+    },
+    /// [`Volumes::create_from`] of a thin volume from a snapshot or thin volume `source`.
+    Copy {
+        /// The new volume.
+        name: String,
+        /// Its source.
+        source: String,
+        /// The source is a snapshot (else a volume, read as it is now).
+        from_snapshot: bool,
+        /// The size asked for.
+        size: SizeRange,
+    },
+}
+
+impl Request {
+    /// The tag that asks for it. LV names have no `:`, so the fields split back.
+    pub fn tag(&self) -> String {
+        let body = match self {
+            Self::Snapshot { name, source } => format!("snapshot:{name}:{source}"),
+            Self::DeleteSnapshot { name } => format!("delete-snapshot:{name}"),
+            Self::Copy {
+                name,
+                source,
+                from_snapshot,
+                size,
+            } => format!(
+                "copy:{name}:{source}:{}:{}:{}",
+                if *from_snapshot { "snapshot" } else { "volume" },
+                size.required,
+                size.limit
+            ),
+        };
+        format!("{REQUEST_TAG}{body}")
+    }
+
+    /// The request a tag asks for; `None` for any other tag, or a malformed one.
+    pub fn parse(tag: &str) -> Option<Self> {
+        let body = tag.strip_prefix(REQUEST_TAG)?;
+        let f: Vec<&str> = body.split(':').collect();
+        let name = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        match f.as_slice() {
+            ["snapshot", n, s] => Some(Self::Snapshot {
+                name: name(n)?,
+                source: name(s)?,
+            }),
+            ["delete-snapshot", n] => Some(Self::DeleteSnapshot { name: name(n)? }),
+            ["copy", n, s, kind, required, limit] => Some(Self::Copy {
+                name: name(n)?,
+                source: name(s)?,
+                from_snapshot: match *kind {
+                    "snapshot" => true,
+                    "volume" => false,
+                    _ => return None,
+                },
+                size: SizeRange {
+                    required: required.parse().ok()?,
+                    limit: limit.parse().ok()?,
+                },
+            }),
+            _ => None,
+        }
+    }
+
+    /// The thin LV whose pool the request changes.
+    pub fn subject(&self) -> &str {
+        match self {
+            Self::Snapshot { source, .. } | Self::Copy { source, .. } => source,
+            Self::DeleteSnapshot { name } => name,
+        }
+    }
+
+    /// The volume whose data the request takes as they are now (its filesystem is frozen
+    /// around the cut).
+    pub fn reads_volume(&self) -> Option<&str> {
+        match self {
+            Self::Snapshot { source, .. } => Some(source),
+            Self::Copy {
+                source,
+                from_snapshot: false,
+                ..
+            } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl Volumes<'_> {
+    /// The requests posted on pool `pool`, in tag order.
+    pub fn requests(&self, pool: &str) -> Result<Vec<Request>, VolumeError> {
+        let vg = self.vg()?;
+        Ok(vg
+            .lv(pool)
+            .map(|l| l.tags.iter().filter_map(|t| Request::parse(t)).collect())
+            .unwrap_or_default())
+    }
+
+    /// Makes the change `r` asks for (on the node, as the pool's holder).
+    pub fn serve(&self, r: &Request) -> Result<(), VolumeError> {
+        match r {
+            Request::Snapshot { name, source } => self.snapshot(name, source).map(drop),
+            Request::DeleteSnapshot { name } => self.delete_snapshot(name).map(drop),
+            Request::Copy {
+                name,
+                source,
+                from_snapshot,
+                size,
+            } => {
+                let content = if *from_snapshot {
+                    Content::Snapshot(source)
+                } else {
+                    Content::Volume(source)
+                };
+                self.create_from(name, Mode::Thin, *size, content).map(drop)
+            }
+        }
+    }
+
+    /// Removes request `r` from pool `pool` (done, or given up).
+    pub fn finish(&self, pool: &str, r: &Request) -> Result<(), VolumeError> {
+        let tag = r.tag();
+        self.update("lvchange --deltag", |mut vg| {
+            if let Some(l) = vg.lvs.iter_mut().find(|l| l.name == pool) {
+                l.tags.retain(|t| *t != tag);
+            }
+            Ok(vg)
+        })?;
+        Ok(())
+    }
+
+    /// Runs `op` (the call `r` stands for); when `r`'s pool is active on a host (its lease
+    /// held), posts `r` for that host, waits up to `wait` for it to be served, and runs `op`
+    /// again. [`VolumeError::Pending`] when the host does not serve it in time, or drops it.
+    pub fn through_holder<T>(
+        &self,
+        r: &Request,
+        wait: Duration,
+        op: impl Fn(&Self) -> Result<T, VolumeError>,
+    ) -> Result<T, VolumeError> {
+        let pool = match super::pool_of(&self.vg()?, r.subject()) {
+            Some(p) => p,
+            None => return op(self),
+        };
+        let in_use = |e: &VolumeError| {
+            matches!(e, VolumeError::Lvmeta(crate::Error::Lease(LeaseError::InUse { lv }))
+                if *lv == format!("{}/{pool}", self.vg))
+        };
+        match op(self) {
+            Err(e) if in_use(&e) => {}
+            done => return done,
+        }
+        let tag = r.tag();
+        self.update("lvchange --addtag", |mut vg| {
+            let name = vg.name.clone();
+            let l = vg
+                .lvs
+                .iter_mut()
+                .find(|l| l.name == pool)
+                .ok_or_else(|| EditError::NoLv {
+                    vg: name,
+                    lv: pool.clone(),
+                })?;
+            if !l.tags.contains(&tag) {
+                l.tags.push(tag.clone());
+            }
+            Ok(vg)
+        })?;
+        tracing::info!(vg = %self.vg, pool = %pool, request = %tag, "pool active on a node: request posted");
+        let start = Instant::now();
+        while self.requests(&pool)?.contains(r) {
+            if start.elapsed() >= wait {
+                return Err(VolumeError::Pending(format!(
+                    "thin pool {}/{pool} is active on a node, which has not served the \
+                     request {tag:?} within {} s (it stays posted; retry)",
+                    self.vg,
+                    wait.as_secs()
+                )));
+            }
+            std::thread::sleep(POLL);
+        }
+        match op(self) {
+            Err(e) if in_use(&e) => Err(VolumeError::Pending(format!(
+                "the node where thin pool {}/{pool} is active dropped the request {tag:?} \
+                 (its log says why); retry",
+                self.vg
+            ))),
+            done => done,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_tags_that_read_back() {
+        let all = [
+            Request::Snapshot {
+                name: "snap-1".into(),
+                source: "pvc-a".into(),
+            },
+            Request::DeleteSnapshot {
+                name: "snap-1".into(),
+            },
+            Request::Copy {
+                name: "pvc-b".into(),
+                source: "snap-1".into(),
+                from_snapshot: true,
+                size: SizeRange {
+                    required: 1 << 30,
+                    limit: 0,
+                },
+            },
+        ];
+        for r in &all {
+            let tag = r.tag();
+            crate::names::check_tag(&tag).expect("lvm2 takes it as a tag");
+            assert_eq!(Request::parse(&tag).as_ref(), Some(r), "{tag}");
+        }
+        assert_eq!(all[0].reads_volume(), Some("pvc-a"));
+        assert_eq!(all[1].reads_volume(), None);
+        assert_eq!(all[2].reads_volume(), None);
+        assert_eq!(all[1].subject(), "snap-1");
+        for bad in [
+            "lvmeta.csi/request=snapshot:a",
+            "lvmeta.csi/request=snapshot::b",
+            "lvmeta.csi/request=copy:a:b:disk:1:0",
+            "lvmeta.csi/request=copy:a:b:volume:x:0",
+            "lvmeta.csi/request=format:a",
+            "other=snapshot:a:b",
+        ] {
+            assert_eq!(Request::parse(bad), None, "{bad}");
+        }
+    }
+}
