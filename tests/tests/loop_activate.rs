@@ -53,7 +53,7 @@ fn lvm2_offset(sb: &Sandbox, lv: &str) -> u64 {
 fn loop_activation_maps_lvs_onto_their_extents() {
     if !privileged(
         "loop_activation_maps_lvs_onto_their_extents",
-        &["losetup", "lvs", "mkfs.ext4", "mount", "umount"],
+        &["losetup", "lvs", "mkfs.ext4", "mount", "umount", "fsfreeze"],
     ) {
         return;
     }
@@ -127,6 +127,9 @@ fn loop_activation_maps_lvs_onto_their_extents() {
     assert!(st.success());
     let e = act.deactivate(&backend).expect_err("mounted");
     assert!(e.to_string().contains("in use"), "{e}");
+    // Frozen (as the node freezes a filesystem around a snapshot): a write waits for the
+    // thaw.
+    frozen_writes_wait(mnt.path());
     // Grown while active (and mounted): the device follows on refresh.
     s.update("vg", "lvextend", |v| {
         lvmeta::edit::lv::resize(v, "a", 3, None, false)
@@ -172,4 +175,37 @@ fn loop_activation_maps_lvs_onto_their_extents() {
         .activate("vg", "t", false, false, &backend)
         .expect_err("thin");
     assert!(e.to_string().contains("dm-thin-pool"), "{e}");
+}
+
+/// Freezes the filesystem at `mnt` with the node's [`csi_shim::mount::Real`] and checks that
+/// a write (with fsync) does not finish until it is thawed.
+fn frozen_writes_wait(mnt: &Path) {
+    use csi_shim::mount::{Real, System};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    struct Thaw<'a>(&'a Path);
+    impl Drop for Thaw<'_> {
+        fn drop(&mut self) {
+            let _ = Real.freeze(self.0, false);
+        }
+    }
+    Real.freeze(mnt, true).expect("fsfreeze -f");
+    let thaw = Thaw(mnt);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            std::fs::write(mnt.join("during-freeze"), b"x")
+                .and_then(|()| std::fs::File::open(mnt.join("during-freeze"))?.sync_all())
+                .expect("write");
+            done.store(true, Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(
+            !done.load(Ordering::SeqCst),
+            "a write finished on a frozen filesystem"
+        );
+        Real.freeze(mnt, false).expect("fsfreeze -u");
+        writer.join().expect("writer");
+    });
+    drop(thaw);
+    assert!(done.load(Ordering::SeqCst));
 }

@@ -4,20 +4,21 @@
 //! [`linear_table`]) and loaded with the devicemapper crate through `/dev/mapper/control`.
 //! There is no udev: the device node is made here, as libdevmapper does without udev.
 //!
-//! Linear LVs of any number of pieces are built, and thin LVs and thin pools the way lvm2
+//! Linear LVs of any number of pieces and striped LVs are built, and thin LVs and thin pools the way lvm2
 //! stacks them: `<vg>-<pool>_tmeta` and `<vg>-<pool>_tdata` (linear), `<vg>-<pool>-tpool`
 //! (the `thin-pool` target, uuid suffix `-tpool`), `<vg>-<pool>` (read-only linear over the
 //! tpool) and `<vg>-<thin>` (`thin <tpool> <device id>`). When the pool comes up, the
 //! messages queued in the metadata are sent by lvm2's transaction rule
-//! ([`super::thin::deliveries`]). Striped LVs are refused with
-//! [`ActivateError::Unsupported`] naming the target they need.
+//! ([`super::thin::deliveries`]). Striped LVs get one `striped` target per segment. Other
+//! segment types (raid, cache, ...) are refused with [`ActivateError::Unsupported`] naming
+//! the target they need.
 
 use std::path::{Path, PathBuf};
 
 use devicemapper::{DevId, DmError, DmFlags, DmName, DmOptions, DmUuid, DM};
 
 use super::thin::{deliveries, parse_pool_status, PoolMessage, PoolPlan};
-use super::{ActivateError, Backend, Layout, Piece, Placement};
+use super::{ActivateError, Backend, Layout, Piece, Placement, Stripe};
 
 /// One line of a device-mapper table: start and length in sectors, target, parameters.
 pub type TableLine = (u64, u64, String, String);
@@ -108,6 +109,40 @@ pub fn linear_table(
             "linear".to_owned(),
             format!("{major}:{minor} {}", p.offset / 512),
         ));
+        start += len;
+    }
+    Ok(table)
+}
+
+/// The table of a striped LV laid out as `segments`: per segment a `striped` target
+/// (`<stripes> <stripe size> <dev> <offset>...`, in sectors, as lvm2 writes it), or `linear`
+/// for a one-area segment.
+pub fn striped_table(
+    segments: &[Stripe],
+    mut devnum: impl FnMut(&str) -> Result<(u32, u32), ActivateError>,
+) -> Result<Vec<TableLine>, ActivateError> {
+    let mut start = 0;
+    let mut table = Vec::with_capacity(segments.len());
+    for seg in segments {
+        let len = seg.len / 512;
+        let mut devs = Vec::with_capacity(seg.areas.len());
+        for a in &seg.areas {
+            let (major, minor) = devnum(&a.device)?;
+            devs.push(format!("{major}:{minor} {}", a.offset / 512));
+        }
+        let line = match devs.as_slice() {
+            [one] => ("linear".to_owned(), one.clone()),
+            _ => (
+                "striped".to_owned(),
+                format!(
+                    "{} {} {}",
+                    devs.len(),
+                    seg.stripe_bytes / 512,
+                    devs.join(" ")
+                ),
+            ),
+        };
+        table.push((start, len, line.0, line.1));
         start += len;
     }
     Ok(table)
@@ -262,17 +297,22 @@ impl DmBackend {
         Ok(())
     }
 
-    fn linear_dev(p: &Placement) -> Result<Dev, ActivateError> {
-        let Layout::Linear(pieces) = &p.layout else {
-            return Err(ActivateError::Unsupported {
-                lv: format!("{}/{}", p.vg, p.lv),
-                why: "not linear".into(),
-            });
+    /// The device of a linear or striped LV.
+    fn mapped_dev(p: &Placement) -> Result<Dev, ActivateError> {
+        let table = match &p.layout {
+            Layout::Linear(pieces) => linear_table(pieces, block_devnum)?,
+            Layout::Striped(segments) => striped_table(segments, block_devnum)?,
+            _ => {
+                return Err(ActivateError::Unsupported {
+                    lv: format!("{}/{}", p.vg, p.lv),
+                    why: "neither linear nor striped".into(),
+                })
+            }
         };
         Ok(Dev {
             name: dm_name(&p.vg, &p.lv),
             uuid: p.dm_uuid.clone(),
-            table: linear_table(pieces, block_devnum)?,
+            table,
             read_only: false,
         })
     }
@@ -302,8 +342,8 @@ impl DmBackend {
     /// Brings pool `pool` up (its sub-LVs, the tpool, the read-only pool device), delivers the
     /// messages queued for it, and returns the tpool's device number.
     fn ensure_pool(&self, pool: &PoolPlan) -> Result<(u32, u32), ActivateError> {
-        let meta = self.ensure(&Self::linear_dev(&pool.metadata)?)?;
-        let data = self.ensure(&Self::linear_dev(&pool.data)?)?;
+        let meta = self.ensure(&Self::mapped_dev(&pool.metadata)?)?;
+        let data = self.ensure(&Self::mapped_dev(&pool.data)?)?;
         let tpool_name = Self::tpool_name(pool);
         let tpool = self.ensure(&Dev {
             name: tpool_name.clone(),
@@ -484,8 +524,8 @@ impl Backend for DmBackend {
         }
         let name = dm_name(&p.vg, &p.lv);
         let devnum = match &p.layout {
-            Layout::Linear(_) => {
-                let mut d = Self::linear_dev(p)?;
+            Layout::Linear(_) | Layout::Striped(_) => {
+                let mut d = Self::mapped_dev(p)?;
                 d.read_only = read_only;
                 self.ensure(&d)?
             }
@@ -545,7 +585,9 @@ impl Backend for DmBackend {
             return Ok(());
         }
         match &p.layout {
-            Layout::Linear(_) => self.reload(&name, &Self::linear_dev(p)?.table),
+            Layout::Linear(_) | Layout::Striped(_) => {
+                self.reload(&name, &Self::mapped_dev(p)?.table)
+            }
             Layout::Thin { pool, device_id } => {
                 // Bottom up: the data LV, the pool over it, the pool device, the queued
                 // messages, the thin LV.
@@ -580,7 +622,7 @@ impl DmBackend {
         };
         self.reload(
             &dm_name(vg, &pool.data.lv),
-            &Self::linear_dev(&pool.data)?.table,
+            &Self::mapped_dev(&pool.data)?.table,
         )?;
         self.reload(&tpool_name, &[pool_table(pool, meta, data)])?;
         self.reload(&dm_name(vg, &pool.name), &[over(pool.bytes, tpool)])?;
@@ -660,6 +702,40 @@ mod tests {
 
     fn line(t: &TableLine) -> String {
         format!("{} {} {} {}", t.0, t.1, t.2, t.3)
+    }
+
+    #[test]
+    fn a_striped_table_has_one_target_per_segment() {
+        let area = |device: &str, offset: u64| Piece {
+            device: device.into(),
+            offset,
+            len: 8 << 20,
+        };
+        let segments = [
+            Stripe {
+                len: 16 << 20,
+                stripe_bytes: 64 << 10,
+                areas: vec![area("/dev/sdb", 1 << 20), area("/dev/sdc", 1 << 20)],
+            },
+            Stripe {
+                len: 8 << 20,
+                stripe_bytes: 0,
+                areas: vec![area("/dev/sdb", 9 << 20)],
+            },
+        ];
+        let table = striped_table(&segments, |d| {
+            Ok(if d == "/dev/sdb" { (8, 16) } else { (8, 32) })
+        })
+        .expect("table");
+        let lines: Vec<String> = table.iter().map(line).collect();
+        // As `dmsetup table` prints `lvcreate -i2 -I64k` followed by a linear extension.
+        assert_eq!(
+            lines,
+            [
+                "0 32768 striped 2 128 8:16 2048 8:32 2048",
+                "32768 16384 linear 8:16 18432"
+            ]
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-pub use plan::{place, Layout, Piece, Placement};
+pub use plan::{place, Layout, Piece, Placement, Stripe};
 
 /// Why an LV could not be activated or deactivated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -191,6 +191,10 @@ pub fn needs_device_mapper(p: &Placement) -> ActivateError {
             "{} pieces need device-mapper's linear target (dm-linear), which this kernel lacks",
             pieces.len()
         ),
+        Layout::Striped(_) => {
+            "striped LVs need device-mapper's striped target (dm-stripe), which this kernel lacks"
+                .into()
+        }
         Layout::Thin { .. } | Layout::Pool(_) => {
             "thin LVs need device-mapper's thin-pool target (dm-thin-pool), which this kernel lacks"
                 .into()

@@ -17,11 +17,24 @@ pub struct Piece {
     pub len: u64,
 }
 
+/// One segment of a striped LV.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stripe {
+    /// Length of the segment in bytes (all its areas together).
+    pub len: u64,
+    /// Stripe size in bytes (0 for a one-area segment).
+    pub stripe_bytes: u64,
+    /// One area per stripe, each `len / areas` bytes long.
+    pub areas: Vec<Piece>,
+}
+
 /// How an LV's bytes are laid out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Layout {
     /// Linear: pieces in LV order (adjacent pieces on one device merged).
     Linear(Vec<Piece>),
+    /// Striped: each segment in LV order, one area per stripe (a linear segment has one).
+    Striped(Vec<Stripe>),
     /// A thin LV: device `device_id` of its pool.
     Thin {
         /// The pool, with what its kernel target needs.
@@ -132,44 +145,61 @@ pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, A
         });
     }
     let mut pieces: Vec<Piece> = Vec::new();
+    let mut stripes: Vec<Stripe> = Vec::new();
     let mut other = None;
     for seg in &l.segments {
-        let area = match &seg.kind {
-            SegKind::Striped(st) => match st.areas.as_slice() {
-                [a] => a,
-                _ => {
-                    other = Some("striped".to_owned());
-                    break;
-                }
-            },
+        let (areas, stripe_size) = match &seg.kind {
+            SegKind::Striped(st) if !st.areas.is_empty() => (&st.areas, st.stripe_size),
             k => {
                 other = Some(k.type_name().to_owned());
                 break;
             }
         };
-        let Area::Pv { pv, pe } = area else {
-            other = Some("striped over LVs".to_owned());
-            break;
-        };
-        let missing = || ActivateError::MissingPv {
-            vg: vg.name.clone(),
-            lv: lv.into(),
-            pv: *pv,
-        };
-        let device = paths.get(*pv).cloned().flatten().ok_or_else(missing)?;
-        let pe_start = vg.pvs.get(*pv).ok_or_else(missing)?.pe_start * 512;
-        let piece = Piece {
-            device,
-            offset: pe_start + u64::from(*pe) * ext,
-            len: u64::from(seg.extent_count) * ext,
-        };
-        match pieces.last_mut() {
-            Some(last) if last.device == piece.device && last.offset + last.len == piece.offset => {
-                last.len += piece.len
-            }
-            _ => pieces.push(piece),
+        let n = areas.len() as u64;
+        let area_extents = u64::from(seg.extent_count) / n;
+        let mut placed = Vec::with_capacity(areas.len());
+        for area in areas {
+            let Area::Pv { pv, pe } = area else {
+                other = Some("striped over LVs".to_owned());
+                break;
+            };
+            let missing = || ActivateError::MissingPv {
+                vg: vg.name.clone(),
+                lv: lv.into(),
+                pv: *pv,
+            };
+            let device = paths.get(*pv).cloned().flatten().ok_or_else(missing)?;
+            let pe_start = vg.pvs.get(*pv).ok_or_else(missing)?.pe_start * 512;
+            placed.push(Piece {
+                device,
+                offset: pe_start + u64::from(*pe) * ext,
+                len: area_extents * ext,
+            });
         }
+        if other.is_some() {
+            break;
+        }
+        if let [piece] = placed.as_slice() {
+            match pieces.last_mut() {
+                Some(last)
+                    if last.device == piece.device && last.offset + last.len == piece.offset =>
+                {
+                    last.len += piece.len
+                }
+                _ => pieces.push(piece.clone()),
+            }
+        }
+        stripes.push(Stripe {
+            len: u64::from(seg.extent_count) * ext,
+            stripe_bytes: u64::from(stripe_size.unwrap_or(0)) * 512,
+            areas: placed,
+        });
     }
+    let layout = match other {
+        Some(t) => Layout::Other(t),
+        None if stripes.iter().any(|s| s.areas.len() > 1) => Layout::Striped(stripes),
+        None => Layout::Linear(pieces),
+    };
     let bytes = l
         .segments
         .iter()
@@ -179,7 +209,7 @@ pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, A
         vg: vg.name.clone(),
         lv: lv.into(),
         bytes,
-        layout: other.map_or(Layout::Linear(pieces), Layout::Other),
+        layout,
         dm_uuid,
     })
 }
@@ -243,6 +273,9 @@ mod tests {
             let v = edit::lv::create(v, &LvSpec::linear("b", 1, stamp()))?.0;
             let v = edit::lv::resize(v, "a", 5, None, false)?;
             let v = edit::lv::create(v, &LvSpec::linear("big", 14, stamp()))?.0;
+            let mut st = LvSpec::linear("st", 2, stamp());
+            (st.stripes, st.stripe_size) = (2, Some(128));
+            let v = edit::lv::create(v, &st)?.0;
             let pool = PoolSpec {
                 data: LvSpec::linear("pool", 1, stamp()),
                 chunk_size: None,
@@ -295,6 +328,17 @@ mod tests {
         };
         assert_eq!(p.iter().map(|x| x.len).sum::<u64>(), big.bytes);
         assert!(p.iter().any(|x| x.device == "d1"));
+        // Striped over both PVs: one segment, an area on each.
+        let st = place(&vg, "st", &paths).expect("st");
+        let Layout::Striped(segs) = &st.layout else {
+            panic!("striped: {:?}", st.layout)
+        };
+        assert_eq!(segs.len(), 1);
+        assert_eq!((segs[0].len, segs[0].stripe_bytes), (st.bytes, 64 << 10));
+        let devices: Vec<&str> = segs[0].areas.iter().map(|a| a.device.as_str()).collect();
+        assert_eq!(devices, ["d0", "d1"]);
+        assert!(segs[0].areas.iter().all(|a| a.len == st.bytes / 2));
+        assert!(st.single().is_none());
         // Thin and missing.
         let t = place(&vg, "t", &paths).expect("t");
         let Layout::Thin { pool, device_id } = &t.layout else {

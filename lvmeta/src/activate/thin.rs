@@ -26,7 +26,7 @@ pub struct PoolPlan {
     pub bytes: u64,
     /// The `_tmeta` LV (linear).
     pub metadata: Placement,
-    /// The `_tdata` LV (linear).
+    /// The `_tdata` LV (linear or striped).
     pub data: Placement,
     /// Data block size in sectors.
     pub chunk_size: u32,
@@ -97,11 +97,13 @@ pub fn plan_pool(vg: &Vg, pool: &str, paths: &[Option<String>]) -> Result<PoolPl
     let linear = |sub: &str| -> Result<Placement, ActivateError> {
         let placed = place(vg, sub, paths)?;
         match placed.layout {
-            Layout::Linear(_) => Ok(placed),
+            Layout::Linear(_) | Layout::Striped(_) => Ok(placed),
             _ => Err(unsupported(
                 vg,
                 sub,
-                "thin pool sub-LVs other than linear ones are not activated by lvmeta".into(),
+                "thin pool sub-LVs other than linear or striped ones are not activated by \
+                 lvmeta"
+                    .into(),
             )),
         }
     };
