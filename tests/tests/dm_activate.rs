@@ -38,6 +38,18 @@ fn read_at(dev: &Path, at: u64, n: usize) -> Vec<u8> {
     buf
 }
 
+/// The kernel's transaction id of pool `vg/pool` (`dmsetup status`).
+fn pool_tid() -> Option<u64> {
+    let out = std::process::Command::new("dmsetup")
+        .args(["status", "vg-pool-tpool"])
+        .output()
+        .expect("dmsetup");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(3)
+        .and_then(|w| w.parse().ok())
+}
+
 /// lvm2's `lv_active` word for `vg/lv` ("active" or empty).
 fn lvm2_active(sb: &Sandbox, lv: &str) -> bool {
     let out = sb.lvm_ok(
@@ -116,12 +128,7 @@ fn device_mapper_tables_work_beside_lvm2() {
     // Thin: the first activation delivers create_thin and the transaction id.
     let act = s.activate("vg", "t", false, false, &backend).expect("thin");
     assert!(lvm2_active(&sb, "vg/t"), "lvm2 sees the thin LV active");
-    let status = std::process::Command::new("dmsetup")
-        .args(["status", "vg-pool-tpool"])
-        .output()
-        .expect("dmsetup");
-    let status = String::from_utf8_lossy(&status.stdout);
-    assert_eq!(status.split_whitespace().nth(3), Some("1"), "{status}");
+    assert_eq!(pool_tid(), Some(1));
     write_at(&act.device, MIB, &pattern);
     // A snapshot while active, made as the pool's holder and delivered at once.
     let snapshot = lvmeta::edit::ThinSpec {
@@ -138,6 +145,10 @@ fn device_mapper_tables_work_beside_lvm2() {
     })
     .expect("snapshot queued");
     s.refresh("vg", "t", &backend).expect("deliver create_snap");
+    assert_eq!(pool_tid(), Some(2));
+    // The CLI delivers to a pool active on this host at once, as lvm2 does.
+    sb.lvmeta_ok("lvcreate", &["-s", "vg/t", "-n", "s2"]);
+    assert_eq!(pool_tid(), Some(3), "lvmeta lvcreate -s sent create_snap");
     write_at(&act.device, MIB, &[0u8; 8192]);
     act.deactivate(&backend).expect("deactivate thin");
     assert!(

@@ -664,9 +664,16 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
             let s = session(&w, &[])?;
             for name in lvs {
                 let (vg, lv) = vg_lv(&name)?;
+                let pool = s
+                    .vg(vg)
+                    .ok()
+                    .and_then(|v| v.lv(lv).and_then(|l| l.thin_pool().map(str::to_owned)));
                 s.update(vg, "lvremove", |v| edit::lv::remove(v, lv, force > 0))
                     .map_err(failed)?;
                 println!("  Logical volume \"{lv}\" successfully removed.");
+                if let Some(pool) = pool {
+                    deliver_if_active(&s, vg, &pool);
+                }
             }
             Ok(())
         }
@@ -942,7 +949,27 @@ fn create_thin(s: &Session, vg: &str, spec: &ThinSpec) -> CmdResult {
         .update(vg, "lvcreate", |v| edit::thin::create_thin(v, spec))
         .map_err(failed)?;
     println!("  Logical volume \"{made}\" created.");
+    deliver_if_active(s, vg, &spec.pool);
     Ok(())
+}
+
+/// After a change to pool `pool`'s thin LVs: when the pool is active on this host (a VG
+/// without leases, or its lease free), sends it the queued messages now, as lvm2 does;
+/// otherwise they wait for the pool's next activation. A failure is a warning: the change
+/// is committed, and the next activation delivers it.
+fn deliver_if_active(s: &Session, vg: &str, pool: &str) {
+    let Some(backend) = lvmeta::activate::best() else {
+        return;
+    };
+    match s.active_device(vg, pool, backend.as_ref()) {
+        Ok(Some(_)) => {
+            if let Err(e) = s.refresh(vg, pool, backend.as_ref()) {
+                eprintln!("  WARNING: thin pool {vg}/{pool} is active here but did not take its messages: {e}");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => eprintln!("  WARNING: cannot tell whether thin pool {vg}/{pool} is active: {e}"),
+    }
 }
 
 fn resize(a: &ResizeArgs, grow: Option<bool>) -> CmdResult {
