@@ -199,7 +199,7 @@ impl Session {
     /// lvm2's global file lock, then, where a shared VG whose lockspace this host has joined
     /// holds the enabled global lease, that lease exclusively (lvmlockd's `lockd_global` for
     /// the commands that change PVs and the VG namespace).
-    fn global(&self) -> Result<Global<'_>, Error> {
+    fn global(&self) -> Result<Global, Error> {
         let mut g = Global {
             lease: None,
             _file: self.lock(Resource::Global)?,
@@ -208,7 +208,7 @@ impl Session {
             let scan = self.scan();
             for sv in scan.vgs.iter().filter(|v| v.vg.is_shared()) {
                 if let Some(r) = h.lock_gl(&sv.vg, &places(&scan, sv), lease::Mode::Exclusive)? {
-                    g.lease = Some((h, r));
+                    g.lease = Some(lease::Held::new(h.clone(), r, "global"));
                     break;
                 }
             }
@@ -236,7 +236,7 @@ impl Session {
     /// this host has joined its lockspace, then a fresh scan under them. The returned
     /// [`ReadLocks`] releases the leases when dropped and names the shared VGs read without
     /// one (lockspace not started, no lvmlock LV, or no lease manager).
-    pub fn read_locked(&self, vgs: &[&str]) -> Result<(Scan, ReadLocks<'_>), Error> {
+    pub fn read_locked(&self, vgs: &[&str]) -> Result<(Scan, ReadLocks), Error> {
         let scan = self.scan();
         let mut locks = ReadLocks {
             held: Vec::new(),
@@ -255,7 +255,7 @@ impl Session {
         if vgs.is_empty() {
             for sv in &shared {
                 if let Some(r) = h.lock_gl(&sv.vg, &places(&scan, sv), lease::Mode::Shared)? {
-                    locks.held.push((h, r));
+                    locks.held.push(lease::Held::new(h.clone(), r, "read"));
                     break;
                 }
             }
@@ -267,7 +267,7 @@ impl Session {
                 continue;
             }
             match h.lock_vg(&sv.vg, &at, lease::Mode::Shared) {
-                Ok((r, _)) => locks.held.push((h, r)),
+                Ok((r, _)) => locks.held.push(lease::Held::new(h.clone(), r, "read")),
                 Err(lease::LeaseError::NotJoined { .. }) => locks.unlocked.push(sv.vg.name.clone()),
                 Err(e) => return Err(e.into()),
             }
@@ -1104,31 +1104,25 @@ impl Session {
 /// Where a shared VG's leases are: each PV's device, and lvmlockd's geometry for the sector
 /// size of the PV holding `lvmlock`.
 /// What [`Session::global`] holds: the global lease (released first) and the file lock.
-struct Global<'s> {
-    lease: Option<(&'s lease::Host, lease::ResourceSpec)>,
+struct Global {
+    /// Released first (fields drop in order), then the file lock.
+    lease: Option<lease::Held>,
     _file: Option<FileLock>,
-}
-
-impl Drop for Global<'_> {
-    fn drop(&mut self) {
-        if let Some((h, r)) = self.lease.take() {
-            h.release_or_warn(&r, "global");
-        }
-    }
 }
 
 /// The shared leases a report holds while it reads (see [`Session::read_locked`]); released,
 /// last taken first, when dropped.
-pub struct ReadLocks<'s> {
-    held: Vec<(&'s lease::Host, lease::ResourceSpec)>,
+pub struct ReadLocks {
+    held: Vec<lease::Held>,
     /// Shared VGs read without a lease: their view may be stale.
     pub unlocked: Vec<String>,
 }
 
-impl Drop for ReadLocks<'_> {
+impl Drop for ReadLocks {
     fn drop(&mut self) {
-        while let Some((h, r)) = self.held.pop() {
-            h.release_or_warn(&r, "read");
+        // Last taken first (a Vec would drop them first to last).
+        while let Some(h) = self.held.pop() {
+            drop(h);
         }
     }
 }
