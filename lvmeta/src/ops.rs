@@ -828,7 +828,13 @@ impl Session {
             .iter()
             .filter_map(|n| sv.vg.lv(n).map(|l| l.id))
             .collect();
-        let old_lvs: std::collections::HashSet<Uuid> = sv.vg.lvs.iter().map(|l| l.id).collect();
+        let old_pools: Vec<Uuid> = sv
+            .vg
+            .lvs
+            .iter()
+            .filter(|l| lease::pool_state(l).is_some())
+            .map(|l| l.id)
+            .collect();
         let paths = places(&scan, sv).paths;
         let index = scan.vgs.iter().position(|v| v.vg.name == vg).unwrap_or(0);
         // The VG leaves the scan for the edit; the scan is cached again only after a commit.
@@ -848,7 +854,7 @@ impl Session {
         let committed = lease
             .map_or(Ok(()), |(h, _, at, _)| h.init_new_lvs(&before, &out, at))
             .map_err(Error::from)
-            .and_then(|()| self.zero_new_pool_metadata(&out, &old_lvs, &paths))
+            .and_then(|()| self.zero_new_pool_metadata(&out, &old_pools, &paths))
             .and_then(|()| self.commit(&out, &all, &[]));
         if let Some((h, _, _, _)) = lease {
             for r in &removed {
@@ -881,6 +887,9 @@ impl Session {
     /// The thin pools of `vg` active through this session (in a VG without leases), with
     /// their id, transaction id and queue.
     fn local_pool_states(&self, vg: &Vg) -> Vec<(Uuid, String, lease::PoolState)> {
+        if self.local_pools.is_empty() {
+            return Vec::new();
+        }
         vg.lvs
             .iter()
             .filter(|l| self.local_pools.held(&vg.name, &l.name))
@@ -911,23 +920,28 @@ impl Session {
     }
 
     /// Before the commit that adds them: zeroes the metadata LV of every thin pool of `out`
-    /// that `old` did not have, as lvm2 does (`allocation/zero_metadata`), so that the kernel
+    /// not among the `old` pools, as lvm2 does (`allocation/zero_metadata`), so that the kernel
     /// formats fresh pool metadata at the first activation instead of finding a deleted
     /// pool's. The extents are still free in the committed VG, so a crash here loses nothing.
     fn zero_new_pool_metadata(
         &self,
         out: &Vg,
-        old: &std::collections::HashSet<Uuid>,
+        old: &[Uuid],
         paths: &[Option<String>],
     ) -> Result<(), Error> {
-        let new_meta = out
+        let new_meta: Vec<&str> = out
             .lvs
             .iter()
-            .filter(|l| !old.contains(&l.id))
             .filter_map(|l| match &l.segments.first()?.kind {
-                crate::model::SegKind::ThinPool(p) => Some(p.metadata.as_str()),
+                crate::model::SegKind::ThinPool(p) if !old.contains(&l.id) => {
+                    Some(p.metadata.as_str())
+                }
                 _ => None,
-            });
+            })
+            .collect();
+        if new_meta.is_empty() {
+            return Ok(());
+        }
         let zeros = vec![0u8; COPY_CHUNK as usize];
         let mut written = std::collections::BTreeSet::new();
         for meta in new_meta {

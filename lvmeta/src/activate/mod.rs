@@ -273,6 +273,11 @@ impl LocalPools {
         }
     }
 
+    /// Is no pool active through this process?
+    pub fn is_empty(&self) -> bool {
+        self.map().is_empty()
+    }
+
     /// Is pool `vg/pool` active through this process?
     pub fn held(&self, vg: &str, pool: &str) -> bool {
         self.map().contains_key(&(vg.to_owned(), pool.to_owned()))
