@@ -80,6 +80,7 @@ pub fn run(o: &Options) -> Result<(), String> {
             backend: None,
             node: None,
             server: None,
+            activation: lvmeta::activate::best().unwrap_or_else(|| Arc::new(LoopBackend)),
         };
         println!("lvmeta CSI demo in {}", lab.dir.display());
         let result = scenario(&mut lab, &mut steps, o, sanlock).await;
@@ -238,6 +239,8 @@ struct Lab {
     backend: Option<Arc<Backend>>,
     node: Option<Arc<Node>>,
     server: Option<Server>,
+    /// How the node makes LVs devices: device-mapper where the kernel has it, else loop.
+    activation: Arc<dyn lvmeta::activate::Backend>,
 }
 
 impl Lab {
@@ -277,7 +280,7 @@ impl Lab {
             let s = b.session();
             if let Ok(vg) = s.vg(VG) {
                 for lv in vg.lvs.iter().map(|l| l.name.as_str()) {
-                    if let Err(e) = s.deactivate(VG, lv, &LoopBackend) {
+                    if let Err(e) = s.deactivate(VG, lv, self.activation.as_ref()) {
                         failed.push(format!("deactivate {VG}/{lv}: {e}"));
                     }
                 }
@@ -569,7 +572,7 @@ async fn serve(lab: &mut Lab, session: Session) -> Result<Clients, String> {
             node_id: "demo-node".into(),
             kubelet_dir: lab.kubelet(),
             max_volumes: 0,
-            activation: Arc::new(LoopBackend),
+            activation: lab.activation.clone(),
             system: Arc::new(crate::mount::Real),
         },
     ));
