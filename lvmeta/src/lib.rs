@@ -26,6 +26,8 @@ pub mod names;
 pub mod ops;
 pub mod report;
 pub mod scan;
+#[cfg(test)]
+mod testing;
 pub mod text;
 pub mod uuid;
 pub mod volume;

@@ -613,19 +613,8 @@ fn an_lv_active_anywhere_is_not_removed() {
         .expect("released after the removal");
 }
 
-#[test]
-fn the_thin_lvs_of_a_pool_active_anywhere_do_not_change() {
-    let (s, fake, _host) = setup();
-    s.lockstart("vg").expect("lockstart");
-    let thin = |name: &str, origin: Option<&str>| edit::ThinSpec {
-        name: Some(name.into()),
-        pool: "pool".into(),
-        extents: 1,
-        origin: origin.map(Into::into),
-        tags: vec![],
-        activation_skip: None,
-        stamp: stamp(),
-    };
+/// Thin pool `pool` of two extents.
+fn make_pool(s: &Session) {
     s.update("vg", "lvcreate", |v| {
         let pool = edit::PoolSpec {
             data: LvSpec::linear("pool", 2, stamp()),
@@ -634,10 +623,31 @@ fn the_thin_lvs_of_a_pool_active_anywhere_do_not_change() {
             discards: "passdown".into(),
             zero: true,
         };
-        let (v, _) = edit::thin::create_pool(v, &pool)?;
-        edit::thin::create_thin(v, &thin("t", None)).map(|x| x.0)
+        edit::thin::create_pool(v, &pool).map(|x| x.0)
     })
-    .expect("pool and thin LV");
+    .expect("pool");
+}
+
+/// Thin LV `name` in pool `pool` (a snapshot of `origin`), activatable.
+fn add_thin(s: &Session, name: &str, origin: Option<&str>) -> Result<String, Error> {
+    let spec = edit::ThinSpec {
+        name: Some(name.into()),
+        pool: "pool".into(),
+        extents: 1,
+        origin: origin.map(Into::into),
+        tags: vec![],
+        activation_skip: Some(false),
+        stamp: stamp(),
+    };
+    s.update("vg", "lvcreate", |v| edit::thin::create_thin(v, &spec))
+}
+
+#[test]
+fn the_thin_lvs_of_a_pool_active_anywhere_do_not_change() {
+    let (s, fake, _host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    make_pool(&s);
+    add_thin(&s, "t", None).expect("thin LV");
     let vg = s.vg("vg").expect("vg");
     let at = places();
     let lease = layout::lv_lease(&vg, &at.paths, "pool", at.geometry).expect("pool lease");
@@ -645,11 +655,7 @@ fn the_thin_lvs_of_a_pool_active_anywhere_do_not_change() {
     // the kernel at the pool's next activation, so both are refused, and nothing is written.
     fake.acquire(&lease, Mode::Exclusive, false)
         .expect("held elsewhere");
-    let snap = || {
-        s.update("vg", "lvcreate -s", |v| {
-            edit::thin::create_thin(v, &thin("snap", Some("t"))).map(|x| x.0)
-        })
-    };
+    let snap = || add_thin(&s, "snap", Some("t"));
     for err in [
         snap().expect_err("snapshot"),
         s.update("vg", "lvremove", |v| edit::lv::remove(v, "t", false))
@@ -683,31 +689,8 @@ fn queue(s: &Session, pool: &str) -> (u64, usize) {
 fn thin_activation_delivers_the_queue_by_lvm2s_transaction_rule() {
     let (s, fake, _host) = setup();
     s.lockstart("vg").expect("lockstart");
-    let thin = |name: &str, origin: Option<&str>| edit::ThinSpec {
-        name: Some(name.into()),
-        pool: "pool".into(),
-        extents: 1,
-        origin: origin.map(Into::into),
-        tags: vec![],
-        activation_skip: Some(false),
-        stamp: stamp(),
-    };
-    let add = |name: &str, origin: Option<&str>| {
-        s.update("vg", "lvcreate", |v| {
-            edit::thin::create_thin(v, &thin(name, origin)).map(|x| x.0)
-        })
-    };
-    s.update("vg", "lvcreate", |v| {
-        let pool = edit::PoolSpec {
-            data: LvSpec::linear("pool", 2, stamp()),
-            chunk_size: None,
-            metadata_extents: None,
-            discards: "passdown".into(),
-            zero: true,
-        };
-        edit::thin::create_pool(v, &pool).map(|x| x.0)
-    })
-    .expect("pool");
+    let add = |name: &str, origin: Option<&str>| add_thin(&s, name, origin);
+    make_pool(&s);
     add("a", None).expect("a");
     assert_eq!(queue(&s, "pool"), (1, 1));
     let vg = s.vg("vg").expect("vg");

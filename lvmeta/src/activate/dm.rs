@@ -765,25 +765,10 @@ mod tests {
 
     #[test]
     fn lvm2_gives_the_device_its_uuid_without_dashes() {
-        use crate::dev::{BlockDevice, MemDevice};
-        use crate::edit::{self, LvSpec, Stamp, VgSpec};
-        let s = crate::ops::Session::new(vec![
-            Box::new(MemDevice::new("pv0", 64 << 20, 512)) as Box<dyn BlockDevice>
-        ]);
-        s.vgcreate(
-            &VgSpec {
-                name: "vg".into(),
-                extent_size: 8192,
-                tags: vec![],
-                shared: None,
-            },
-            &["pv0"],
-        )
-        .expect("vgcreate");
-        let stamp = Stamp {
-            time: 1_800_000_000,
-            host: "t".into(),
-        };
+        use crate::edit::{self, LvSpec};
+        use crate::testing::{session_with_vg, stamp};
+        let s = session_with_vg(1);
+        let stamp = stamp();
         s.update("vg", "lvcreate", |v| {
             edit::lv::create(v, &LvSpec::linear("a", 1, stamp)).map(|x| x.0)
         })

@@ -217,7 +217,6 @@ pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, A
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dev::{BlockDevice, MemDevice};
 
     fn piece(device: &str, offset: u64, len: u64) -> Piece {
         Piece {
@@ -246,28 +245,11 @@ mod tests {
         assert_eq!(copy_runs(&src, &dst[..1], 80, 20), None);
         assert_eq!(copy_runs(&src, &dst, 0, 20), Some(vec![]));
     }
-    use crate::edit::{self, LvSpec, PoolSpec, Stamp, ThinSpec, VgSpec};
-    use crate::ops::Session;
-
-    fn stamp() -> Stamp {
-        Stamp {
-            time: 1_800_000_000,
-            host: "t".into(),
-        }
-    }
+    use crate::edit::{self, LvSpec, PoolSpec, ThinSpec};
+    use crate::testing::{session_with_vg, stamp};
 
     fn vg() -> Vg {
-        let s = Session::new(vec![
-            Box::new(MemDevice::new("pv0", 64 << 20, 512)) as Box<dyn BlockDevice>,
-            Box::new(MemDevice::new("pv1", 64 << 20, 512)) as Box<dyn BlockDevice>,
-        ]);
-        let spec = VgSpec {
-            name: "vg".into(),
-            extent_size: 8192,
-            tags: vec![],
-            shared: None,
-        };
-        s.vgcreate(&spec, &["pv0", "pv1"]).expect("vgcreate");
+        let s = session_with_vg(2);
         s.update("vg", "t", |v| {
             let v = edit::lv::create(v, &LvSpec::linear("a", 2, stamp()))?.0;
             let v = edit::lv::create(v, &LvSpec::linear("b", 1, stamp()))?.0;

@@ -237,16 +237,9 @@ pub fn parse_pool_status(device: &str, line: &str) -> Result<PoolStatus, Activat
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dev::{BlockDevice, MemDevice};
-    use crate::edit::{self, LvSpec, PoolSpec, Stamp, ThinSpec, VgSpec};
+    use crate::edit::{self, LvSpec, PoolSpec, ThinSpec};
     use crate::ops::Session;
-
-    fn stamp() -> Stamp {
-        Stamp {
-            time: 1_800_000_000,
-            host: "t".into(),
-        }
-    }
+    use crate::testing::{session_with_vg, stamp};
 
     fn thin(name: &str, origin: Option<&str>) -> ThinSpec {
         ThinSpec {
@@ -261,21 +254,9 @@ mod tests {
     }
 
     /// A pool with thin LV `a` (id 1), snapshot `s` of it (id 2) and thin LV `b` (id 3),
-    /// then `b` removed again once delivered: the queue lvm2 leaves for an inactive pool.
+    /// never activated: the queue lvm2 leaves for an inactive pool.
     fn session() -> Session {
-        let s = Session::new(vec![
-            Box::new(MemDevice::new("pv0", 64 << 20, 512)) as Box<dyn BlockDevice>
-        ]);
-        s.vgcreate(
-            &VgSpec {
-                name: "vg".into(),
-                extent_size: 8192,
-                tags: vec![],
-                shared: None,
-            },
-            &["pv0"],
-        )
-        .expect("vgcreate");
+        let s = session_with_vg(1);
         s.update("vg", "lvcreate", |v| {
             let pool = PoolSpec {
                 data: LvSpec::linear("pool", 2, stamp()),

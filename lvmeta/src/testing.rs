@@ -1,0 +1,34 @@
+//! Helpers of the library's unit tests.
+
+use crate::dev::{BlockDevice, MemDevice};
+use crate::edit::{Stamp, VgSpec};
+use crate::ops::Session;
+
+/// A fixed creation stamp.
+pub fn stamp() -> Stamp {
+    Stamp {
+        time: 1_800_000_000,
+        host: "t".into(),
+    }
+}
+
+/// A session over in-memory PVs `pv0`, `pv1`, ... of 64 MiB each, holding VG `vg` (4 MiB
+/// extents, no leases) over all of them.
+pub fn session_with_vg(pvs: usize) -> Session {
+    let names: Vec<String> = (0..pvs).map(|i| format!("pv{i}")).collect();
+    let s = Session::new(
+        names
+            .iter()
+            .map(|n| Box::new(MemDevice::new(n, 64 << 20, 512)) as Box<dyn BlockDevice>)
+            .collect(),
+    );
+    let spec = VgSpec {
+        name: "vg".into(),
+        extent_size: 8192,
+        tags: vec![],
+        shared: None,
+    };
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    s.vgcreate(&spec, &refs).expect("vgcreate");
+    s
+}
