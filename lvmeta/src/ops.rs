@@ -767,6 +767,21 @@ impl Session {
         owned: &[&str],
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
     ) -> Result<R::Value, Error> {
+        let how = Change {
+            verb,
+            owned,
+            new_pools_are_new: true,
+        };
+        self.change(vg, &how, edit)
+    }
+
+    /// [`Session::update`] as `how` says.
+    fn change<R: Edited>(
+        &self,
+        vg: &str,
+        how: &Change<'_>,
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, Error> {
         let _v = self.lock(Resource::Vg(vg.to_owned()))?;
         let first = self.current();
         let lease = match self.host_for(&writable(&first, vg)?.vg)? {
@@ -781,8 +796,7 @@ impl Session {
         let result = self.update_locked(
             first,
             vg,
-            verb,
-            owned,
+            how,
             edit,
             lease.as_ref().map(|(h, r, at, kept)| (*h, r, at, *kept)),
         );
@@ -803,11 +817,11 @@ impl Session {
         &self,
         first: Scan,
         vg: &str,
-        verb: &str,
-        owned: &[&str],
+        how: &Change<'_>,
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
         lease: Option<(&lease::Host, &lease::ResourceSpec, &lease::VgPlaces, bool)>,
     ) -> Result<(u32, R::Value), Error> {
+        let verb = how.verb;
         let mut scan = match lease {
             // A lease kept since before `first` was read: nobody can have changed the VG.
             Some((_, _, _, true)) | None => first,
@@ -824,7 +838,8 @@ impl Session {
             None => self.local_pool_states(&sv.vg),
             Some(_) => Vec::new(),
         };
-        let owned: Vec<Uuid> = owned
+        let owned: Vec<Uuid> = how
+            .owned
             .iter()
             .filter_map(|n| sv.vg.lv(n).map(|l| l.id))
             .collect();
@@ -854,7 +869,14 @@ impl Session {
         let committed = lease
             .map_or(Ok(()), |(h, _, at, _)| h.init_new_lvs(&before, &out, at))
             .map_err(Error::from)
-            .and_then(|()| self.zero_new_pool_metadata(&out, &old_pools, &paths))
+            .and_then(|()| {
+                // A restored pool's metadata holds its thin devices: never zeroed.
+                if how.new_pools_are_new {
+                    self.zero_new_pool_metadata(&out, &old_pools, &paths)
+                } else {
+                    Ok(())
+                }
+            })
             .and_then(|()| self.commit(&out, &all, &[]));
         if let Some((h, _, _, _)) = lease {
             for r in &removed {
@@ -923,6 +945,7 @@ impl Session {
     /// not among the `old` pools, as lvm2 does (`allocation/zero_metadata`), so that the kernel
     /// formats fresh pool metadata at the first activation instead of finding a deleted
     /// pool's. The extents are still free in the committed VG, so a crash here loses nothing.
+    /// Not for a restore: a restored pool's metadata holds its thin devices.
     fn zero_new_pool_metadata(
         &self,
         out: &Vg,
@@ -1018,7 +1041,12 @@ impl Session {
     /// `vgcfgrestore`: writes `from` (a backup or an older copy) as the VG's next version.
     /// Its PVs must be the VG's PVs.
     pub fn restore(&self, vg: &str, from: &Vg) -> Result<Vg, Error> {
-        self.update(vg, "vgcfgrestore", |cur| {
+        let how = Change {
+            verb: "vgcfgrestore",
+            owned: &[],
+            new_pools_are_new: false,
+        };
+        self.change(vg, &how, |cur| {
             let mut out = from.clone();
             let mut ids: Vec<_> = out.pvs.iter().map(|p| p.id).collect();
             let mut cur_ids: Vec<_> = cur.pvs.iter().map(|p| p.id).collect();
@@ -1162,6 +1190,15 @@ impl Drop for VgLease<'_> {
             h.release_or_warn(&r, "VG");
         }
     }
+}
+
+/// How a change is made: its verb (in the metadata's description), the thin pools whose
+/// leases the caller holds, and whether pools the VG did not have are new (their metadata
+/// LV is zeroed) or restored from a backup (left as it is).
+struct Change<'a> {
+    verb: &'a str,
+    owned: &'a [&'a str],
+    new_pools_are_new: bool,
 }
 
 /// The LV whose lease covers LV `lv` of `vg` (a thin LV's pool; any other LV itself), with

@@ -253,3 +253,42 @@ fn a_new_pool_gets_zeroed_metadata_before_it_is_committed() {
     // Data blocks are zeroed by the kernel as they are provisioned, not here.
     assert!(bytes("pool_tdata").iter().all(|&b| b == 0xaa));
 }
+
+#[test]
+fn a_restored_pool_keeps_its_metadata() {
+    let s = Session::new(vec![
+        Box::new(MemDevice::new("pv0", 64 << 20, 512)) as Box<dyn BlockDevice>
+    ]);
+    s.vgcreate(&spec("vg", false), &["pv0"]).expect("vgcreate");
+    s.update("vg", "lvcreate", |v| {
+        let pool = PoolSpec {
+            data: LvSpec::linear("pool", 2, stamp()),
+            chunk_size: None,
+            metadata_extents: None,
+            discards: "passdown".into(),
+            zero: true,
+        };
+        edit::thin::create_pool(v, &pool).map(|x| x.0)
+    })
+    .expect("pool");
+    let with_pool = s.vg("vg").expect("vg");
+    let tmeta = lvmeta::activate::place(&with_pool, "pool_tmeta", &[Some("pv0".into())])
+        .expect("place")
+        .single()
+        .expect("one piece")
+        .offset;
+    // The kernel wrote the pool's metadata; then the pool was removed by mistake.
+    let dev = &s.devices()[0];
+    dev.write_at(tmeta, &[0x5a; 4096]).expect("kernel metadata");
+    s.update("vg", "lvremove", |v| edit::lv::remove(v, "pool", true))
+        .expect("removed");
+    // vgcfgrestore brings it back with its thin devices: its metadata is not zeroed.
+    s.restore("vg", &with_pool).expect("restore");
+    assert!(s.vg("vg").expect("vg").lv("pool").is_some());
+    let mut back = [0u8; 4096];
+    dev.read_at(tmeta, &mut back).expect("read");
+    assert!(
+        back.iter().all(|&b| b == 0x5a),
+        "restored pool metadata was wiped"
+    );
+}
