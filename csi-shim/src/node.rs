@@ -119,7 +119,7 @@ impl Node {
         let mut served = 0;
         for t in &pools {
             let vols = lvmeta::volume::Volumes::new(self.backend.session(), &t.vg);
-            let requests = match vols.requests(&t.pool) {
+            let requests = match vols.fresh_requests(&t.pool) {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(vg = %t.vg, pool = %t.pool, error = %e, "reading requests");
@@ -135,7 +135,7 @@ impl Node {
                     break;
                 }
                 let result = self.serve_one(t, &pools, &r);
-                let tag = r.tag();
+                let tag = r.to_string();
                 match &result {
                     Ok(()) => {
                         tracing::info!(vg = %t.vg, pool = %t.pool, request = %tag, "served a request")

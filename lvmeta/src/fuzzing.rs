@@ -101,10 +101,10 @@ pub fn words(data: &[u8]) {
     if let Ok(st) = crate::activate::thin::parse_pool_status("fuzz", &text) {
         assert!(!(st.read_only && st.out_of_data_space), "one metadata mode");
     }
-    if let Some(r) = crate::volume::Request::parse(&text) {
+    if let Some((r, at)) = crate::volume::Request::parse(&text) {
         assert_eq!(
-            crate::volume::Request::parse(&r.tag()).as_ref(),
-            Some(&r),
+            crate::volume::Request::parse(&r.tag_at(at)),
+            Some((r, at)),
             "a request's tag reads back to it"
         );
     }

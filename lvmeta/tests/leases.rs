@@ -796,13 +796,13 @@ fn a_pool_held_by_a_node_is_changed_through_a_request() {
         "{err}"
     );
     assert_eq!(
-        vols.requests("src-pool").expect("requests"),
+        vols.fresh_requests("src-pool").expect("requests"),
         std::slice::from_ref(&r)
     );
     // The node serves it (as the pool's holder) while the controller waits.
     let snap = std::thread::scope(|scope| {
         let node = scope.spawn(|| loop {
-            let pending = vols.requests("src-pool").expect("requests");
+            let pending = vols.fresh_requests("src-pool").expect("requests");
             if let Some(r) = pending.first() {
                 let holder = Volumes::new(&s, "vg").holding(vec!["src-pool".into()]);
                 holder.serve(r).expect("serve");
@@ -825,6 +825,35 @@ fn a_pool_held_by_a_node_is_changed_through_a_request() {
     assert_eq!(received[2..], ["create_snap 2 1", "set_transaction_id 1 2"]);
     assert_eq!(queue(&s, "src-pool"), (2, 0));
     assert!(vols.requests("src-pool").expect("requests").is_empty());
+    // Posted, not served, and then the pool comes free: the caller makes it itself, and the
+    // posted request goes, so that it is never served later.
+    let r2 = Request::Snapshot {
+        name: "snap2".into(),
+        source: "src".into(),
+    };
+    let snap2 = |v: &Volumes<'_>| v.snapshot("snap2", "src");
+    assert!(vols
+        .through_holder(&r2, Duration::from_millis(100), snap2)
+        .is_err());
+    assert_eq!(vols.requests("src-pool").expect("requests").len(), 1);
     act.deactivate(&backend).expect("deactivate");
     drop(act);
+    vols.through_holder(&r2, Duration::from_millis(100), snap2)
+        .expect("made by the caller");
+    assert!(vols.requests("src-pool").expect("requests").is_empty());
+    // A request posted long ago is dropped unserved.
+    let old = Request::DeleteSnapshot {
+        name: "snap2".into(),
+    };
+    s.update("vg", "lvchange --addtag", |mut v| {
+        if let Some(l) = v.lvs.iter_mut().find(|l| l.name == "src-pool") {
+            l.tags.push(old.tag_at(1_000_000_000));
+        }
+        Ok(v)
+    })
+    .expect("stale request");
+    assert_eq!(vols.requests("src-pool").expect("requests").len(), 1);
+    assert!(vols.fresh_requests("src-pool").expect("fresh").is_empty());
+    assert!(vols.requests("src-pool").expect("requests").is_empty());
+    assert!(vols.get_snapshot("snap2").expect("get").is_some());
 }

@@ -3,7 +3,7 @@
 //! A thin pool active on a host is that host's to change: the kernel owns its metadata, and
 //! a snapshot must be cut there, with the origin quiet (lvmlockd gives `lvcreate -s` the
 //! pool's lease for the same reason). A controller that finds the pool's lease held posts a
-//! [`Request`] as a tag on the pool LV (`lvmeta.csi/request=<op>:<args>`), which changes no
+//! [`Request`] as a tag on the pool LV (`lvmeta.csi/request=<op>:<args>#<time>`), which changes no
 //! pool state and so needs no pool lease; the node, which polls the pools of the volumes it
 //! has staged, freezes the filesystem being read, makes the same change holding the pool
 //! ([`Volumes::holding`]), delivers it to its kernel pool (`Session::refresh`), thaws, and
@@ -21,6 +21,11 @@ pub const REQUEST_TAG: &str = "lvmeta.csi/request=";
 
 /// How often a waiting controller looks for the request to be done.
 const POLL: Duration = Duration::from_millis(50);
+
+/// A request posted longer ago than this is dropped unserved: whoever asked has long given
+/// up (it waits 20 s, and every retry posts again), and a stale request must not act later
+/// on a name that has since been reused.
+pub const MAX_AGE: Duration = Duration::from_secs(300);
 
 /// A change to a thin pool, for the host where the pool is active.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,9 +55,39 @@ pub enum Request {
     },
 }
 
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.tag())
+    }
+}
+
+/// A request as posted on a pool: what it asks, its tag, and when it was posted (unix
+/// seconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Posted {
+    /// The request.
+    pub request: Request,
+    /// The tag on the pool LV.
+    pub tag: String,
+    /// When it was posted.
+    pub at: u64,
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 impl Request {
-    /// The tag that asks for it. LV names have no `:`, so the fields split back.
-    pub fn tag(&self) -> String {
+    /// The tag that posts it at `at` (unix seconds): `<prefix><op>:<fields>#<at>`. LV names
+    /// have no `:` or `#`, so the fields split back.
+    pub fn tag_at(&self, at: u64) -> String {
+        format!("{}#{at}", self.tag())
+    }
+
+    /// The tag without its time: what identifies the request.
+    fn tag(&self) -> String {
         let body = match self {
             Self::Snapshot { name, source } => format!("snapshot:{name}:{source}"),
             Self::DeleteSnapshot { name } => format!("delete-snapshot:{name}"),
@@ -71,9 +106,14 @@ impl Request {
         format!("{REQUEST_TAG}{body}")
     }
 
-    /// The request a tag asks for; `None` for any other tag, or a malformed one.
-    pub fn parse(tag: &str) -> Option<Self> {
-        let body = tag.strip_prefix(REQUEST_TAG)?;
+    /// The request a tag asks for, and when it was posted; `None` for any other tag, or a
+    /// malformed one.
+    pub fn parse(tag: &str) -> Option<(Self, u64)> {
+        let (body, at) = tag.strip_prefix(REQUEST_TAG)?.rsplit_once('#')?;
+        Some((Self::parse_body(body)?, at.parse().ok()?))
+    }
+
+    fn parse_body(body: &str) -> Option<Self> {
         let f: Vec<&str> = body.split(':').collect();
         let name = |s: &str| (!s.is_empty()).then(|| s.to_owned());
         match f.as_slice() {
@@ -124,12 +164,44 @@ impl Request {
 
 impl Volumes<'_> {
     /// The requests posted on pool `pool`, in tag order.
-    pub fn requests(&self, pool: &str) -> Result<Vec<Request>, VolumeError> {
+    pub fn requests(&self, pool: &str) -> Result<Vec<Posted>, VolumeError> {
         let vg = self.vg()?;
         Ok(vg
             .lv(pool)
-            .map(|l| l.tags.iter().filter_map(|t| Request::parse(t)).collect())
+            .map(|l| {
+                l.tags
+                    .iter()
+                    .filter_map(|t| {
+                        let (request, at) = Request::parse(t)?;
+                        Some(Posted {
+                            request,
+                            tag: t.clone(),
+                            at,
+                        })
+                    })
+                    .collect()
+            })
             .unwrap_or_default())
+    }
+
+    /// Is `r` posted on pool `pool` (at any time)?
+    fn posted(&self, pool: &str, r: &Request) -> Result<bool, VolumeError> {
+        Ok(self.requests(pool)?.iter().any(|p| p.request == *r))
+    }
+
+    /// The requests on `pool` to serve now; older ones ([`MAX_AGE`]) are removed unserved.
+    pub fn fresh_requests(&self, pool: &str) -> Result<Vec<Request>, VolumeError> {
+        let now = now_secs();
+        let mut fresh = Vec::new();
+        for p in self.requests(pool)? {
+            if now.saturating_sub(p.at) > MAX_AGE.as_secs() {
+                tracing::warn!(vg = %self.vg, pool, request = %p.tag, "dropping a stale request");
+                self.finish(pool, &p.request)?;
+            } else if !fresh.contains(&p.request) {
+                fresh.push(p.request);
+            }
+        }
+        Ok(fresh)
     }
 
     /// Makes the change `r` asks for (on the node, as the pool's holder).
@@ -153,12 +225,12 @@ impl Volumes<'_> {
         }
     }
 
-    /// Removes request `r` from pool `pool` (done, or given up).
+    /// Removes request `r` (every posting of it) from pool `pool`: done, or given up.
     pub fn finish(&self, pool: &str, r: &Request) -> Result<(), VolumeError> {
-        let tag = r.tag();
         self.update("lvchange --deltag", |mut vg| {
             if let Some(l) = vg.lvs.iter_mut().find(|l| l.name == pool) {
-                l.tags.retain(|t| *t != tag);
+                l.tags
+                    .retain(|t| Request::parse(t).is_none_or(|(q, _)| q != *r));
             }
             Ok(vg)
         })?;
@@ -184,9 +256,16 @@ impl Volumes<'_> {
         };
         match op(self) {
             Err(e) if in_use(&e) => {}
-            done => return done,
+            done => {
+                // Made here after all (the pool came free): a request posted by an earlier
+                // attempt must not be served later, when the name may mean something else.
+                if done.is_ok() && self.posted(&pool, r)? {
+                    self.finish(&pool, r)?;
+                }
+                return done;
+            }
         }
-        let tag = r.tag();
+        let tag = r.tag_at(now_secs());
         self.update("lvchange --addtag", |mut vg| {
             let name = vg.name.clone();
             let l = vg
@@ -197,14 +276,18 @@ impl Volumes<'_> {
                     vg: name,
                     lv: pool.clone(),
                 })?;
-            if !l.tags.contains(&tag) {
+            if !l
+                .tags
+                .iter()
+                .any(|t| Request::parse(t).is_some_and(|(q, _)| q == *r))
+            {
                 l.tags.push(tag.clone());
             }
             Ok(vg)
         })?;
         tracing::info!(vg = %self.vg, pool = %pool, request = %tag, "pool active on a node: request posted");
         let start = Instant::now();
-        while self.requests(&pool)?.contains(r) {
+        while self.posted(&pool, r)? {
             if start.elapsed() >= wait {
                 return Err(VolumeError::Pending(format!(
                     "thin pool {}/{pool} is active on a node, which has not served the \
@@ -251,21 +334,27 @@ mod tests {
             },
         ];
         for r in &all {
-            let tag = r.tag();
+            let tag = r.tag_at(1_800_000_000);
             crate::names::check_tag(&tag).expect("lvm2 takes it as a tag");
-            assert_eq!(Request::parse(&tag).as_ref(), Some(r), "{tag}");
+            assert_eq!(
+                Request::parse(&tag),
+                Some((r.clone(), 1_800_000_000)),
+                "{tag}"
+            );
         }
         assert_eq!(all[0].reads_volume(), Some("pvc-a"));
         assert_eq!(all[1].reads_volume(), None);
         assert_eq!(all[2].reads_volume(), None);
         assert_eq!(all[1].subject(), "snap-1");
         for bad in [
-            "lvmeta.csi/request=snapshot:a",
-            "lvmeta.csi/request=snapshot::b",
-            "lvmeta.csi/request=copy:a:b:disk:1:0",
-            "lvmeta.csi/request=copy:a:b:volume:x:0",
-            "lvmeta.csi/request=format:a",
-            "other=snapshot:a:b",
+            "lvmeta.csi/request=snapshot:a:b",
+            "lvmeta.csi/request=snapshot:a:b#x",
+            "lvmeta.csi/request=snapshot:a#1",
+            "lvmeta.csi/request=snapshot::b#1",
+            "lvmeta.csi/request=copy:a:b:disk:1:0#1",
+            "lvmeta.csi/request=copy:a:b:volume:x:0#1",
+            "lvmeta.csi/request=format:a#1",
+            "other=snapshot:a:b#1",
         ] {
             assert_eq!(Request::parse(bad), None, "{bad}");
         }
