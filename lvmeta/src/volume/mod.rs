@@ -10,7 +10,7 @@
 
 mod request;
 
-pub use request::{Request, REQUEST_TAG};
+pub use request::{Posted, Request, MAX_AGE as REQUEST_MAX_AGE, REQUEST_TAG};
 
 use crate::edit::{self, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
 use crate::model::{SegKind, Vg};

@@ -189,7 +189,8 @@ impl Volumes<'_> {
         Ok(self.requests(pool)?.iter().any(|p| p.request == *r))
     }
 
-    /// The requests on `pool` to serve now; older ones ([`MAX_AGE`]) are removed unserved.
+    /// The requests on `pool` to serve now; older ones ([`super::REQUEST_MAX_AGE`]) are
+    /// removed unserved.
     pub fn fresh_requests(&self, pool: &str) -> Result<Vec<Request>, VolumeError> {
         let now = now_secs();
         let mut fresh = Vec::new();
