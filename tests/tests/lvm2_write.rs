@@ -247,14 +247,57 @@ fn lvm2_reads_a_pool_whose_messages_were_delivered() {
     let act = s
         .activate("vg", "t", false, false, &backend)
         .expect("activate");
+    // While the pool is active here, a snapshot is asked of its holder: the request is a
+    // tag on the pool LV, which lvm2 reads and keeps as any tag.
+    let r = lvmeta::volume::Request::Snapshot {
+        name: "s2".into(),
+        source: "t".into(),
+    };
+    let snapshot = |_: &lvmeta::volume::Volumes<'_>| {
+        let spec = lvmeta::edit::ThinSpec {
+            name: Some("s2".into()),
+            pool: "pool".into(),
+            extents: 0,
+            origin: Some("t".into()),
+            tags: vec![],
+            activation_skip: None,
+            stamp: lvmeta::edit::Stamp::now(),
+        };
+        s.update("vg", "lvcreate -s", |v| {
+            lvmeta::edit::thin::create_thin(v, &spec)
+        })
+        .map_err(lvmeta::volume::VolumeError::from)
+    };
+    let vols = lvmeta::volume::Volumes::new(&s, "vg");
+    let err = vols
+        .through_holder(&r, std::time::Duration::from_millis(100), snapshot)
+        .expect_err("nobody serves it here");
+    assert!(
+        matches!(err, lvmeta::volume::VolumeError::Pending(_)),
+        "{err}"
+    );
+    sb.vgck_clean("vg", None);
+    sb.reports_match("request posted", None);
+    let tags = sb.report_words("lvs", "lv_tags", &["vg/pool"]);
+    assert!(
+        tags.iter()
+            .any(|t| t.starts_with("lvmeta.csi/request=snapshot:s2:t#")),
+        "{tags:?}"
+    );
     act.deactivate(&backend).expect("deactivate");
+    drop(act);
+    // Inactive, the snapshot is made here and the request removed.
+    vols.through_holder(&r, std::time::Duration::from_millis(100), snapshot)
+        .expect("made here");
+    assert!(vols.requests("pool").expect("requests").is_empty());
     let vg = s.vg("vg").expect("vg");
     let Some(lvmeta::model::SegKind::ThinPool(p)) = vg.lv("pool").map(|l| &l.segments[0].kind)
     else {
         panic!("pool")
     };
-    assert!(p.messages.is_empty(), "{:?}", p.messages);
+    // The first activation's queue was delivered and cleared; the snapshot queued again.
+    assert_eq!(p.messages.len(), 1, "{:?}", p.messages);
     sb.vgck_clean("vg", None);
-    sb.reports_match("delivered", None);
-    assert_eq!(tid(&sb), ["1"]);
+    sb.reports_match("delivered, then a snapshot queued", None);
+    assert_eq!(tid(&sb), ["2"]);
 }
