@@ -239,7 +239,7 @@ fn leases_in_use(vg: &Vg) -> Vec<u64> {
     let mut used: Vec<u64> = vg
         .lvs
         .iter()
-        .filter_map(|l| l.lock_args.as_deref()?.strip_prefix("1.0.0:")?.parse().ok())
+        .filter_map(|l| crate::lease::layout::lease_offset(l.lock_args.as_deref()?))
         .collect();
     used.sort_unstable();
     used

@@ -172,15 +172,16 @@ pub fn gl_lease(
     lease_at(vg, paths, name, GL_SLOT * g.align, g)
 }
 
+/// The byte offset in `lvmlock` of the lease an LV's `lock_args` names (`1.0.0:<offset>`,
+/// lvmlockd's sanlock format).
+pub fn lease_offset(lock_args: &str) -> Option<u64> {
+    lock_args.strip_prefix("1.0.0:")?.parse().ok()
+}
+
 /// The lease of LV `lv` (named by its dashed uuid) at its `lock_args` offset.
 pub fn lv_lease(vg: &Vg, paths: &[Option<String>], lv: &str, g: Geometry) -> Option<ResourceSpec> {
     let l = vg.lv(lv)?;
-    let offset: u64 = l
-        .lock_args
-        .as_deref()?
-        .strip_prefix("1.0.0:")?
-        .parse()
-        .ok()?;
+    let offset = lease_offset(l.lock_args.as_deref()?)?;
     lease_at(vg, paths, &l.id.to_string(), offset, g)
 }
 

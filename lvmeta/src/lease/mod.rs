@@ -417,6 +417,18 @@ impl LeaseRef {
             })
             .collect()
     }
+
+    /// The offset of its lease in `lvmlock`.
+    fn offset(&self) -> Option<u64> {
+        layout::lease_offset(&self.lock_args)
+    }
+
+    /// The same LV in `new`, under the same lease.
+    fn kept_in<'a>(&self, new: &'a crate::model::Vg) -> Option<&'a crate::model::Lv> {
+        new.lvs
+            .iter()
+            .find(|l| l.id == self.id && l.lock_args.as_ref() == Some(&self.lock_args))
+    }
 }
 
 /// A thin pool's transaction id and queued messages.
@@ -732,16 +744,9 @@ fn gone<'a>(
     old: &'a [LeaseRef],
     new: &'a crate::model::Vg,
 ) -> impl Iterator<Item = (&'a LeaseRef, u64)> + 'a {
-    old.iter().filter_map(move |lv| {
-        let kept = new
-            .lvs
-            .iter()
-            .any(|l| l.id == lv.id && l.lock_args.as_ref() == Some(&lv.lock_args));
-        if kept {
-            return None;
-        }
-        let offset = lv.lock_args.strip_prefix("1.0.0:")?.parse().ok()?;
-        Some((lv, offset))
+    old.iter().filter_map(move |lv| match lv.kept_in(new) {
+        Some(_) => None,
+        None => Some((lv, lv.offset()?)),
     })
 }
 
@@ -755,15 +760,11 @@ fn changed_pools<'a>(
 ) -> impl Iterator<Item = (&'a LeaseRef, u64)> + 'a {
     old.iter().filter_map(move |lv| {
         let before = lv.pool.as_ref()?;
-        let now = new
-            .lvs
-            .iter()
-            .find(|l| l.id == lv.id && l.lock_args.as_ref() == Some(&lv.lock_args))?;
+        let now = lv.kept_in(new)?;
         if pool_state(now).as_ref() == Some(before) || owned.contains(&lv.id) {
             return None;
         }
-        let offset = lv.lock_args.strip_prefix("1.0.0:")?.parse().ok()?;
-        Some((lv, offset))
+        Some((lv, lv.offset()?))
     })
 }
 
