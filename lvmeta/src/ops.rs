@@ -42,6 +42,10 @@ pub struct Session {
     nolocking: bool,
     /// Thin pools active through this session in VGs without leases.
     local_pools: activate::LocalPools,
+    /// Held by every change: the threads of one process take their turns here (the file
+    /// lock does that only when there is a lock directory, and a host's VG lease is one
+    /// lease for all of them).
+    changing: Mutex<()>,
 }
 
 impl Session {
@@ -56,6 +60,7 @@ impl Session {
             nolocking: false,
             scratch: Mutex::new((String::new(), Vec::new())),
             local_pools: activate::LocalPools::default(),
+            changing: Mutex::new(()),
         }
     }
 
@@ -782,6 +787,7 @@ impl Session {
         how: &Change<'_>,
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
     ) -> Result<R::Value, Error> {
+        let _turn = self.changing.lock().unwrap_or_else(|p| p.into_inner());
         let _v = self.lock(Resource::Vg(vg.to_owned()))?;
         let first = self.current();
         let lease = match self.host_for(&writable(&first, vg)?.vg)? {
