@@ -21,12 +21,8 @@ fn pool_state(d: &Driver, pool: &str) -> (u64, usize, Vec<String>, String) {
     let uuid = lvmeta::activate::place(&vg, pool, &[Some("lun".into())])
         .expect("place")
         .dm_uuid;
-    match &lv.segments[0].kind {
-        lvmeta::model::SegKind::ThinPool(p) => {
-            (p.transaction_id, p.messages.len(), lv.tags.clone(), uuid)
-        }
-        k => panic!("not a pool: {k:?}"),
-    }
+    let p = lv.pool().expect("a pool");
+    (p.transaction_id, p.messages.len(), lv.tags.clone(), uuid)
 }
 
 fn snapshot(name: &str, source: &str) -> CreateSnapshotRequest {

@@ -853,7 +853,7 @@ impl Session {
             .vg
             .lvs
             .iter()
-            .filter(|l| lease::pool_state(l).is_some())
+            .filter(|l| l.pool().is_some())
             .map(|l| l.id)
             .collect();
         let paths = places(&scan, sv).paths;
@@ -961,12 +961,8 @@ impl Session {
         let new_meta: Vec<&str> = out
             .lvs
             .iter()
-            .filter_map(|l| match &l.segments.first()?.kind {
-                crate::model::SegKind::ThinPool(p) if !old.contains(&l.id) => {
-                    Some(p.metadata.as_str())
-                }
-                _ => None,
-            })
+            .filter(|l| !old.contains(&l.id))
+            .filter_map(|l| Some(l.pool()?.metadata.as_str()))
             .collect();
         if new_meta.is_empty() {
             return Ok(());

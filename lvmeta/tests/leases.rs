@@ -679,10 +679,8 @@ fn the_thin_lvs_of_a_pool_active_anywhere_do_not_change() {
 /// The queue of pool `pool`: transaction id and messages.
 fn queue(s: &Session, pool: &str) -> (u64, usize) {
     let vg = s.vg("vg").expect("vg");
-    match &vg.lv(pool).expect("pool").segments[0].kind {
-        lvmeta::model::SegKind::ThinPool(p) => (p.transaction_id, p.messages.len()),
-        k => panic!("not a pool: {k:?}"),
-    }
+    let p = vg.lv(pool).and_then(|l| l.pool()).expect("a pool");
+    (p.transaction_id, p.messages.len())
 }
 
 #[test]

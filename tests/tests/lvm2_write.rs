@@ -291,10 +291,7 @@ fn lvm2_reads_a_pool_whose_messages_were_delivered() {
         .expect("made here");
     assert!(vols.requests("pool").expect("requests").is_empty());
     let vg = s.vg("vg").expect("vg");
-    let Some(lvmeta::model::SegKind::ThinPool(p)) = vg.lv("pool").map(|l| &l.segments[0].kind)
-    else {
-        panic!("pool")
-    };
+    let p = vg.lv("pool").and_then(|l| l.pool()).expect("a pool");
     // The first activation's queue was delivered and cleared; the snapshot queued again.
     assert_eq!(p.messages.len(), 1, "{:?}", p.messages);
     sb.vgck_clean("vg", None);

@@ -91,7 +91,7 @@ pub fn plan_pool(vg: &Vg, pool: &str, paths: &[Option<String>]) -> Result<PoolPl
         vg: vg.name.clone(),
         lv: pool.into(),
     })?;
-    let Some(SegKind::ThinPool(p)) = lv.segments.first().map(|s| &s.kind) else {
+    let Some(p) = lv.pool() else {
         return Err(unsupported(vg, pool, "is not a thin pool".into()));
     };
     let linear = |sub: &str| -> Result<Placement, ActivateError> {
@@ -341,19 +341,8 @@ mod tests {
     fn deletes_keep_their_place_in_the_queue() {
         let s = session();
         // Delivered and cleared, then b removed and a new thin LV made: delete 3, create 3.
-        s.update("vg", "delivered", |mut v| {
-            if let Some(SegKind::ThinPool(p)) = v
-                .lvs
-                .iter_mut()
-                .find(|l| l.name == "pool")
-                .and_then(|l| l.segments.first_mut())
-                .map(|s| &mut s.kind)
-            {
-                p.messages.clear();
-            }
-            Ok(v)
-        })
-        .expect("clear");
+        s.update("vg", "delivered", |v| edit::thin::delivered(v, "pool", 1))
+            .expect("clear");
         s.update("vg", "lvremove", |v| edit::lv::remove(v, "b", false))
             .expect("remove b");
         s.update("vg", "lvcreate", |v| {

@@ -172,13 +172,6 @@ pub fn create_pool(vg: Vg, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
     Ok((out, name))
 }
 
-fn pool_of(lv: &Lv) -> Option<&ThinPool> {
-    match &lv.segments.first()?.kind {
-        SegKind::ThinPool(p) => Some(p),
-        _ => None,
-    }
-}
-
 fn pool_mut(lv: &mut Lv) -> Option<&mut ThinPool> {
     match &mut lv.segments.first_mut()?.kind {
         SegKind::ThinPool(p) => Some(p),
@@ -222,7 +215,7 @@ pub fn create_thins(vg: Vg, specs: &[ThinSpec]) -> Result<(Vg, Vec<String>), Edi
 fn add_thin(out: &mut Vg, spec: &ThinSpec) -> Result<String, EditError> {
     let vg_name = out.name.clone();
     let pi = lv_index(out, &spec.pool)?;
-    let Some(pool) = pool_of(&out.lvs[pi]) else {
+    let Some(pool) = out.lvs[pi].pool() else {
         return Err(refused(
             format!("{vg_name}/{}", spec.pool),
             "is not a thin pool",
@@ -355,7 +348,7 @@ pub fn delivered(vg: Vg, name: &str, transaction_id: u64) -> Result<Vg, EditErro
 /// goes with the VG's last pool.
 pub(crate) fn remove_pool(vg: &mut Vg, name: &str, force: bool) -> Result<(), EditError> {
     let i = lv_index(vg, name)?;
-    let Some(p) = pool_of(&vg.lvs[i]).cloned() else {
+    let Some(p) = vg.lvs[i].pool().cloned() else {
         return Err(refused(name.to_owned(), "is not a thin pool"));
     };
     let thins: Vec<String> = vg
@@ -388,7 +381,7 @@ pub(crate) fn remove_pool(vg: &mut Vg, name: &str, force: bool) -> Result<(), Ed
         ));
     }
     vg.lvs.retain(|l| !gone(&l.name));
-    if !vg.lvs.iter().any(|l| pool_of(l).is_some()) {
+    if !vg.lvs.iter().any(|l| l.pool().is_some()) {
         if let Some(s) = spare(vg) {
             vg.lvs.remove(s);
         }
@@ -404,7 +397,7 @@ pub(crate) fn resize_pool(
     pvs: Option<&[usize]>,
 ) -> Result<(), EditError> {
     let current = u32::try_from(vg.lvs[index].extents()).unwrap_or(u32::MAX);
-    let Some(p) = pool_of(&vg.lvs[index]).cloned() else {
+    let Some(p) = vg.lvs[index].pool().cloned() else {
         return Err(refused(vg.lvs[index].name.clone(), "is not a thin pool"));
     };
     if extents < current {

@@ -436,10 +436,7 @@ pub type PoolState = (u64, Vec<crate::model::ThinMessage>);
 
 /// A thin pool LV's transaction id and queued messages (`None` for other LVs).
 pub fn pool_state(lv: &crate::model::Lv) -> Option<PoolState> {
-    match &lv.segments.first()?.kind {
-        crate::model::SegKind::ThinPool(p) => Some((p.transaction_id, p.messages.clone())),
-        _ => None,
-    }
+    lv.pool().map(|p| (p.transaction_id, p.messages.clone()))
 }
 
 /// Where a shared VG's leases are: the device of each PV and the lockspace geometry.

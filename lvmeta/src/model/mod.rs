@@ -116,6 +116,14 @@ impl Lv {
         })
     }
 
+    /// The thin-pool segment of a thin pool LV (`None` for other LVs).
+    pub fn pool(&self) -> Option<&ThinPool> {
+        match &self.segments.first()?.kind {
+            SegKind::ThinPool(p) => Some(p),
+            _ => None,
+        }
+    }
+
     /// True when `VISIBLE` is in the status.
     pub fn is_visible(&self) -> bool {
         self.status.iter().any(|s| s == "VISIBLE")
