@@ -113,6 +113,16 @@ pub fn copy_runs(
     Some(runs)
 }
 
+/// The device-mapper uuid lvm2 gives LV `lv` of `vg`: `LVM-`, then both ids without their
+/// dashes.
+pub(crate) fn dm_uuid(vg: &Vg, lv: &crate::model::Lv) -> String {
+    format!(
+        "LVM-{}{}",
+        String::from_utf8_lossy(vg.id.raw()),
+        String::from_utf8_lossy(lv.id.raw())
+    )
+}
+
 /// Places LV `lv` of `vg`; `paths[i]` is the device of the VG's PV `i` on this host.
 pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, ActivateError> {
     let l = vg.lv(lv).ok_or_else(|| ActivateError::NoLv {
@@ -120,11 +130,7 @@ pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, A
         lv: lv.into(),
     })?;
     let ext = u64::from(vg.extent_size) * 512;
-    let dm_uuid = format!(
-        "LVM-{}{}",
-        String::from_utf8_lossy(vg.id.raw()),
-        String::from_utf8_lossy(l.id.raw())
-    );
+    let dm_uuid = dm_uuid(vg, l);
     let thin_layout = match l.segments.first().map(|s| &s.kind) {
         Some(SegKind::Thin(t)) if t.external_origin.is_none() && t.merge.is_none() => {
             Some(Layout::Thin {

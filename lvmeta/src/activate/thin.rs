@@ -136,11 +136,7 @@ pub fn plan_pool(vg: &Vg, pool: &str, paths: &[Option<String>]) -> Result<PoolPl
     }
     Ok(PoolPlan {
         name: pool.into(),
-        dm_uuid: format!(
-            "LVM-{}{}",
-            String::from_utf8_lossy(vg.id.raw()),
-            String::from_utf8_lossy(lv.id.raw())
-        ),
+        dm_uuid: super::plan::dm_uuid(vg, lv),
         bytes: lv.extents() * u64::from(vg.extent_size) * 512,
         metadata: linear(&p.metadata)?,
         data: linear(&p.pool)?,
