@@ -4,8 +4,9 @@
 //! [`linear_table`]) and loaded with the devicemapper crate through `/dev/mapper/control`.
 //! There is no udev: the device node is made here, as libdevmapper does without udev.
 //!
-//! Linear LVs of any number of pieces and striped LVs are built, and thin LVs and thin pools the way lvm2
-//! stacks them: `<vg>-<pool>_tmeta` and `<vg>-<pool>_tdata` (linear), `<vg>-<pool>-tpool`
+//! Linear LVs of any number of pieces and striped LVs are built, and thin LVs and thin
+//! pools the way lvm2 stacks them: `<vg>-<pool>_tmeta` (linear) and `<vg>-<pool>_tdata`
+//! (linear or striped), `<vg>-<pool>-tpool`
 //! (the `thin-pool` target, uuid suffix `-tpool`), `<vg>-<pool>` (read-only linear over the
 //! tpool) and `<vg>-<thin>` (`thin <tpool> <device id>`). When the pool comes up, the
 //! messages queued in the metadata are sent by lvm2's transaction rule
@@ -182,6 +183,11 @@ fn dm_err(what: &str, e: impl std::fmt::Display) -> ActivateError {
     }
 }
 
+/// `name` as device-mapper takes it (at most 127 bytes, no `/`).
+fn dm_name_of(name: &str) -> Result<&DmName, ActivateError> {
+    DmName::new(name).map_err(|e| dm_err(&format!("device name {name:?}"), e))
+}
+
 /// The errno of a failed ioctl.
 fn errno(e: &DmError) -> Option<i32> {
     match e {
@@ -244,7 +250,7 @@ impl DmBackend {
         if let Some(devnum) = self.find(&d.name)? {
             return Ok(devnum);
         }
-        let name = DmName::new(&d.name).map_err(|e| dm_err("device name", e))?;
+        let name = dm_name_of(&d.name)?;
         let uuid = DmUuid::new(&d.uuid).map_err(|e| dm_err("device uuid", e))?;
         let flags = if d.read_only {
             DmFlags::DM_READONLY
@@ -274,7 +280,7 @@ impl DmBackend {
         if self.find(name)?.is_none() {
             return Ok(());
         }
-        let n = DmName::new(name).map_err(|e| dm_err("device name", e))?;
+        let n = dm_name_of(name)?;
         self.dm
             .device_remove(&DevId::Name(n), DmOptions::default())
             .map_err(|e| dm_err(&format!("remove {name} (in use?)"), e))?;
@@ -284,7 +290,7 @@ impl DmBackend {
     /// Loads `table` into device `name` and makes it live: suspending first flushes what is
     /// in flight, the new table goes live at resume.
     fn reload(&self, name: &str, table: &[TableLine]) -> Result<(), ActivateError> {
-        let n = DmName::new(name).map_err(|e| dm_err("device name", e))?;
+        let n = dm_name_of(name)?;
         let id = DevId::Name(n);
         self.dm
             .table_load(&id, table, DmOptions::default())
@@ -323,7 +329,7 @@ impl DmBackend {
 
     /// The kernel status of pool device `tpool`.
     fn pool_status(&self, tpool: &str) -> Result<super::thin::PoolStatus, ActivateError> {
-        let n = DmName::new(tpool).map_err(|e| dm_err("device name", e))?;
+        let n = dm_name_of(tpool)?;
         let (_, lines) = self
             .dm
             .table_status(&DevId::Name(n), DmOptions::default())
@@ -425,7 +431,7 @@ impl DmBackend {
 
     /// Suspends (flushing what is in flight) or resumes device `name`.
     fn set_suspended(&self, name: &str, suspend: bool) -> Result<(), ActivateError> {
-        let n = DmName::new(name).map_err(|e| dm_err("device name", e))?;
+        let n = dm_name_of(name)?;
         let flags = if suspend {
             DmFlags::DM_SUSPEND
         } else {
@@ -444,7 +450,7 @@ impl DmBackend {
 
     /// Sends `messages` to pool device `tpool_name`, sector 0, in order.
     fn send(&self, tpool_name: &str, messages: &[PoolMessage]) -> Result<(), ActivateError> {
-        let n = DmName::new(tpool_name).map_err(|e| dm_err("device name", e))?;
+        let n = dm_name_of(tpool_name)?;
         for m in messages {
             let sent = self.dm.target_msg(&DevId::Name(n), Some(0), &m.to_string());
             match (sent, m) {
@@ -479,7 +485,7 @@ impl DmBackend {
     fn release_pool(&self, pool: &PoolPlan) -> Result<(), ActivateError> {
         let tpool = Self::tpool_name(pool);
         if self.find(&tpool)?.is_some() {
-            let n = DmName::new(&tpool).map_err(|e| dm_err("device name", e))?;
+            let n = dm_name_of(&tpool)?;
             let info = self
                 .dm
                 .device_info(&DevId::Name(n))
