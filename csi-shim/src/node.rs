@@ -99,27 +99,25 @@ impl Node {
     /// [`lvmeta::volume::Request`]): for each, freezes the filesystem whose data it takes,
     /// makes the change as the pool's holder, delivers it to the kernel pool, thaws, and
     /// removes the request. A request that fails is logged and removed, so the controller
-    /// stops waiting for it. Returns how many were served.
-    pub fn serve_requests(&self) -> usize {
+    /// stops waiting for it.
+    pub fn serve_requests(&self) {
         let mut pools: Vec<ThinStaged> = Vec::new();
-        for (id, s) in self.staged().iter() {
-            let activate::Layout::Thin { pool, .. } = &s.activation.placement.layout else {
-                continue;
-            };
-            let Ok((vg, lv)) = params::parse_volume_id(id) else {
+        for s in self.staged().values() {
+            let p = &s.activation.placement;
+            let activate::Layout::Thin { pool, .. } = &p.layout else {
                 continue;
             };
             pools.push(ThinStaged {
-                vg,
-                lv,
+                vg: p.vg.clone(),
+                lv: p.lv.clone(),
                 pool: pool.name.clone(),
                 staging: s.fs.as_ref().map(|_| s.staging.clone()),
             });
         }
-        let mut served = 0;
         for t in &pools {
-            let vols = lvmeta::volume::Volumes::new(self.backend.session(), &t.vg);
-            let requests = match vols.fresh_requests(&t.pool) {
+            let holder = lvmeta::volume::Volumes::new(self.backend.session(), &t.vg)
+                .holding(vec![t.pool.clone()]);
+            let requests = match holder.fresh_requests(&t.pool) {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(vg = %t.vg, pool = %t.pool, error = %e, "reading requests");
@@ -134,7 +132,7 @@ impl Node {
                 if !still {
                     break;
                 }
-                let result = self.serve_one(t, &pools, &r);
+                let result = self.serve_one(&holder, t, &pools, &r);
                 let tag = r.to_string();
                 match &result {
                     Ok(()) => {
@@ -144,21 +142,18 @@ impl Node {
                         tracing::warn!(vg = %t.vg, pool = %t.pool, request = %tag, error = %e, "request failed; dropping it")
                     }
                 }
-                let holder = lvmeta::volume::Volumes::new(self.backend.session(), &t.vg)
-                    .holding(vec![t.pool.clone()]);
                 if let Err(e) = holder.finish(&t.pool, &r) {
                     tracing::warn!(vg = %t.vg, pool = %t.pool, request = %tag, error = %e, "removing the request");
                 }
-                served += 1;
             }
         }
-        served
     }
 
-    /// One request on `t`'s pool: the filesystem it reads frozen around the change and its
-    /// delivery to the kernel pool.
+    /// One request on `t`'s pool, made through `holder`: the filesystem it reads frozen
+    /// around the change and its delivery to the kernel pool.
     fn serve_one(
         &self,
+        holder: &lvmeta::volume::Volumes<'_>,
         t: &ThinStaged,
         all: &[ThinStaged],
         r: &lvmeta::volume::Request,
@@ -171,8 +166,6 @@ impl Node {
         if let Some(path) = &frozen {
             sys.freeze(path, true).map_err(|e| e.to_string())?;
         }
-        let holder = lvmeta::volume::Volumes::new(self.backend.session(), &t.vg)
-            .holding(vec![t.pool.clone()]);
         let done = holder.serve(r).map_err(|e| e.to_string()).and_then(|()| {
             self.backend
                 .session()
