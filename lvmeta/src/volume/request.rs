@@ -139,6 +139,11 @@ impl Request {
         }
     }
 
+    /// Does `tag` post this request (at any time)?
+    fn is_posted_by(&self, tag: &str) -> bool {
+        Request::parse(tag).is_some_and(|(q, _)| q == *self)
+    }
+
     /// The thin LV whose pool the request changes.
     pub fn subject(&self) -> &str {
         match self {
@@ -186,7 +191,10 @@ impl Volumes<'_> {
 
     /// Is `r` posted on pool `pool` (at any time)?
     fn posted(&self, pool: &str, r: &Request) -> Result<bool, VolumeError> {
-        Ok(self.requests(pool)?.iter().any(|p| p.request == *r))
+        let vg = self.vg()?;
+        Ok(vg
+            .lv(pool)
+            .is_some_and(|l| l.tags.iter().any(|t| r.is_posted_by(t))))
     }
 
     /// The requests on `pool` to serve now; older ones ([`super::REQUEST_MAX_AGE`]) are
@@ -230,8 +238,7 @@ impl Volumes<'_> {
     pub fn finish(&self, pool: &str, r: &Request) -> Result<(), VolumeError> {
         self.update("lvchange --deltag", |mut vg| {
             if let Some(l) = vg.lvs.iter_mut().find(|l| l.name == pool) {
-                l.tags
-                    .retain(|t| Request::parse(t).is_none_or(|(q, _)| q != *r));
+                l.tags.retain(|t| !r.is_posted_by(t));
             }
             Ok(vg)
         })?;
@@ -277,11 +284,7 @@ impl Volumes<'_> {
                     vg: name,
                     lv: pool.clone(),
                 })?;
-            if !l
-                .tags
-                .iter()
-                .any(|t| Request::parse(t).is_some_and(|(q, _)| q == *r))
-            {
+            if !l.tags.iter().any(|t| r.is_posted_by(t)) {
                 l.tags.push(tag.clone());
             }
             Ok(vg)
