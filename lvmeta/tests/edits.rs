@@ -221,11 +221,10 @@ fn metadata_that_does_not_fit_writes_nothing() {
     assert_eq!(scan.vg("vg").expect("vg").vg.lvs.len(), made);
 }
 
-#[test]
-fn a_new_pool_gets_zeroed_metadata_before_it_is_committed() {
-    // A LUN full of old bytes: a deleted pool's metadata could be anywhere.
+/// A session over PV `pv0` holding `image`, with VG `vg` and thin pool `pool` made on it.
+fn with_pool(image: Vec<u8>) -> Session {
     let s = Session::new(vec![
-        Box::new(MemDevice::from_bytes("pv0", vec![0xaa; 64 << 20], 512)) as Box<dyn BlockDevice>,
+        Box::new(MemDevice::from_bytes("pv0", image, 512)) as Box<dyn BlockDevice>
     ]);
     s.vgcreate(&spec("vg", false), &["pv0"]).expect("vgcreate");
     s.update("vg", "lvcreate", |v| {
@@ -239,6 +238,13 @@ fn a_new_pool_gets_zeroed_metadata_before_it_is_committed() {
         edit::thin::create_pool(v, &pool).map(|x| x.0)
     })
     .expect("pool");
+    s
+}
+
+#[test]
+fn a_new_pool_gets_zeroed_metadata_before_it_is_committed() {
+    // A LUN full of old bytes: a deleted pool's metadata could be anywhere.
+    let s = with_pool(vec![0xaa; 64 << 20]);
     let vg = s.vg("vg").expect("vg");
     let bytes = |lv: &str| {
         let p = lvmeta::activate::place(&vg, lv, &[Some("pv0".into())]).expect("place");
@@ -256,21 +262,7 @@ fn a_new_pool_gets_zeroed_metadata_before_it_is_committed() {
 
 #[test]
 fn a_restored_pool_keeps_its_metadata() {
-    let s = Session::new(vec![
-        Box::new(MemDevice::new("pv0", 64 << 20, 512)) as Box<dyn BlockDevice>
-    ]);
-    s.vgcreate(&spec("vg", false), &["pv0"]).expect("vgcreate");
-    s.update("vg", "lvcreate", |v| {
-        let pool = PoolSpec {
-            data: LvSpec::linear("pool", 2, stamp()),
-            chunk_size: None,
-            metadata_extents: None,
-            discards: "passdown".into(),
-            zero: true,
-        };
-        edit::thin::create_pool(v, &pool).map(|x| x.0)
-    })
-    .expect("pool");
+    let s = with_pool(vec![0; 64 << 20]);
     let with_pool = s.vg("vg").expect("vg");
     let tmeta = lvmeta::activate::place(&with_pool, "pool_tmeta", &[Some("pv0".into())])
         .expect("place")
