@@ -178,11 +178,7 @@ fn csi_volume(v: &Volume) -> crate::csi::Volume {
     crate::csi::Volume {
         capacity_bytes: i64::try_from(v.bytes).unwrap_or(i64::MAX),
         volume_id: params::volume_id(&v.vg, &v.name),
-        volume_context: Class {
-            vg: v.vg.clone(),
-            mode: v.mode,
-        }
-        .context(),
+        volume_context: params::context(&v.vg, v.mode),
         accessible_topology: params::topology(&v.vg).into_iter().collect(),
         ..Default::default()
     }
@@ -281,7 +277,7 @@ impl Controller for ControllerService {
     ) -> Result<Response<CreateVolumeResponse>, Status> {
         let req = request.into_inner();
         required("name", &req.name)?;
-        let class = Class::parse(&req.parameters)?;
+        let class = Class::parse(&req.parameters, &req.mutable_parameters)?;
         params::check_capabilities(&req.volume_capabilities, class.mode)
             .map_err(Status::invalid_argument)?;
         let source = content_source(req.volume_content_source.as_ref(), &class.vg)?;
@@ -306,7 +302,8 @@ impl Controller for ControllerService {
                     Some(Source::Snapshot(n)) => Content::Snapshot(n),
                     Some(Source::Volume(n)) => Content::Volume(n),
                 };
-                let create = |v: &Volumes<'_>| v.create_from(&lv, class.mode, size, content);
+                let create =
+                    |v: &Volumes<'_>| v.create_from(&lv, class.mode, size, content, &class.options);
                 match (&source, class.mode) {
                     // A thin copy goes into the source's pool: its node makes it, if active.
                     (Some(Source::Snapshot(src) | Source::Volume(src)), Mode::Thin) => {
@@ -386,8 +383,15 @@ impl Controller for ControllerService {
         }
         let (vg, name) = params::parse_volume_id(&req.volume_id)?;
         let v = self.blocking(move |b| b.existing(&vg, &name)).await?;
+        let asked = params::parse_mutable(&req.mutable_parameters)?;
+        if !asked.is_empty() && v.mode == Mode::Linear {
+            return Ok(Response::new(ValidateVolumeCapabilitiesResponse {
+                confirmed: None,
+                message: params::linear_has_no_options().message().to_owned(),
+            }));
+        }
         if !req.parameters.is_empty() {
-            let class = Class::parse(&req.parameters)?;
+            let class = Class::parse(&req.parameters, &req.mutable_parameters)?;
             if class.vg != v.vg || class.mode != v.mode {
                 return Ok(Response::new(ValidateVolumeCapabilitiesResponse {
                     confirmed: None,
@@ -448,7 +452,7 @@ impl Controller for ControllerService {
         let class = if req.parameters.is_empty() {
             None
         } else {
-            Some(Class::parse(&req.parameters)?)
+            Some(Class::parse(&req.parameters, &Default::default())?)
         };
         if let Some(c) = &class {
             if params::check_capabilities(&req.volume_capabilities, c.mode).is_err()
@@ -504,6 +508,7 @@ impl Controller for ControllerService {
             rpc::Type::ListSnapshots,
             rpc::Type::GetSnapshot,
             rpc::Type::CloneVolume,
+            rpc::Type::ModifyVolume,
         ];
         Ok(Response::new(ControllerGetCapabilitiesResponse {
             capabilities: caps
@@ -680,10 +685,29 @@ impl Controller for ControllerService {
 
     async fn controller_modify_volume(
         &self,
-        _: Request<ControllerModifyVolumeRequest>,
+        request: Request<ControllerModifyVolumeRequest>,
     ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
-        Err(Status::unimplemented(
-            "no parameter of a volume can change after creation (MODIFY_VOLUME is not offered)",
-        ))
+        let req = request.into_inner();
+        required("volume_id", &req.volume_id)?;
+        let options = params::parse_mutable(&req.mutable_parameters)?;
+        let (vg, name) = params::parse_volume_id(&req.volume_id)?;
+        tracing::info!(volume_id = %req.volume_id, zero = ?options.zero, discards = ?options.discards, "ControllerModifyVolume");
+        let id = req.volume_id.clone();
+        self.blocking(move |b| {
+            if b.existing(&vg, &name)?.mode == Mode::Linear {
+                // Nothing to change is no error: a class may have no parameters.
+                if options.is_empty() {
+                    return Ok(());
+                }
+                return Err(params::linear_has_no_options());
+            }
+            let _g = b.inflight.enter(&id)?;
+            b.volumes_of_id(&vg)?
+                .retune(&name, &options, b.holder_wait)
+                .map(drop)
+                .map_err(from_volume)
+        })
+        .await?;
+        Ok(Response::new(ControllerModifyVolumeResponse {}))
     }
 }

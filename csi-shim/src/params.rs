@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use lvmeta::volume::Mode;
+use lvmeta::volume::{Mode, PoolOptions};
 use tonic::Status;
 
 use crate::csi::volume_capability::access_mode::Mode as Access;
@@ -14,6 +14,14 @@ use crate::csi::VolumeCapability;
 pub const VG: &str = "vg";
 /// `linear` (default) or `thin`.
 pub const MODE: &str = "mode";
+/// Thin volumes: zero new pool chunks before their first use, `true` (default) or `false`
+/// (lvm2's `-Z`). Mutable.
+pub const ZERO: &str = "zero";
+/// Thin volumes: what the pool does with discards, `passdown` (default), `nopassdown` or
+/// `ignore` (lvm2's `--discards`). Mutable.
+pub const DISCARDS: &str = "discards";
+/// The parameters that can change on a live volume (ControllerModifyVolume).
+pub const MUTABLE: [&str; 2] = [ZERO, DISCARDS];
 /// The filesystem of filesystem volumes, as external-provisioner passes it.
 pub const FSTYPE: &str = "csi.storage.k8s.io/fstype";
 /// Names external-provisioner adds with `--extra-create-metadata`; accepted and ignored.
@@ -50,18 +58,32 @@ pub struct Class {
     pub vg: String,
     /// Linear or thin.
     pub mode: Mode,
+    /// A thin volume's pool settings.
+    pub options: PoolOptions,
 }
 
 impl Class {
-    /// Reads the parameters; an unknown key or value is INVALID_ARGUMENT.
-    pub fn parse(p: &HashMap<String, String>) -> Result<Self, Status> {
+    /// Reads the parameters and the mutable parameters (which win where both name a key);
+    /// an unknown key or value is INVALID_ARGUMENT.
+    pub fn parse(
+        p: &HashMap<String, String>,
+        mutable: &HashMap<String, String>,
+    ) -> Result<Self, Status> {
         for k in p.keys() {
-            if ![VG, MODE, FSTYPE].contains(&k.as_str()) && !EXTRA_METADATA.contains(&k.as_str()) {
+            let known = [VG, MODE, FSTYPE].contains(&k.as_str()) || MUTABLE.contains(&k.as_str());
+            if !known && !EXTRA_METADATA.contains(&k.as_str()) {
                 return Err(Status::invalid_argument(format!(
-                    "unknown parameter {k:?} (known: {VG}, {MODE}, {FSTYPE})"
+                    "unknown parameter {k:?} (known: {VG}, {MODE}, {FSTYPE}, {ZERO}, {DISCARDS})"
                 )));
             }
         }
+        let mut both: HashMap<String, String> = p
+            .iter()
+            .filter(|(k, _)| MUTABLE.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        both.extend(mutable.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let options = parse_mutable(&both)?;
         let vg = p
             .get(VG)
             .filter(|v| !v.is_empty())
@@ -76,19 +98,60 @@ impl Class {
         if let Some(fs) = p.get(FSTYPE).filter(|f| !f.is_empty()) {
             check_fs(fs)?;
         }
+        if mode == Mode::Linear && !options.is_empty() {
+            return Err(linear_has_no_options());
+        }
         Ok(Self {
             vg: vg.clone(),
             mode,
+            options,
         })
     }
+}
 
-    /// The context handed to the node with the volume.
-    pub fn context(&self) -> HashMap<String, String> {
-        HashMap::from([
-            (VG.to_owned(), self.vg.clone()),
-            (MODE.to_owned(), self.mode.as_str().to_owned()),
-        ])
+/// The context handed to the node with a volume of `mode` in `vg`.
+pub fn context(vg: &str, mode: Mode) -> HashMap<String, String> {
+    HashMap::from([
+        (VG.to_owned(), vg.to_owned()),
+        (MODE.to_owned(), mode.as_str().to_owned()),
+    ])
+}
+
+/// INVALID_ARGUMENT for pool settings asked of a linear volume.
+pub fn linear_has_no_options() -> Status {
+    Status::invalid_argument(format!(
+        "parameters {ZERO:?} and {DISCARDS:?} are settings of a thin volume's pool (mode thin); a linear volume has none"
+    ))
+}
+
+/// Reads mutable parameters (VolumeAttributesClass parameters): `zero` and `discards`
+/// only; any other key or an unknown value is INVALID_ARGUMENT.
+pub fn parse_mutable(p: &HashMap<String, String>) -> Result<PoolOptions, Status> {
+    if let Some(k) = p.keys().find(|k| !MUTABLE.contains(&k.as_str())) {
+        return Err(Status::invalid_argument(format!(
+            "parameter {k:?} cannot change on a live volume (mutable: {ZERO}, {DISCARDS})"
+        )));
     }
+    let zero = match p.get(ZERO).map(String::as_str) {
+        None => None,
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(z) => {
+            return Err(Status::invalid_argument(format!(
+                "parameter {ZERO:?} is {z:?}, not true or false"
+            )))
+        }
+    };
+    let discards = match p.get(DISCARDS) {
+        None => None,
+        Some(d) if lvmeta::edit::thin::DISCARDS.contains(&d.as_str()) => Some(d.clone()),
+        Some(d) => {
+            return Err(Status::invalid_argument(format!(
+                "parameter {DISCARDS:?} is {d:?}, not passdown, nopassdown or ignore"
+            )))
+        }
+    };
+    Ok(PoolOptions { zero, discards })
 }
 
 fn check_fs(fs: &str) -> Result<(), Status> {

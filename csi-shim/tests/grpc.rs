@@ -299,6 +299,16 @@ async fn bad_requests() {
             ..Default::default()
         })),
     }];
+    let mut linear_zero = create("pvc-u", "linear", MIB, rwo());
+    linear_zero.parameters.insert("zero".into(), "false".into());
+    let mut bad_zero = create("pvc-u", "thin", MIB, rwo());
+    bad_zero
+        .mutable_parameters
+        .insert("zero".into(), "no".into());
+    let mut immutable = create("pvc-u", "thin", MIB, rwo());
+    immutable
+        .mutable_parameters
+        .insert("mode".into(), "thin".into());
     let mut range = create("pvc-u", "linear", 10 * MIB, rwo());
     range.capacity_range = Some(CapacityRange {
         required_bytes: 10 * MIB,
@@ -316,6 +326,9 @@ async fn bad_requests() {
         (other_vg, Code::InvalidArgument),
         (bad_fs, Code::InvalidArgument),
         (range, Code::OutOfRange),
+        (linear_zero, Code::InvalidArgument),
+        (bad_zero, Code::InvalidArgument),
+        (immutable, Code::InvalidArgument),
     ];
     for (req, code) in cases {
         let e = c.create_volume(req.clone()).await.expect_err("refused");
@@ -369,7 +382,117 @@ async fn bad_requests() {
         .await
         .expect("caps")
         .into_inner();
-    assert_eq!(caps.capabilities.len(), 10);
+    assert_eq!(caps.capabilities.len(), 11);
+}
+
+/// The zeroing and discards of pool `pool` as the metadata on the LUN says.
+fn pool_options(d: &Driver, pool: &str) -> (bool, Option<String>) {
+    let s = lvmeta::ops::Session::new(vec![
+        Box::new(d.lun.clone()) as Box<dyn lvmeta::dev::BlockDevice>
+    ]);
+    let vg = s.vg("vg").expect("vg");
+    let p = vg.lv(pool).and_then(|l| l.pool()).expect("a pool").clone();
+    (p.zero_new_blocks, p.discards)
+}
+
+#[tokio::test]
+async fn modify_volume_changes_a_thin_pools_zeroing_and_discards() {
+    let mut d = driver().await;
+    let mut req = create("pvc-t", "thin", 8 * MIB, rwo());
+    req.parameters
+        .insert("discards".into(), "nopassdown".into());
+    req.mutable_parameters.insert("zero".into(), "false".into());
+    d.controller.create_volume(req).await.expect("tuned thin");
+    assert_eq!(
+        pool_options(&d, "pvc-t-pool"),
+        (false, Some("nopassdown".into()))
+    );
+    d.controller
+        .create_volume(create("pvc-l", "linear", MIB, rwo()))
+        .await
+        .expect("linear");
+    let c = &mut d.controller;
+    let cases = [
+        (modify("", &[("zero", "true")]), Code::InvalidArgument),
+        (modify("vg/none", &[("zero", "true")]), Code::NotFound),
+        (modify("vg/pvc-t", &[("zero", "1")]), Code::InvalidArgument),
+        (
+            modify("vg/pvc-t", &[("discards", "trim")]),
+            Code::InvalidArgument,
+        ),
+        (modify("vg/pvc-t", &[("vg", "vg")]), Code::InvalidArgument),
+        (
+            modify("vg/pvc-t", &[("mode", "linear")]),
+            Code::InvalidArgument,
+        ),
+        (
+            modify("vg/pvc-l", &[("zero", "true")]),
+            Code::InvalidArgument,
+        ),
+    ];
+    for (req, code) in cases {
+        let e = c
+            .controller_modify_volume(req.clone())
+            .await
+            .expect_err("refused");
+        assert_eq!(e.code(), code, "{req:?}: {e:?}");
+    }
+    // Nothing asked of a linear volume is no error (a class without parameters).
+    c.controller_modify_volume(modify("vg/pvc-l", &[]))
+        .await
+        .expect("nothing to change");
+    for _ in 0..2 {
+        c.controller_modify_volume(modify(
+            "vg/pvc-t",
+            &[("zero", "true"), ("discards", "ignore")],
+        ))
+        .await
+        .expect("modify (and the same again)");
+    }
+    assert_eq!(
+        pool_options(&d, "pvc-t-pool"),
+        (true, Some("ignore".into()))
+    );
+    let c = &mut d.controller;
+    // A clone shares its source's pool, so it asks for the same settings or none.
+    let mut clone = create("pvc-c", "thin", 8 * MIB, rwo());
+    clone.volume_content_source = Some(VolumeContentSource {
+        r#type: Some(of_volume("vg/pvc-t")),
+    });
+    clone.parameters.insert("zero".into(), "false".into());
+    let e = c
+        .create_volume(clone.clone())
+        .await
+        .expect_err("another pool setting");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    clone.parameters.insert("zero".into(), "true".into());
+    c.create_volume(clone).await.expect("same settings");
+    // ValidateVolumeCapabilities checks mutable parameters too.
+    let validate = |id: &str, zero: &str| ValidateVolumeCapabilitiesRequest {
+        volume_id: id.into(),
+        volume_capabilities: rwo(),
+        mutable_parameters: [("zero".to_owned(), zero.to_owned())].into(),
+        ..Default::default()
+    };
+    let r = c
+        .validate_volume_capabilities(validate("vg/pvc-t", "true"))
+        .await
+        .expect("validate")
+        .into_inner();
+    assert!(r
+        .confirmed
+        .is_some_and(|c| c.mutable_parameters["zero"] == "true"));
+    let r = c
+        .validate_volume_capabilities(validate("vg/pvc-l", "true"))
+        .await
+        .expect("validate")
+        .into_inner();
+    assert!(r.confirmed.is_none() && r.message.contains("thin"), "{r:?}");
+    let e = c
+        .validate_volume_capabilities(validate("vg/pvc-t", "maybe"))
+        .await
+        .expect_err("bad value");
+    assert_eq!(e.code(), Code::InvalidArgument);
 }
 
 fn snap_req(name: &str, source: &str) -> CreateSnapshotRequest {

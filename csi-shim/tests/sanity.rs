@@ -1,7 +1,7 @@
 //! A conformance suite after kubernetes-csi's csi-sanity (`pkg/sanity` of csi-test): one test
 //! per `Describe` block of its identity, controller and node specs, each of its `It` cases
 //! checked in order and named in the assertion messages. Cases for capabilities this driver
-//! does not advertise (ControllerPublish, ModifyVolume, volume attribute classes) are left out,
+//! does not advertise (ControllerPublish, volume attribute classes on the node) are left out,
 //! as csi-sanity skips them. It runs against the in-memory driver of `common`.
 
 mod common;
@@ -633,6 +633,52 @@ async fn expand_volume() {
         .await,
     );
     assert!(grown.capacity_bytes >= 8 << 20, "{it}");
+}
+
+#[tokio::test]
+async fn modify_volume() {
+    let mut d = driver_of(2 << 30).await;
+    assert!(controller_caps(&mut d)
+        .await
+        .contains(&(CtrlCap::ModifyVolume as i32)));
+    let c = &mut d.controller;
+    let mutable = || {
+        std::collections::HashMap::from([
+            ("zero".to_owned(), "false".to_owned()),
+            ("discards".to_owned(), "nopassdown".to_owned()),
+        ])
+    };
+    let it = "ModifyVolume should fail when no volume id is provided";
+    let r = c
+        .controller_modify_volume(ControllerModifyVolumeRequest {
+            mutable_parameters: mutable(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(code(it, r), Code::InvalidArgument, "{it}");
+    let it = "ModifyVolume should fail when the requested volume does not exist";
+    let r = c
+        .controller_modify_volume(ControllerModifyVolumeRequest {
+            volume_id: "vg/sanity-missing".into(),
+            mutable_parameters: mutable(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(code(it, r), Code::NotFound, "{it}");
+    let it = "ModifyVolume should modify volume when a valid mutable parameter is specified";
+    let mut req = create("sanity-modify", "thin", 8 << 20, rwo());
+    req.mutable_parameters = mutable();
+    let v = ok(it, c.create_volume(req).await).volume.expect("volume");
+    ok(
+        it,
+        c.controller_modify_volume(ControllerModifyVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            mutable_parameters: mutable(),
+            ..Default::default()
+        })
+        .await,
+    );
+    delete(&mut d, &v.volume_id).await;
 }
 
 #[tokio::test]

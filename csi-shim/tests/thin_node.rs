@@ -139,3 +139,66 @@ async fn a_staged_thin_volume_is_changed_by_its_node() {
         let _ = stop.send(());
     }
 }
+
+#[tokio::test]
+async fn a_staged_thin_volume_is_modified_by_its_node() {
+    let mut d = driver_thin(Duration::from_secs(10)).await;
+    d.controller
+        .create_volume(create("tv", "thin", 8 * MIB, rwo()))
+        .await
+        .expect("thin volume");
+    let staging = stage(&d, "vg/tv", "st/tv", cap(Access::SingleNodeWriter, true));
+    d.node
+        .node_stage_volume(staging.clone())
+        .await
+        .expect("stage");
+    let uuid = pool_state(&d, "tv-pool").3;
+    let features = |d: &Driver| d.activation.pool(&uuid, |_| {}).expect("pool").features;
+    assert!(
+        features(&d).is_empty(),
+        "lvm2's defaults: zeroing, passdown"
+    );
+    // Staged: the node changes the metadata and reloads its kernel pool's table.
+    d.controller
+        .controller_modify_volume(modify(
+            "vg/tv",
+            &[("zero", "false"), ("discards", "nopassdown")],
+        ))
+        .await
+        .expect("modify a staged volume");
+    assert_eq!(features(&d), ["skip_block_zeroing", "no_discard_passdown"]);
+    let (_, _, tags, _) = pool_state(&d, "tv-pool");
+    assert!(
+        !tags
+            .iter()
+            .any(|t| t.starts_with(lvmeta::volume::REQUEST_TAG)),
+        "{tags:?}"
+    );
+    // The kernel cannot switch a live pool's discard support.
+    let e = d
+        .controller
+        .controller_modify_volume(modify("vg/tv", &[("discards", "ignore")]))
+        .await
+        .expect_err("live pool");
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("unstage"), "{e:?}");
+    d.node
+        .node_unstage_volume(NodeUnstageVolumeRequest {
+            volume_id: "vg/tv".into(),
+            staging_target_path: d.kubelet.join("st/tv").display().to_string(),
+        })
+        .await
+        .expect("unstage");
+    d.controller
+        .controller_modify_volume(modify("vg/tv", &[("discards", "ignore")]))
+        .await
+        .expect("unstaged");
+    d.node
+        .node_stage_volume(staging)
+        .await
+        .expect("stage again");
+    assert_eq!(features(&d), ["skip_block_zeroing", "ignore_discard"]);
+    if let Some(stop) = d.stop.take() {
+        let _ = stop.send(());
+    }
+}

@@ -913,7 +913,7 @@ impl Session {
     }
 
     /// The thin pools of `vg` active through this session (in a VG without leases), with
-    /// their id, transaction id and queue.
+    /// their id and pool state.
     fn local_pool_states(&self, vg: &Vg) -> Vec<(Uuid, String, lease::PoolState)> {
         if self.local_pools.is_empty() {
             return Vec::new();

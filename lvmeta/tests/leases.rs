@@ -332,16 +332,18 @@ fn activation_holds_the_lv_lease_exclusive_or_shared() {
     fake.release(&lease, None).expect("release");
 }
 
+/// The size of the tests' volumes.
+const SIZE: lvmeta::volume::SizeRange = lvmeta::volume::SizeRange {
+    required: 8 << 20,
+    limit: 0,
+};
+
 #[test]
 fn a_failed_activation_releases_the_lease() {
     let (s, fake, _host) = setup();
     s.lockstart("vg").expect("lockstart");
     let vols = lvmeta::volume::Volumes::new(&s, "vg");
-    let size = lvmeta::volume::SizeRange {
-        required: 8 << 20,
-        limit: 0,
-    };
-    vols.create("t", lvmeta::volume::Mode::Thin, size)
+    vols.create("t", lvmeta::volume::Mode::Thin, SIZE)
         .expect("thin volume");
     let vg = s.vg("vg").expect("vg");
     let pool = vg.lv("t").and_then(|l| l.thin_pool()).expect("pool");
@@ -766,15 +768,11 @@ fn thin_activation_delivers_the_queue_by_lvm2s_transaction_rule() {
 
 #[test]
 fn a_pool_held_by_a_node_is_changed_through_a_request() {
-    use lvmeta::volume::{Mode, Request, SizeRange, Volumes};
+    use lvmeta::volume::{Mode, Request, Volumes};
     let (s, _fake, _host) = setup();
     s.lockstart("vg").expect("lockstart");
     let vols = Volumes::new(&s, "vg");
-    let size = SizeRange {
-        required: 8 << 20,
-        limit: 0,
-    };
-    vols.create("src", Mode::Thin, size).expect("thin volume");
+    vols.create("src", Mode::Thin, SIZE).expect("thin volume");
     let backend = lvmeta::activate::FakeBackend::with_thin();
     let act = s
         .activate("vg", "src", false, false, &backend)
@@ -798,21 +796,8 @@ fn a_pool_held_by_a_node_is_changed_through_a_request() {
         std::slice::from_ref(&r)
     );
     // The node serves it (as the pool's holder) while the controller waits.
-    let snap = std::thread::scope(|scope| {
-        let node = scope.spawn(|| loop {
-            let pending = vols.fresh_requests("src-pool").expect("requests");
-            if let Some(r) = pending.first() {
-                let holder = Volumes::new(&s, "vg").holding(vec!["src-pool".into()]);
-                holder.serve(r).expect("serve");
-                s.refresh("vg", "src", &backend).expect("deliver");
-                holder.finish("src-pool", r).expect("finish");
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        });
-        let snap = vols.through_holder(&r, Duration::from_secs(10), |v| v.snapshot("snap", "src"));
-        node.join().expect("node");
-        snap
+    let snap = while_node_serves(&s, &backend, "src", || {
+        vols.through_holder(&r, Duration::from_secs(10), |v| v.snapshot("snap", "src"))
     })
     .expect("snapshot through the node");
     assert_eq!(snap.source, "src");
@@ -854,4 +839,131 @@ fn a_pool_held_by_a_node_is_changed_through_a_request() {
     assert!(vols.fresh_requests("src-pool").expect("fresh").is_empty());
     assert!(vols.requests("src-pool").expect("requests").is_empty());
     assert!(vols.get_snapshot("snap2").expect("get").is_some());
+}
+
+/// Runs `call` while a node thread serves the first request posted on thin volume `lv`'s
+/// pool as its holder (the change, its delivery, the tag's removal), as csi-shim's node
+/// does.
+fn while_node_serves<T: Send>(
+    s: &lvmeta::ops::Session,
+    backend: &lvmeta::activate::FakeBackend,
+    lv: &str,
+    call: impl FnOnce() -> T + Send,
+) -> T {
+    use lvmeta::volume::Volumes;
+    let pool = format!("{lv}-pool");
+    std::thread::scope(|scope| {
+        let node = scope.spawn(|| loop {
+            let holder = Volumes::new(s, "vg").holding(vec![pool.clone()]);
+            let pending = holder.fresh_requests(&pool).expect("requests");
+            if let Some(r) = pending.first() {
+                holder.serve(r).expect("serve");
+                s.refresh("vg", lv, backend).expect("deliver");
+                holder.finish(&pool, r).expect("finish");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        });
+        let out = call();
+        node.join().expect("node");
+        out
+    })
+}
+
+#[test]
+fn a_thin_volume_is_retuned_by_the_node_where_its_pool_is_active() {
+    use lvmeta::volume::{Content, Mode, PoolOptions, VolumeError, Volumes};
+    let (s, _fake, _host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    let vols = Volumes::new(&s, "vg");
+    let opts = |zero: Option<bool>, discards: Option<&str>| PoolOptions {
+        zero,
+        discards: discards.map(str::to_owned),
+    };
+    vols.create_from(
+        "t",
+        Mode::Thin,
+        SIZE,
+        Content::Empty,
+        &opts(Some(false), None),
+    )
+    .expect("thin volume");
+    assert_eq!(
+        vols.tuning("t").expect("tuning"),
+        opts(Some(false), Some("passdown"))
+    );
+    vols.create("lin", Mode::Linear, SIZE).expect("linear");
+    let err = vols
+        .tune("lin", &opts(Some(true), None))
+        .expect_err("linear");
+    assert!(matches!(err, VolumeError::Invalid(_)), "{err}");
+    let err = vols
+        .tune("nope", &opts(Some(true), None))
+        .expect_err("missing");
+    assert!(matches!(err, VolumeError::NotFound(_)), "{err}");
+    let err = vols
+        .create_from(
+            "c",
+            Mode::Thin,
+            SIZE,
+            Content::Volume("t"),
+            &opts(Some(true), None),
+        )
+        .expect_err("a copy shares the pool");
+    assert!(err.to_string().contains("zero=false"), "{err}");
+    // Inactive: the change is made here, and only when it changes something.
+    let seqno = s.vg("vg").expect("vg").seqno;
+    vols.tune("t", &opts(Some(false), Some("passdown")))
+        .expect("nothing to do");
+    assert_eq!(s.vg("vg").expect("vg").seqno, seqno);
+    let now = vols.tune("t", &opts(None, Some("ignore"))).expect("ignore");
+    assert_eq!(now, opts(Some(false), Some("ignore")));
+    vols.tune("t", &opts(None, Some("passdown")))
+        .expect("passdown");
+    // Staged on a node: the pool's lease is held there, so the node makes it.
+    let backend = lvmeta::activate::FakeBackend::with_thin();
+    let act = s
+        .activate("vg", "t", false, false, &backend)
+        .expect("staged");
+    let wanted = opts(Some(true), Some("nopassdown"));
+    let err = vols
+        .retune("t", &wanted, Duration::from_millis(200))
+        .expect_err("nobody serves");
+    assert!(matches!(err, VolumeError::Pending(_)), "{err}");
+    let now = while_node_serves(&s, &backend, "t", || {
+        vols.retune("t", &wanted, Duration::from_secs(10))
+    })
+    .expect("retuned through the node");
+    assert_eq!(now, wanted);
+    assert_eq!(vols.tuning("t").expect("tuning"), wanted);
+    // ... and its kernel pool's table was reloaded with them.
+    let uuid = lvmeta::activate::place(&s.vg("vg").expect("vg"), "t-pool", &places().paths)
+        .expect("place")
+        .dm_uuid;
+    let kernel = backend.pool(&uuid, |_| {}).expect("pool");
+    assert_eq!(kernel.features, ["no_discard_passdown"]);
+    assert!(vols.requests("t-pool").expect("requests").is_empty());
+    // The kernel cannot switch a live pool's discard support: refused, nothing posted,
+    // by the controller and by the node alike.
+    let err = vols
+        .retune("t", &opts(None, Some("ignore")), Duration::from_secs(10))
+        .expect_err("live pool");
+    assert!(
+        matches!(&err, VolumeError::Refused(m) if m.contains("unstage")),
+        "{err}"
+    );
+    let holder = Volumes::new(&s, "vg").holding(vec!["t-pool".into()]);
+    let err = holder
+        .tune("t", &opts(None, Some("ignore")))
+        .expect_err("node");
+    assert!(matches!(err, VolumeError::Refused(_)), "{err}");
+    assert!(vols.requests("t-pool").expect("requests").is_empty());
+    act.deactivate(&backend).expect("deactivate");
+    drop(act);
+    vols.retune("t", &opts(None, Some("ignore")), Duration::from_secs(1))
+        .expect("inactive now");
+    assert_eq!(
+        vols.tuning("t").expect("tuning"),
+        opts(Some(true), Some("ignore"))
+    );
 }

@@ -34,6 +34,9 @@ pub const LVS_FIELDS: &str =
 /// Segment report fields.
 pub const SEG_FIELDS: &str =
     "lv_name,vg_name,segtype,devices,seg_start_pe,seg_size_pe,stripes,stripe_size";
+/// Thin pool settings, as a pool and its thin LVs show them (compared live only: the
+/// fixtures' stored reports predate them).
+pub const POOL_FIELDS: &str = "lv_name,vg_name,discards,zero";
 /// VG report fields.
 pub const VGS_FIELDS: &str = "vg_name,vg_uuid,vg_size,vg_free,vg_extent_size,vg_extent_count,vg_free_count,pv_count,lv_count,vg_seqno,vg_tags,vg_lock_type,vg_lock_args,vg_systemid,vg_attr";
 /// PV report fields.

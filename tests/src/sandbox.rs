@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::{lvmeta_bin, rows, LVS_FIELDS, PVS_FIELDS, SEG_FIELDS, VGS_FIELDS};
+use crate::{lvmeta_bin, rows, LVS_FIELDS, POOL_FIELDS, PVS_FIELDS, SEG_FIELDS, VGS_FIELDS};
 
 /// Loop devices over image files, with an lvm2 configuration that sees only them.
 pub struct Sandbox {
@@ -159,13 +159,14 @@ impl Sandbox {
     }
 
     /// lvm2's and lvmeta's `pvs`, `vgs`, `lvs -a` and `lvs -a --segments` JSON for the
-    /// standard field lists must hold the same rows.
+    /// standard field lists (and `lvs -a` for the thin pool settings) must hold the same rows.
     pub fn reports_match(&self, what: &str, extra: Option<&str>) {
         for (verb, fields, seg) in [
             ("pvs", PVS_FIELDS, false),
             ("vgs", VGS_FIELDS, false),
             ("lvs", LVS_FIELDS, false),
             ("lvs", SEG_FIELDS, true),
+            ("lvs", POOL_FIELDS, false),
         ] {
             let mut args = vec![
                 verb,

@@ -4,7 +4,7 @@
 
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::ops::Session;
-use lvmeta::volume::{Content, Mode, SizeRange, Volumes};
+use lvmeta::volume::{Content, Mode, PoolOptions, SizeRange, Volumes};
 use lvmeta_tests::privileged;
 use lvmeta_tests::sandbox::Sandbox;
 
@@ -55,6 +55,27 @@ fn lvm2_judges_csi_volumes() {
     vols.expand("pvc-thin", size(40)).expect("expand thin");
     vols.expand("pvc-lin", size(30)).expect("expand linear");
     judge("expanded");
+    // A thin volume's pool settings (ControllerModifyVolume): lvm2 reads them back, and
+    // lvmeta's lv_attr (its zero flag) matches lvm2's.
+    let opts = |zero, discards: &str| PoolOptions {
+        zero: Some(zero),
+        discards: Some(discards.to_owned()),
+    };
+    vols.tune("pvc-thin", &opts(false, "nopassdown"))
+        .expect("tune");
+    judge("tuned");
+    assert_eq!(
+        sb.report_words("lvs", "discards,zero", &["vg/pvc-thin-pool"]),
+        ["nopassdown"],
+        "not zeroing: lvm2 leaves the zero column empty"
+    );
+    vols.tune("pvc-thin", &opts(true, "passdown"))
+        .expect("tune back");
+    judge("tuned back");
+    assert_eq!(
+        sb.report_words("lvs", "discards,zero", &["vg/pvc-thin-pool"]),
+        ["passdown", "zero"]
+    );
     assert_eq!(
         sb.report_words("lvs", "lv_size", &["vg/pvc-lin"]),
         [(32 * MIB).to_string()]
@@ -84,6 +105,7 @@ fn lvm2_judges_csi_volumes() {
             Mode::Thin,
             size(48),
             Content::Snapshot("snap-1"),
+            &PoolOptions::default(),
         )
         .expect("from snapshot");
     assert_eq!(from_snap.bytes, 48 * MIB);
@@ -93,6 +115,7 @@ fn lvm2_judges_csi_volumes() {
             Mode::Thin,
             size(0),
             Content::Volume("pvc-thin"),
+            &PoolOptions::default(),
         )
         .expect("clone");
     assert_eq!(clone.bytes, 40 * MIB);
@@ -101,7 +124,8 @@ fn lvm2_judges_csi_volumes() {
             "pvc-small",
             Mode::Thin,
             size(8),
-            Content::Volume("pvc-thin")
+            Content::Volume("pvc-thin"),
+            &PoolOptions::default(),
         )
         .is_err());
     // A linear clone is a copy: lvm2 sees an ordinary linear LV of the source's size.
@@ -111,6 +135,7 @@ fn lvm2_judges_csi_volumes() {
             Mode::Linear,
             size(0),
             Content::Volume("pvc-lin"),
+            &PoolOptions::default(),
         )
         .expect("linear clone");
     assert_eq!(copy.bytes, 32 * MIB);

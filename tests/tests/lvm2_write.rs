@@ -97,6 +97,16 @@ fn lvm2_judges_every_verb() {
         ],
     );
     step(
+        "lvchange pool",
+        "lvchange",
+        &["-Z", "n", "--discards", "nopassdown", "vg/tpool"],
+    );
+    step(
+        "lvchange pool back",
+        "lvchange",
+        &["--zero", "y", "--discards", "ignore", "vg/tpool"],
+    );
+    step(
         "vgchange",
         "vgchange",
         &["--addtag", "zone/1", "--deltag", "k8s", "vg"],

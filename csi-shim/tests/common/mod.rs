@@ -197,3 +197,15 @@ pub fn publish(
         ..Default::default()
     }
 }
+
+/// ControllerModifyVolume of `id` with mutable parameters `params`.
+pub fn modify(id: &str, params: &[(&str, &str)]) -> ControllerModifyVolumeRequest {
+    ControllerModifyVolumeRequest {
+        volume_id: id.into(),
+        mutable_parameters: params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..Default::default()
+    }
+}

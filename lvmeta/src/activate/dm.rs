@@ -41,21 +41,9 @@ pub fn dm_layer_name(vg: &str, lv: &str, layer: &str) -> String {
 
 /// The `thin-pool` line of `pool` over metadata device `meta` and data device `data`, as
 /// libdevmapper writes it: chunk size, low water mark 0 (lvm2's default threshold of 100%),
-/// then the feature words lvm2 sets (`skip_block_zeroing`, `ignore_discard`,
-/// `no_discard_passdown`, `error_if_no_space`).
+/// then the feature words lvm2 sets ([`PoolPlan::features`]).
 pub fn pool_table(pool: &PoolPlan, meta: (u32, u32), data: (u32, u32)) -> TableLine {
-    let mut features = Vec::new();
-    if !pool.zero_new_blocks {
-        features.push("skip_block_zeroing");
-    }
-    match pool.discards.as_str() {
-        "ignore" => features.push("ignore_discard"),
-        "nopassdown" => features.push("no_discard_passdown"),
-        _ => {}
-    }
-    if pool.error_if_no_space {
-        features.push("error_if_no_space");
-    }
+    let features = pool.features();
     let mut params = format!(
         "{}:{} {}:{} {} 0 {}",
         meta.0,

@@ -105,6 +105,8 @@ pub struct FakePool {
     pub devices: std::collections::BTreeSet<u32>,
     /// Every message it got, in order.
     pub received: Vec<String>,
+    /// The feature words of its table as last loaded ([`thin::PoolPlan::features`]).
+    pub features: Vec<String>,
 }
 
 impl FakePool {
@@ -163,13 +165,15 @@ impl FakeBackend {
         Some(p.clone())
     }
 
-    /// Brings the simulated kernel pool of `plan` up to date by lvm2's rule.
+    /// Loads the table of the simulated kernel pool of `plan` and brings the pool up to date
+    /// by lvm2's rule.
     fn deliver(&self, p: &Placement, plan: &thin::PoolPlan) -> Result<(), ActivateError> {
         let Some(pools) = &self.thin else {
             return Err(needs_device_mapper(p));
         };
         let mut pools = pools.lock().unwrap_or_else(|p| p.into_inner());
         let kernel = pools.entry(plan.dm_uuid.clone()).or_default();
+        kernel.features = plan.features().into_iter().map(str::to_owned).collect();
         for m in thin::deliveries(plan, kernel.transaction_id)? {
             kernel.take(m).map_err(|why| ActivateError::Io {
                 device: format!("fake {}-tpool", plan.name),

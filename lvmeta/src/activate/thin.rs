@@ -44,6 +44,26 @@ pub struct PoolPlan {
     pub thin_lvs: Vec<(u32, String)>,
 }
 
+impl PoolPlan {
+    /// The feature words of the pool's table, as lvm2 sets them: `skip_block_zeroing`,
+    /// `ignore_discard` or `no_discard_passdown`, `error_if_no_space`.
+    pub fn features(&self) -> Vec<&'static str> {
+        let mut features = Vec::new();
+        if !self.zero_new_blocks {
+            features.push("skip_block_zeroing");
+        }
+        match self.discards.as_str() {
+            "ignore" => features.push("ignore_discard"),
+            "nopassdown" => features.push("no_discard_passdown"),
+            _ => {}
+        }
+        if self.error_if_no_space {
+            features.push("error_if_no_space");
+        }
+        features
+    }
+}
+
 /// A message for the kernel thin-pool target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolMessage {

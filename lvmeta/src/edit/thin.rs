@@ -34,6 +34,86 @@ pub struct PoolSpec {
     pub zero: bool,
 }
 
+/// The values of `--discards`.
+pub const DISCARDS: [&str; 3] = ["passdown", "nopassdown", "ignore"];
+
+fn check_discards(d: &str) -> Result<(), EditError> {
+    if DISCARDS.contains(&d) {
+        Ok(())
+    } else {
+        Err(EditError::Option {
+            option: "--discards",
+            why: format!("{d:?} is not passdown, nopassdown or ignore"),
+        })
+    }
+}
+
+/// What `lvchange -Z` / `--discards` asks of a thin pool (`None`: left as it is).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// `-Z`: zero new chunks before their first use.
+    pub zero: Option<bool>,
+    /// `--discards`: `passdown`, `nopassdown` or `ignore`.
+    pub discards: Option<String>,
+}
+
+impl PoolOptions {
+    /// The options pool `p` has now.
+    pub fn of(p: &ThinPool) -> Self {
+        Self {
+            zero: Some(p.zero_new_blocks),
+            discards: Some(p.discards.clone().unwrap_or_else(|| "ignore".into())),
+        }
+    }
+
+    /// Whether nothing is asked.
+    pub fn is_empty(&self) -> bool {
+        self.zero.is_none() && self.discards.is_none()
+    }
+
+    /// Whether pool `p` has every option asked for already.
+    pub fn met_by(&self, p: &ThinPool) -> bool {
+        let now = Self::of(p);
+        self.zero.is_none_or(|z| now.zero == Some(z))
+            && self
+                .discards
+                .as_ref()
+                .is_none_or(|d| now.discards.as_ref() == Some(d))
+    }
+
+    /// Whether setting them on `p` turns its discard support on or off (to or from
+    /// `ignore`), which the kernel refuses for an active pool, and so lvm2 does too.
+    pub fn switches_discard_support(&self, p: &ThinPool) -> bool {
+        let now = Self::of(p).discards;
+        self.discards.as_ref().is_some_and(|d| {
+            Some(d) != now.as_ref() && (d == "ignore" || now.as_deref() == Some("ignore"))
+        })
+    }
+}
+
+/// `lvchange -Z y|n --discards ...` of thin pool `name`: sets what `opts` asks. The host
+/// where the pool is active delivers it by reloading the pool's table (`lvchange
+/// --refresh`); a change of discard support must wait until the pool is inactive.
+pub fn change_pool(vg: Vg, name: &str, opts: &PoolOptions) -> Result<Vg, EditError> {
+    if let Some(d) = &opts.discards {
+        check_discards(d)?;
+    }
+    let mut out = vg;
+    let vg_name = out.name.clone();
+    let i = lv_index(&out, name)?;
+    let Some(p) = pool_mut(&mut out.lvs[i]) else {
+        return Err(refused(format!("{vg_name}/{name}"), "is not a thin pool"));
+    };
+    if let Some(z) = opts.zero {
+        p.zero_new_blocks = z;
+    }
+    if let Some(d) = &opts.discards {
+        p.discards = Some(d.clone());
+    }
+    finish(&mut out)?;
+    Ok(out)
+}
+
 /// What `lvcreate -V --thinpool` or a thin `lvcreate -s` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThinSpec {
@@ -88,12 +168,7 @@ fn hidden(vg: &mut Vg, index: usize) {
 pub fn create_pool(vg: Vg, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
     let mut out = vg;
     let name = new_name(&out, spec.data.name.as_deref(), false)?;
-    if !["passdown", "nopassdown", "ignore"].contains(&spec.discards.as_str()) {
-        return Err(EditError::Option {
-            option: "--discards",
-            why: format!("{:?} is not passdown, nopassdown or ignore", spec.discards),
-        });
-    }
+    check_discards(&spec.discards)?;
     let data_sectors = u64::from(spec.data.extents) * u64::from(out.extent_size);
     let chunk = match spec.chunk_size {
         Some(c) => c,

@@ -398,7 +398,8 @@ pub struct LeaseRef {
     pub id: crate::uuid::Uuid,
     /// Its `lock_args`.
     pub lock_args: String,
-    /// A thin pool's transaction id and queued messages: what changes when its thin LVs do.
+    /// A thin pool's state for its kernel pool: what changes when its thin LVs or its table
+    /// features do.
     pub pool: Option<PoolState>,
 }
 
@@ -431,12 +432,28 @@ impl LeaseRef {
     }
 }
 
-/// A thin pool's transaction id and queued messages.
-pub type PoolState = (u64, Vec<crate::model::ThinMessage>);
+/// What the host where a thin pool is active must deliver to its kernel pool when it
+/// changes: a change to any of it needs the pool's lease (or its holder).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolState {
+    /// The transaction id.
+    pub transaction_id: u64,
+    /// The queued messages.
+    pub messages: Vec<crate::model::ThinMessage>,
+    /// Zeroing of new chunks (a pool table feature).
+    pub zero_new_blocks: bool,
+    /// The discard handling (a pool table feature).
+    pub discards: Option<String>,
+}
 
-/// A thin pool LV's transaction id and queued messages (`None` for other LVs).
+/// A thin pool LV's [`PoolState`] (`None` for other LVs).
 pub fn pool_state(lv: &crate::model::Lv) -> Option<PoolState> {
-    lv.pool().map(|p| (p.transaction_id, p.messages.clone()))
+    lv.pool().map(|p| PoolState {
+        transaction_id: p.transaction_id,
+        messages: p.messages.clone(),
+        zero_new_blocks: p.zero_new_blocks,
+        discards: p.discards.clone(),
+    })
 }
 
 /// Where a shared VG's leases are: the device of each PV and the lockspace geometry.

@@ -1,6 +1,6 @@
 //! The report fields, named as lvm2 names them, and their values.
 
-use crate::model::{Area, Lv, SegKind, Segment, Vg};
+use crate::model::{Area, Lv, SegKind, Segment, ThinPool, Vg};
 use crate::scan::{Scan, ScannedVg};
 
 /// Which object a field describes.
@@ -60,6 +60,8 @@ pub const FIELDS: &[Field] = &[
     f("seg_size_pe", "SSize", Object::Seg),
     f("stripes", "#Str", Object::Seg),
     f("stripe_size", "Stripe", Object::Seg),
+    f("discards", "Discards", Object::Seg),
+    f("zero", "Zero", Object::Seg),
     f("vg_name", "VG", Object::Vg),
     f("vg_uuid", "VG UUID", Object::Vg),
     f("vg_size", "VSize", Object::Vg),
@@ -312,8 +314,26 @@ pub fn lv_field(
             SegKind::Striped(s) if s.areas.len() > 1 => u64::from(s.stripe_size.unwrap_or(0)) * 512,
             _ => 0,
         }),
+        "discards" => Cell::Str(pool_settings(vg, seg).map_or(String::new(), |p| {
+            p.discards.clone().unwrap_or_else(|| "ignore".into())
+        })),
+        "zero" => Cell::Str(match pool_settings(vg, seg) {
+            Some(p) if p.zero_new_blocks => "zero".into(),
+            Some(_) => String::new(),
+            None => "unknown".into(),
+        }),
         _ => return None,
     })
+}
+
+/// The thin pool whose settings (`discards`, `zero`) a segment shows, as lvm2 reports them:
+/// a pool's own, a thin LV's pool's, none for other segments.
+fn pool_settings<'v>(vg: &'v Vg, seg: &'v Segment) -> Option<&'v ThinPool> {
+    match &seg.kind {
+        SegKind::ThinPool(p) => Some(p),
+        SegKind::Thin(t) => vg.lv(&t.thin_pool)?.pool(),
+        _ => None,
+    }
 }
 
 /// The origin a report shows: thin snapshot origin, or the origin of an old COW snapshot.

@@ -9,9 +9,11 @@
 //! succeeds.
 
 mod request;
+mod tune;
 
 pub use request::{Posted, Request, MAX_AGE as REQUEST_MAX_AGE, REQUEST_TAG};
 
+pub use crate::edit::thin::PoolOptions;
 use crate::edit::{self, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
 use crate::model::{SegKind, Vg};
 use crate::ops::Session;
@@ -268,29 +270,38 @@ impl<'s> Volumes<'s> {
 
     /// Creates `name`, or returns it when it exists in this mode with a size in `size`.
     pub fn create(&self, name: &str, mode: Mode, size: SizeRange) -> Result<Volume, VolumeError> {
-        self.create_from(name, mode, size, Content::Empty)
+        self.create_from(name, mode, size, Content::Empty, &PoolOptions::default())
     }
 
     /// Creates `name` holding `content`: a snapshot's or a thin volume's data become a thin
     /// snapshot of it in the same pool (which grows by the new volume's size, so that the
     /// pool is never overcommitted); a linear volume's data are copied into a new linear
-    /// volume (a data copy under both LV leases, see `clone_linear`). Returns the volume when
-    /// it exists already.
+    /// volume (a data copy under both LV leases, see `clone_linear`). A new thin volume's
+    /// pool gets `options` (lvm2's defaults, zeroing and `passdown`, for what they leave
+    /// out); a copy shares its source's pool, so its `options` must be the pool's. Returns
+    /// the volume when it exists already.
     pub fn create_from(
         &self,
         name: &str,
         mode: Mode,
         size: SizeRange,
         content: Content<'_>,
+        options: &PoolOptions,
     ) -> Result<Volume, VolumeError> {
         if mode == Mode::Linear && matches!(content, Content::Snapshot(_)) {
             return Err(VolumeError::Invalid(
                 "volumes from a snapshot must be thin (mode thin): a snapshot is a thin LV in its volume's pool".into(),
             ));
         }
+        if mode == Mode::Linear && !options.is_empty() {
+            return Err(VolumeError::Invalid(
+                "zeroing and discards are settings of a thin volume's pool; a linear volume has none".into(),
+            ));
+        }
         if let Content::Snapshot(src) | Content::Volume(src) = content {
             let vg = self.vg()?;
             check_source(&vg, content, mode)?;
+            check_shared_pool(&vg, src, options)?;
             let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * extent_bytes(&vg);
             let asked = match size.required {
                 0 => src_bytes,
@@ -348,8 +359,11 @@ impl<'s> Volumes<'s> {
                         data: LvSpec::linear(&Volume::pool_name(name), extents, stamp.clone()),
                         chunk_size: None,
                         metadata_extents: None,
-                        discards: "passdown".into(),
-                        zero: true,
+                        discards: options
+                            .discards
+                            .clone()
+                            .unwrap_or_else(|| "passdown".into()),
+                        zero: options.zero.unwrap_or(true),
                     };
                     let (vg, pool_name) = edit::thin::create_pool(vg, &pool)?;
                     let thin = ThinSpec {
@@ -642,6 +656,25 @@ fn check_source(vg: &Vg, content: Content<'_>, mode: Mode) -> Result<(), VolumeE
             ))),
             Some(_) => Ok(()),
         },
+    }
+}
+
+/// A copy of thin LV `src` goes into its pool: refused when `options` asks for settings
+/// that pool does not have.
+fn check_shared_pool(vg: &Vg, src: &str, options: &PoolOptions) -> Result<(), VolumeError> {
+    let pool = pool_of(vg, src).and_then(|p| vg.lv(&p)?.pool().cloned());
+    match pool {
+        Some(p) if !options.met_by(&p) => {
+            let now = PoolOptions::of(&p);
+            Err(VolumeError::Invalid(format!(
+                "a copy of {}/{src} shares its pool, whose settings are zero={} discards={}; \
+                 change them on the source volume, or ask for the same",
+                vg.name,
+                now.zero.unwrap_or_default(),
+                now.discards.unwrap_or_default()
+            )))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Content, Mode, SizeRange, VolumeError, Volumes};
+use crate::edit::thin::{PoolOptions, DISCARDS};
 use crate::edit::EditError;
 use crate::lease::LeaseError;
 
@@ -52,6 +53,13 @@ pub enum Request {
         from_snapshot: bool,
         /// The size asked for.
         size: SizeRange,
+    },
+    /// [`Volumes::tune`]: new settings for thin volume `name`'s pool.
+    Tune {
+        /// The volume.
+        name: String,
+        /// The settings asked for.
+        options: PoolOptions,
     },
 }
 
@@ -102,6 +110,15 @@ impl Request {
                 size.required,
                 size.limit
             ),
+            Self::Tune { name, options } => format!(
+                "tune:{name}:{}:{}",
+                match options.zero {
+                    Some(true) => "y",
+                    Some(false) => "n",
+                    None => "-",
+                },
+                options.discards.as_deref().unwrap_or("-")
+            ),
         };
         format!("{REQUEST_TAG}{body}")
     }
@@ -135,6 +152,22 @@ impl Request {
                     limit: limit.parse().ok()?,
                 },
             }),
+            ["tune", n, zero, discards] => Some(Self::Tune {
+                name: name(n)?,
+                options: PoolOptions {
+                    zero: match *zero {
+                        "y" => Some(true),
+                        "n" => Some(false),
+                        "-" => None,
+                        _ => return None,
+                    },
+                    discards: match *discards {
+                        "-" => None,
+                        d if DISCARDS.contains(&d) => Some(d.to_owned()),
+                        _ => return None,
+                    },
+                },
+            }),
             _ => None,
         }
     }
@@ -148,7 +181,7 @@ impl Request {
     pub fn subject(&self) -> &str {
         match self {
             Self::Snapshot { source, .. } | Self::Copy { source, .. } => source,
-            Self::DeleteSnapshot { name } => name,
+            Self::DeleteSnapshot { name } | Self::Tune { name, .. } => name,
         }
     }
 
@@ -229,8 +262,10 @@ impl Volumes<'_> {
                 } else {
                     Content::Volume(source)
                 };
-                self.create_from(name, Mode::Thin, *size, content).map(drop)
+                self.create_from(name, Mode::Thin, *size, content, &PoolOptions::default())
+                    .map(drop)
             }
+            Request::Tune { name, options } => self.tune(name, options).map(drop),
         }
     }
 
@@ -336,6 +371,17 @@ mod tests {
                     limit: 0,
                 },
             },
+            Request::Tune {
+                name: "pvc-a".into(),
+                options: PoolOptions {
+                    zero: Some(false),
+                    discards: Some("nopassdown".into()),
+                },
+            },
+            Request::Tune {
+                name: "pvc-a".into(),
+                options: PoolOptions::default(),
+            },
         ];
         for r in &all {
             let tag = r.tag_at(1_800_000_000);
@@ -350,6 +396,8 @@ mod tests {
         assert_eq!(all[1].reads_volume(), None);
         assert_eq!(all[2].reads_volume(), None);
         assert_eq!(all[1].subject(), "snap-1");
+        assert_eq!(all[3].subject(), "pvc-a");
+        assert_eq!(all[3].reads_volume(), None);
         for bad in [
             "lvmeta.csi/request=snapshot:a:b",
             "lvmeta.csi/request=snapshot:a:b#x",
@@ -358,6 +406,9 @@ mod tests {
             "lvmeta.csi/request=copy:a:b:disk:1:0#1",
             "lvmeta.csi/request=copy:a:b:volume:x:0#1",
             "lvmeta.csi/request=format:a#1",
+            "lvmeta.csi/request=tune:a:yes:-#1",
+            "lvmeta.csi/request=tune:a:-:trim#1",
+            "lvmeta.csi/request=tune:a:y#1",
             "other=snapshot:a:b#1",
         ] {
             assert_eq!(Request::parse(bad), None, "{bad}");

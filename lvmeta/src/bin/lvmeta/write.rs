@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use lvmeta::dev::{BlockDevice, FileDevice};
+use lvmeta::edit::thin::PoolOptions;
 use lvmeta::edit::{
     self, LvChange, LvSpec, Permission, PoolSpec, SharedVg, Stamp, ThinSpec, VgSpec,
 };
@@ -219,6 +220,13 @@ pub enum WriteCmd {
         /// y or n.
         #[arg(short = 'k', long = "setactivationskip")]
         skip: Option<String>,
+        /// y or n: a thin pool zeroes new chunks before their first use.
+        #[arg(short = 'Z', long = "zero")]
+        zero: Option<String>,
+        /// passdown, nopassdown or ignore: what a thin pool does with discards. To or from
+        /// ignore only while the pool is inactive.
+        #[arg(long = "discards")]
+        discards: Option<String>,
         /// VG/LV names.
         #[arg(required = true)]
         lvs: Vec<String>,
@@ -703,6 +711,8 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
             del,
             permission: p,
             skip,
+            zero,
+            discards,
             lvs,
         } => {
             let change = LvChange {
@@ -711,6 +721,10 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                 permission: permission(&p)?,
                 activation_skip: yes_no(&skip, "--setactivationskip")?,
             };
+            let pool = PoolOptions {
+                zero: yes_no(&zero, "-Z")?,
+                discards,
+            };
             let shared = match activate.as_deref() {
                 None | Some("n") => false,
                 Some("y" | "ey") => false,
@@ -718,12 +732,25 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                 Some(other) => return Err(usage(format!("-a {other}: y, ey, sy or n"))),
             };
             let s = session(&w, &[])?;
-            if change != LvChange::default() || activate.is_none() {
+            if change != LvChange::default() || !pool.is_empty() || activate.is_none() {
                 for name in &lvs {
                     let (vg, lv) = vg_lv(name)?;
-                    s.update(vg, "lvchange", |v| edit::lv::change(v, lv, &change))
-                        .map_err(failed)?;
+                    if !pool.is_empty() {
+                        refuse_live_discard_switch(&s, vg, lv, &pool)?;
+                    }
+                    s.update(vg, "lvchange", |v| {
+                        let v = edit::lv::change(v, lv, &change)?;
+                        if pool.is_empty() {
+                            return Ok(v);
+                        }
+                        edit::thin::change_pool(v, lv, &pool)
+                    })
+                    .map_err(failed)?;
                     println!("  Logical volume {vg}/{lv} changed.");
+                    if !pool.is_empty() {
+                        // The pool's table carries these settings: reload it where it is up.
+                        deliver_if_active(&s, vg, lv);
+                    }
                 }
             }
             let Some(act) = activate else {
@@ -953,9 +980,34 @@ fn create_thin(s: &Session, vg: &str, spec: &ThinSpec) -> CmdResult {
     Ok(())
 }
 
-/// After a change to pool `pool`'s thin LVs: when the pool is active on this host (a VG
-/// without leases, or its lease free), sends it the queued messages now, as lvm2 does;
-/// otherwise they wait for the pool's next activation. A failure is a warning: the change
+/// The kernel turns a thin pool's discard support on or off (to or from `ignore`) only while
+/// the pool is inactive, so lvm2 refuses that for a pool active here, and so does this. (A
+/// pool active on another host is refused by its lease.)
+fn refuse_live_discard_switch(s: &Session, vg: &str, lv: &str, opts: &PoolOptions) -> CmdResult {
+    let v = s.vg(vg).map_err(failed)?;
+    let Some(p) = v.lv(lv).and_then(|l| l.pool()) else {
+        return Ok(());
+    };
+    if !opts.switches_discard_support(p) {
+        return Ok(());
+    }
+    let Some(backend) = lvmeta::activate::best() else {
+        return Ok(());
+    };
+    match s.active_device(vg, lv, backend.as_ref()) {
+        Ok(None) => Ok(()),
+        Ok(Some(_)) => Err(failed(format!(
+            "Cannot change support for discards while pool volume {vg}/{lv} is active."
+        ))),
+        Err(e) => Err(failed(format!(
+            "cannot tell whether thin pool {vg}/{lv} is active: {e}"
+        ))),
+    }
+}
+
+/// After a change to thin pool `pool` (its thin LVs or its settings): when the pool is active
+/// on this host (a VG without leases, or its lease free), reloads its table and sends it the
+/// queued messages now, as lvm2 does; otherwise they wait for the pool's next activation. A failure is a warning: the change
 /// is committed, and the next activation delivers it.
 fn deliver_if_active(s: &Session, vg: &str, pool: &str) {
     let Some(backend) = lvmeta::activate::best() else {
