@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use lvmeta::ops::Session;
 use lvmeta::volume::{
-    Content, Mode, Request as VolumeRequest, SizeRange, Snapshot, Volume, VolumeError, Volumes,
+    Condition, Content, Mode, Request as VolumeRequest, SizeRange, Snapshot, Volume, VolumeError,
+    Volumes,
 };
 use tonic::{Request, Response, Status};
 
@@ -127,16 +128,24 @@ impl Backend {
         self.volumes_of_id(vg)?
             .get(name)
             .map_err(from_volume)?
-            .ok_or_else(|| Status::not_found(format!("volume {vg}/{name} not found")))
+            .ok_or_else(|| volume_not_found(vg, name))
     }
 
-    /// Every volume of every VG served, ordered by id.
-    fn all(&self) -> Result<Vec<Volume>, VolumeError> {
+    /// The volume `vg/name` with its condition, or NOT_FOUND.
+    fn existing_with_condition(&self, vg: &str, name: &str) -> Result<(Volume, Condition), Status> {
+        self.volumes_of_id(vg)?
+            .get_with_condition(name)
+            .map_err(from_volume)?
+            .ok_or_else(|| volume_not_found(vg, name))
+    }
+
+    /// Every volume of every VG served with its condition, ordered by id.
+    fn all(&self) -> Result<Vec<(Volume, Condition)>, VolumeError> {
         let mut out = Vec::new();
         for vg in &self.vgs {
-            out.extend(Volumes::new(&self.session, vg).list()?);
+            out.extend(Volumes::new(&self.session, vg).list_with_condition()?);
         }
-        out.sort_by(|a, b| (&a.vg, &a.name).cmp(&(&b.vg, &b.name)));
+        out.sort_by(|(a, _), (b, _)| (&a.vg, &a.name).cmp(&(&b.vg, &b.name)));
         Ok(out)
     }
 }
@@ -172,6 +181,17 @@ fn size_range(r: Option<&CapacityRange>) -> Result<SizeRange, Status> {
         required: bytes(r.required_bytes, "required_bytes")?,
         limit: bytes(r.limit_bytes, "limit_bytes")?,
     })
+}
+
+fn volume_not_found(vg: &str, name: &str) -> Status {
+    Status::not_found(format!("volume {vg}/{name} not found"))
+}
+
+fn csi_condition(c: &Condition) -> crate::csi::VolumeCondition {
+    crate::csi::VolumeCondition {
+        abnormal: c.abnormal,
+        message: c.message.clone(),
+    }
 }
 
 fn csi_volume(v: &Volume) -> crate::csi::Volume {
@@ -433,9 +453,12 @@ impl Controller for ControllerService {
         let (range, next_token) = page(all.len(), req.max_entries, &req.starting_token)?;
         let entries = all[range]
             .iter()
-            .map(|v| list_volumes_response::Entry {
+            .map(|(v, c)| list_volumes_response::Entry {
                 volume: Some(csi_volume(v)),
-                status: None,
+                status: Some(list_volumes_response::VolumeStatus {
+                    published_node_ids: Vec::new(),
+                    volume_condition: Some(csi_condition(c)),
+                }),
             })
             .collect();
         Ok(Response::new(ListVolumesResponse {
@@ -509,6 +532,7 @@ impl Controller for ControllerService {
             rpc::Type::GetSnapshot,
             rpc::Type::CloneVolume,
             rpc::Type::ModifyVolume,
+            rpc::Type::VolumeCondition,
         ];
         Ok(Response::new(ControllerGetCapabilitiesResponse {
             capabilities: caps
@@ -673,12 +697,14 @@ impl Controller for ControllerService {
         let id = request.into_inner().volume_id;
         required("volume_id", &id)?;
         let (vg, name) = params::parse_volume_id(&id)?;
-        let v = self.blocking(move |b| b.existing(&vg, &name)).await?;
+        let (v, c) = self
+            .blocking(move |b| b.existing_with_condition(&vg, &name))
+            .await?;
         Ok(Response::new(ControllerGetVolumeResponse {
             volume: Some(csi_volume(&v)),
             status: Some(controller_get_volume_response::VolumeStatus {
                 published_node_ids: Vec::new(),
-                volume_condition: None,
+                volume_condition: Some(csi_condition(&c)),
             }),
         }))
     }

@@ -154,6 +154,10 @@ async fn volume_lifecycle() {
         .collect();
     assert_eq!(ids, ["vg/pvc-a", "vg/pvc-rwx"]);
     assert_eq!(page.next_token, "2");
+    for e in &page.entries {
+        let c = e.status.as_ref().and_then(|s| s.volume_condition.as_ref());
+        assert!(c.is_some_and(|c| !c.abnormal), "{e:?}");
+    }
     let rest = c
         .list_volumes(ListVolumesRequest {
             max_entries: 0,
@@ -182,6 +186,8 @@ async fn volume_lifecycle() {
         .expect("get")
         .into_inner();
     assert_eq!(got.volume.map(|v| v.capacity_bytes), Some(20 * MIB));
+    let condition = got.status.and_then(|s| s.volume_condition);
+    assert!(condition.is_some_and(|c| !c.abnormal));
     let ok = c
         .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
             volume_id: "vg/pvc-t".into(),
@@ -382,7 +388,7 @@ async fn bad_requests() {
         .await
         .expect("caps")
         .into_inner();
-    assert_eq!(caps.capabilities.len(), 11);
+    assert_eq!(caps.capabilities.len(), 12);
 }
 
 /// The zeroing and discards of pool `pool` as the metadata on the LUN says.
@@ -493,6 +499,62 @@ async fn modify_volume_changes_a_thin_pools_zeroing_and_discards() {
         .await
         .expect_err("bad value");
     assert_eq!(e.code(), Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn volume_condition_shows_an_unfinished_copy() {
+    let mut d = driver().await;
+    d.controller
+        .create_volume(create("pvc-src", "linear", MIB, rwo()))
+        .await
+        .expect("source");
+    // What a controller that crashed in the middle of a linear clone leaves behind.
+    let s = lvmeta::ops::Session::new(vec![
+        Box::new(d.lun.clone()) as Box<dyn lvmeta::dev::BlockDevice>
+    ]);
+    s.update("vg", "lvcreate", |vg| {
+        let mut spec = lvmeta::edit::LvSpec::linear("pvc-half", 1, lvmeta::edit::Stamp::now());
+        spec.tags = vec![
+            "lvmeta.csi/mode=linear".into(),
+            format!("{}pvc-src", lvmeta::volume::CLONE_PENDING_TAG),
+        ];
+        lvmeta::edit::lv::create(vg, &spec)
+    })
+    .expect("half-made clone");
+    let c = &mut d.controller;
+    let list = c
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .expect("list")
+        .into_inner();
+    let conditions: Vec<(String, bool)> = list
+        .entries
+        .iter()
+        .map(|e| {
+            let id = e.volume.as_ref().map(|v| v.volume_id.clone());
+            let c = e.status.as_ref().and_then(|s| s.volume_condition.as_ref());
+            (id.unwrap_or_default(), c.is_some_and(|c| c.abnormal))
+        })
+        .collect();
+    assert_eq!(
+        conditions,
+        [("vg/pvc-half".into(), true), ("vg/pvc-src".into(), false)]
+    );
+    let got = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: "vg/pvc-half".into(),
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    let condition = got
+        .status
+        .and_then(|s| s.volume_condition)
+        .expect("condition");
+    assert!(
+        condition.abnormal && condition.message.contains("copy of pvc-src"),
+        "{condition:?}"
+    );
 }
 
 fn snap_req(name: &str, source: &str) -> CreateSnapshotRequest {

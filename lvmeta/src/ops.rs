@@ -996,10 +996,30 @@ impl Session {
 
     /// The VG as this session last read or wrote it.
     pub fn vg(&self, name: &str) -> Result<Vg, Error> {
+        self.vg_and_missing(name).map(|(vg, _)| vg)
+    }
+
+    /// [`Session::vg`], with the indexes (in `vg.pvs`) of the PVs that no device of this
+    /// session holds or that the metadata marks `MISSING` (lvm2 writes it in `flags`, and
+    /// accepts it in `status`): lvm2's missing PVs, whose extents cannot be read.
+    pub fn vg_and_missing(&self, name: &str) -> Result<(Vg, Vec<usize>), Error> {
         let scan = self.current();
-        let vg = scan.vg(name).map(|v| v.vg.clone());
+        let out = scan.vg(name).map(|v| {
+            let missing =
+                v.vg.pvs
+                    .iter()
+                    .zip(&v.pv_devices)
+                    .enumerate()
+                    .filter(|(_, (pv, dev))| {
+                        let marked = pv.flags.iter().chain(&pv.status).any(|w| w == "MISSING");
+                        dev.is_none() || marked
+                    })
+                    .map(|(i, _)| i)
+                    .collect();
+            (v.vg.clone(), missing)
+        });
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan);
-        vg
+        out
     }
 
     /// `vgck --updatemetadata`: writes the VG's newest version again, as a new seqno, to

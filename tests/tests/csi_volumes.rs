@@ -182,3 +182,61 @@ fn lvm2_judges_csi_volumes() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A volume with data on a PV whose device is gone is abnormal (CSI's volume condition)
+/// exactly where lvm2, seeing the same devices, reports its LV's health as `partial`.
+#[test]
+fn a_volume_on_a_missing_pv_is_abnormal_where_lvm2_says_partial() {
+    if !privileged(
+        "a_volume_on_a_missing_pv_is_abnormal_where_lvm2_says_partial",
+        &["losetup", "lvs"],
+    ) {
+        return;
+    }
+    let sb = Sandbox::new(&[64 * MIB, 64 * MIB], 512);
+    sb.lvmeta_ok("vgcreate", &["-s", "4m", "vg", &sb.loops[0], &sb.loops[1]]);
+    let open = |i: usize| {
+        let d = FileDevice::open_rw(std::path::Path::new(&sb.loops[i])).expect("open loop");
+        Box::new(d) as Box<dyn BlockDevice>
+    };
+    let both = Session::new(vec![open(0), open(1)]).with_lock_dir(sb.lock_dir());
+    let vols = Volumes::new(&both, "vg");
+    let size = |mib: u64| SizeRange {
+        required: mib * MIB,
+        limit: 0,
+    };
+    for (name, mode) in [
+        ("pvc-first", Mode::Linear),
+        ("pvc-second", Mode::Linear),
+        ("pvc-thin", Mode::Thin),
+    ] {
+        vols.create(name, mode, size(24)).expect("volume");
+    }
+    // lvmeta and lvm2 both see the first device only.
+    let first = Session::new(vec![open(0)]).with_lock_dir(sb.lock_dir());
+    let ours = Volumes::new(&first, "vg")
+        .list_with_condition()
+        .expect("conditions");
+    let filter = format!("devices/global_filter=[\"a|^{}$|\",\"r|.*|\"]", sb.loops[0]);
+    let out = sb.lvm(
+        &[
+            "lvs",
+            "--noheadings",
+            "-o",
+            "lv_name,lv_health_status",
+            "vg",
+        ],
+        Some(&filter),
+    );
+    let lvm2 = String::from_utf8_lossy(&out.stdout).into_owned();
+    let partial = |lv: &str| {
+        lvm2.lines()
+            .any(|l| l.split_whitespace().eq([lv, "partial"]))
+    };
+    assert_eq!(ours.len(), 3, "{ours:?}");
+    for (v, c) in &ours {
+        assert_eq!(c.abnormal, partial(&v.name), "{v:?}: {c:?}\nlvm2:\n{lvm2}");
+    }
+    assert!(ours.iter().any(|(_, c)| c.abnormal), "{ours:?}");
+    assert!(ours.iter().any(|(_, c)| !c.abnormal), "{ours:?}");
+}

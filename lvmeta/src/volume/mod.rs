@@ -8,9 +8,11 @@
 //! creating a volume that exists with a compatible size returns it, deleting one that is gone
 //! succeeds.
 
+mod condition;
 mod request;
 mod tune;
 
+pub use condition::{condition, Condition};
 pub use request::{Posted, Request, MAX_AGE as REQUEST_MAX_AGE, REQUEST_TAG};
 
 pub use crate::edit::thin::PoolOptions;

@@ -1,0 +1,176 @@
+//! A volume's condition as the metadata and the LUN show it (CSI's VOLUME_CONDITION of the
+//! controller): abnormal when part of its data cannot be read (an extent of it, or of its
+//! thin pool, on a PV that is missing) or was never written (a linear clone whose copy did
+//! not finish). What only the kernel knows (a thin pool out of space) is the node's to say.
+
+use std::collections::HashSet;
+
+use super::{clone_source, volume_of, Volume, VolumeError, Volumes};
+use crate::model::{Area, Vg};
+
+/// A volume's health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    /// Whether the volume is not as it should be.
+    pub abnormal: bool,
+    /// What is wrong, or that nothing is.
+    pub message: String,
+}
+
+impl Volumes<'_> {
+    /// Every volume, by name, with its condition (one read of the VG).
+    pub fn list_with_condition(&self) -> Result<Vec<(Volume, Condition)>, VolumeError> {
+        let (vg, missing) = self.session.vg_and_missing(&self.vg)?;
+        let mut out: Vec<(Volume, Condition)> = vg
+            .lvs
+            .iter()
+            .filter_map(|l| volume_of(&vg, &l.name))
+            .map(|v| {
+                let c = condition(&vg, &v.name, &missing);
+                (v, c)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        Ok(out)
+    }
+
+    /// Volume `name` with its condition, or `None` when there is no such volume.
+    pub fn get_with_condition(
+        &self,
+        name: &str,
+    ) -> Result<Option<(Volume, Condition)>, VolumeError> {
+        let (vg, missing) = self.session.vg_and_missing(&self.vg)?;
+        Ok(volume_of(&vg, name).map(|v| {
+            let c = condition(&vg, name, &missing);
+            (v, c)
+        }))
+    }
+}
+
+/// The condition of volume `name` of `vg`, whose PVs `missing` (indexes in `vg.pvs`) have
+/// no device.
+pub fn condition(vg: &Vg, name: &str, missing: &[usize]) -> Condition {
+    let lost: Vec<String> = pvs_under(vg, name)
+        .into_iter()
+        .filter(|i| missing.contains(i))
+        .map(|i| {
+            let pv = &vg.pvs[i];
+            match &pv.device {
+                Some(d) => format!("{} (last seen as {d})", pv.id),
+                None => pv.id.to_string(),
+            }
+        })
+        .collect();
+    if !lost.is_empty() {
+        return Condition {
+            abnormal: true,
+            message: format!(
+                "volume {}/{name} has data on missing PV {}: those blocks cannot be read \
+                 until the device is back",
+                vg.name,
+                lost.join(", ")
+            ),
+        };
+    }
+    if let Some(src) = clone_source(vg, name) {
+        return Condition {
+            abnormal: true,
+            message: format!(
+                "volume {}/{name} is a copy of {src} that did not finish: its data are \
+                 incomplete until CreateVolume is called again",
+                vg.name
+            ),
+        };
+    }
+    Condition {
+        abnormal: false,
+        message: "healthy".into(),
+    }
+}
+
+/// The PVs (indexes in `vg.pvs`) holding LV `name` and every LV it rests on (a thin LV's
+/// pool, a pool's metadata and data LVs, a thin snapshot's origin).
+fn pvs_under(vg: &Vg, name: &str) -> Vec<usize> {
+    let mut pvs = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut todo = vec![name];
+    while let Some(n) = todo.pop() {
+        if !seen.insert(n) {
+            continue;
+        }
+        let Some(lv) = vg.lv(n) else { continue };
+        for seg in &lv.segments {
+            for a in seg.kind.areas() {
+                if let Area::Pv { pv, .. } = a {
+                    if !pvs.contains(pv) {
+                        pvs.push(*pv);
+                    }
+                }
+            }
+            seg.kind.each_lv_ref(|_, l| todo.push(l));
+        }
+    }
+    pvs.sort_unstable();
+    pvs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::edit::{self, LvSpec};
+    use crate::testing::{session_with_vg, stamp};
+
+    #[test]
+    fn a_volume_on_a_missing_pv_or_an_unfinished_copy_is_abnormal() {
+        let s = session_with_vg(2);
+        let vols = Volumes::new(&s, "vg");
+        let size = |mib: u64| super::super::SizeRange {
+            required: mib << 20,
+            limit: 0,
+        };
+        // "a" fills most of the first PV, "b" goes to the second.
+        vols.create("a", super::super::Mode::Linear, size(48))
+            .expect("a");
+        vols.create("b", super::super::Mode::Linear, size(32))
+            .expect("b");
+        vols.create("t", super::super::Mode::Thin, size(4))
+            .expect("t");
+        let vg = s.vg("vg").expect("vg");
+        let on = |lv: &str| pvs_under(&vg, lv);
+        assert_eq!(on("a"), [0]);
+        assert!(on("b").contains(&1), "{:?}", on("b"));
+        // A thin volume rests on its pool's data and metadata LVs.
+        assert!(!on("t").is_empty());
+        assert!(on("t").iter().all(|i| on("t-pool").contains(i)));
+        for (v, c) in vols.list_with_condition().expect("list") {
+            assert!(!c.abnormal, "{v:?}: {c:?}");
+        }
+        let c = condition(&vg, "b", &[1]);
+        assert!(
+            c.abnormal && c.message.contains(&vg.pvs[1].id.to_string()),
+            "{c:?}"
+        );
+        assert!(!condition(&vg, "a", &[1]).abnormal);
+        // A linear clone whose copy never finished.
+        s.update("vg", "test", |v| {
+            let mut spec = LvSpec::linear("c", 1, stamp());
+            spec.tags = vec![
+                "lvmeta.csi/mode=linear".into(),
+                format!("{}a", super::super::CLONE_PENDING_TAG),
+            ];
+            edit::lv::create(v, &spec)
+        })
+        .expect("pending clone");
+        let (_, c) = vols.get_with_condition("c").expect("get").expect("c");
+        assert!(c.abnormal && c.message.contains("copy of a"), "{c:?}");
+        // lvm2 marks a PV it lost MISSING in its flags.
+        s.update("vg", "test", |mut v| {
+            v.pvs[1].flags.push(crate::model::word("MISSING"));
+            Ok(v)
+        })
+        .expect("mark");
+        let (_, got) = vols.get_with_condition("b").expect("get").expect("b");
+        assert!(got.abnormal, "{got:?}");
+        assert_eq!(vols.get_with_condition("none").expect("get"), None);
+    }
+}
