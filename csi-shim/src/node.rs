@@ -490,13 +490,18 @@ impl Node {
         })?;
         let sys = &self.config.system;
         let mounted = sys.mounted(&path).map_err(sys_status)?.is_some();
+        let pool = self.pool_condition(&req.volume_id);
+        let mut message = if mounted {
+            "mounted".to_owned()
+        } else {
+            format!("{} is not a mount point", path.display())
+        };
+        if let Some(Ok(m) | Err(m)) = &pool {
+            message = format!("{message}; {m}");
+        }
         let condition = Some(VolumeCondition {
-            abnormal: !mounted,
-            message: if mounted {
-                "mounted".into()
-            } else {
-                format!("{} is not a mount point", path.display())
-            },
+            abnormal: !mounted || matches!(pool, Some(Err(_))),
+            message,
         });
         let usage = if meta.is_dir() {
             if !mounted {
@@ -528,6 +533,24 @@ impl Node {
             usage,
             volume_condition: condition,
         })
+    }
+
+    /// What the kernel says of the thin pool under staged volume `id`: `Err` saying what is
+    /// wrong with it, `Ok` with how full it is; `None` when the volume has no pool here.
+    fn pool_condition(&self, id: &str) -> Option<Result<String, String>> {
+        let p = self.staged().get(id)?.activation.placement.clone();
+        let activate::Layout::Thin { pool, .. } = &p.layout else {
+            return None;
+        };
+        let name = format!("thin pool {}/{}", p.vg, pool.name);
+        match self.config.activation.pool_status(&p) {
+            Ok(None) => None,
+            Ok(Some(st)) => Some(match st.problem() {
+                Some(problem) => Err(format!("{name} {problem} ({})", st.usage())),
+                None => Ok(format!("{name}: {}", st.usage())),
+            }),
+            Err(e) => Some(Err(format!("{name}: {e}"))),
+        }
     }
 
     fn expand(&self, req: NodeExpandVolumeRequest) -> Result<i64, Status> {

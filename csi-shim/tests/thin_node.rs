@@ -202,3 +202,63 @@ async fn a_staged_thin_volume_is_modified_by_its_node() {
         let _ = stop.send(());
     }
 }
+
+#[tokio::test]
+async fn a_staged_thin_volume_reports_its_pools_health() {
+    let mut d = driver_thin(Duration::from_secs(10)).await;
+    d.controller
+        .create_volume(create("hv", "thin", 8 * MIB, rwo()))
+        .await
+        .expect("thin volume");
+    d.node
+        .node_stage_volume(stage(
+            &d,
+            "vg/hv",
+            "st/hv",
+            cap(Access::SingleNodeWriter, false),
+        ))
+        .await
+        .expect("stage");
+    let uuid = pool_state(&d, "hv-pool").3;
+    let request = NodeGetVolumeStatsRequest {
+        volume_id: "vg/hv".into(),
+        volume_path: d.kubelet.join("st/hv").display().to_string(),
+        ..Default::default()
+    };
+    let mut conditions = Vec::new();
+    for status in [
+        None,
+        Some("1 10/1024 1024/1024 - out_of_data_space - - - 1024"),
+        Some("1 10/1024 5/1024 - ro discard_passdown - needs_check 1024"),
+        Some("Fail"),
+    ] {
+        d.activation
+            .pool(&uuid, |p| p.status = status.map(str::to_owned))
+            .expect("kernel pool");
+        let c = d
+            .node
+            .node_get_volume_stats(request.clone())
+            .await
+            .expect("stats")
+            .into_inner()
+            .volume_condition
+            .expect("condition");
+        conditions.push((c.abnormal, c.message));
+    }
+    let [healthy, full, read_only, failed] = &conditions[..] else {
+        panic!("{conditions:?}");
+    };
+    assert!(
+        !healthy.0 && healthy.1 == "mounted; thin pool vg/hv-pool: data 0% used, metadata 0% used",
+        "{healthy:?}"
+    );
+    assert!(full.0 && full.1.contains("out of data space") && full.1.contains("100% used"));
+    assert!(
+        read_only.0 && read_only.1.contains("read-only"),
+        "{read_only:?}"
+    );
+    assert!(failed.0 && failed.1.contains("failed"), "{failed:?}");
+    if let Some(stop) = d.stop.take() {
+        let _ = stop.send(());
+    }
+}

@@ -129,6 +129,11 @@ fn device_mapper_tables_work_beside_lvm2() {
     let act = s.activate("vg", "t", false, false, &backend).expect("thin");
     assert!(lvm2_active(&sb, "vg/t"), "lvm2 sees the thin LV active");
     assert_eq!(pool_tid(), Some(1));
+    // The backend reads the same status line (the node's volume condition).
+    let status = lvmeta::activate::Backend::pool_status(&backend, &act.placement)
+        .expect("pool status")
+        .expect("active pool");
+    assert_eq!((status.transaction_id, status.problem()), (1, None));
     write_at(&act.device, MIB, &pattern);
     // A snapshot while active, made as the pool's holder and delivered at once.
     let snapshot = lvmeta::edit::ThinSpec {

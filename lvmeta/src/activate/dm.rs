@@ -316,7 +316,7 @@ impl DmBackend {
     }
 
     /// The kernel status of pool device `tpool`.
-    fn pool_status(&self, tpool: &str) -> Result<super::thin::PoolStatus, ActivateError> {
+    fn tpool_status(&self, tpool: &str) -> Result<super::thin::PoolStatus, ActivateError> {
         let n = dm_name_of(tpool)?;
         let (_, lines) = self
             .dm
@@ -359,7 +359,7 @@ impl DmBackend {
     /// active here that is the origin of a new snapshot suspended around them (the kernel
     /// needs it quiet for a consistent snapshot), and checks the transaction id after.
     fn deliver(&self, pool: &PoolPlan, tpool_name: &str) -> Result<(), ActivateError> {
-        let status = self.pool_status(tpool_name)?;
+        let status = self.tpool_status(tpool_name)?;
         let messages = deliveries(pool, status.transaction_id)?;
         if messages.is_empty() {
             return Ok(());
@@ -403,7 +403,7 @@ impl DmBackend {
             }
         }
         result?;
-        let now = self.pool_status(tpool_name)?.transaction_id;
+        let now = self.tpool_status(tpool_name)?.transaction_id;
         if now != pool.transaction_id {
             return Err(ActivateError::Io {
                 device: tpool_name.into(),
@@ -595,6 +595,17 @@ impl Backend for DmBackend {
             }
             Layout::Other(t) => Err(Self::unsupported(p, t)),
         }
+    }
+
+    fn pool_status(&self, p: &Placement) -> Result<Option<super::thin::PoolStatus>, ActivateError> {
+        let (Layout::Thin { pool, .. } | Layout::Pool(pool)) = &p.layout else {
+            return Ok(None);
+        };
+        let tpool = Self::tpool_name(pool);
+        if self.find(&tpool)?.is_none() {
+            return Ok(None);
+        }
+        self.tpool_status(&tpool).map(Some)
     }
 }
 

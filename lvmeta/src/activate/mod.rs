@@ -84,6 +84,10 @@ pub trait Backend: Send + Sync {
     /// Brings `p`'s active device up to the metadata: its new size (the LV was extended in
     /// place) and, for a thin LV or pool, the pool's size and its queued messages.
     fn refresh(&self, p: &Placement) -> Result<(), ActivateError>;
+    /// The kernel's status of the thin pool under `p` (a thin LV or a pool) when that pool
+    /// is active on this host; `None` for other layouts and inactive pools. A failed pool
+    /// is an error saying so.
+    fn pool_status(&self, p: &Placement) -> Result<Option<thin::PoolStatus>, ActivateError>;
 }
 
 /// Activations in memory (tests): one-piece linear LVs, as the loop backend; with
@@ -107,6 +111,8 @@ pub struct FakePool {
     pub received: Vec<String>,
     /// The feature words of its table as last loaded ([`thin::PoolPlan::features`]).
     pub features: Vec<String>,
+    /// The status line it reports instead of a healthy one (a simulated failure).
+    pub status: Option<String>,
 }
 
 impl FakePool {
@@ -253,6 +259,25 @@ impl Backend for FakeBackend {
             e.0 = p.clone();
         }
         Ok(())
+    }
+    fn pool_status(&self, p: &Placement) -> Result<Option<thin::PoolStatus>, ActivateError> {
+        let (Layout::Thin { pool, .. } | Layout::Pool(pool)) = &p.layout else {
+            return Ok(None);
+        };
+        if self.state(&p.vg, &p.lv).is_none() {
+            return Ok(None);
+        }
+        let Some(kernel) = self.pool(&pool.dm_uuid, |_| {}) else {
+            return Ok(None);
+        };
+        let line = kernel.status.unwrap_or_else(|| {
+            format!(
+                "{} 10/1024 {}/1024 - rw discard_passdown queue_if_no_space - 1024",
+                kernel.transaction_id,
+                kernel.devices.len()
+            )
+        });
+        thin::parse_pool_status(&format!("fake {}-tpool", pool.name), &line).map(Some)
     }
 }
 

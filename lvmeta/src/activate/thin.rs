@@ -218,6 +218,36 @@ pub struct PoolStatus {
     pub out_of_data_space: bool,
     /// `needs_check`: the metadata must be checked (`thin_check`) first.
     pub needs_check: bool,
+    /// Metadata blocks used and in all.
+    pub metadata: (u64, u64),
+    /// Data blocks (chunks) used and in all.
+    pub data: (u64, u64),
+}
+
+impl PoolStatus {
+    /// What keeps the pool from working as it should, as a sentence; `None` when nothing
+    /// does.
+    pub fn problem(&self) -> Option<&'static str> {
+        if self.out_of_data_space {
+            Some("is out of data space: writes to unprovisioned chunks wait or fail")
+        } else if self.read_only {
+            Some("has read-only metadata (an error or a full metadata LV): nothing new can be provisioned")
+        } else if self.needs_check {
+            Some("needs its metadata checked (thin_check) before its next activation")
+        } else {
+            None
+        }
+    }
+
+    /// How full the pool's data and metadata are, e.g. `data 12% used, metadata 3% used`.
+    pub fn usage(&self) -> String {
+        let pct = |(used, all): (u64, u64)| used.saturating_mul(100).checked_div(all).unwrap_or(0);
+        format!(
+            "data {}% used, metadata {}% used",
+            pct(self.data),
+            pct(self.metadata)
+        )
+    }
 }
 
 /// Parses a thin-pool status line (`<transaction id> <used>/<total metadata blocks>
@@ -238,6 +268,15 @@ pub fn parse_pool_status(device: &str, line: &str) -> Result<PoolStatus, Activat
         .first()
         .and_then(|w| w.parse().ok())
         .ok_or_else(|| bad("no transaction id"))?;
+    let blocks = |i: usize, what: &str| {
+        words
+            .get(i)
+            .and_then(|w| w.split_once('/'))
+            .and_then(|(u, a)| Some((u.parse::<u64>().ok()?, a.parse::<u64>().ok()?)))
+            .ok_or_else(|| bad(&format!("no used/total {what} blocks")))
+    };
+    let metadata = blocks(1, "metadata")?;
+    let data = blocks(2, "data")?;
     let mode = *words.get(4).ok_or_else(|| bad("no metadata mode"))?;
     if !["rw", "ro", "out_of_data_space"].contains(&mode) {
         return Err(bad("unknown metadata mode"));
@@ -247,6 +286,8 @@ pub fn parse_pool_status(device: &str, line: &str) -> Result<PoolStatus, Activat
         read_only: mode == "ro",
         out_of_data_space: mode == "out_of_data_space",
         needs_check: words.contains(&"needs_check"),
+        metadata,
+        data,
     })
 }
 
@@ -391,16 +432,35 @@ mod tests {
                 transaction_id: 7,
                 read_only: false,
                 out_of_data_space: false,
-                needs_check: false
+                needs_check: false,
+                metadata: (12, 1024),
+                data: (0, 160),
             }
         );
+        assert_eq!(ok.problem(), None);
+        assert_eq!(ok.usage(), "data 0% used, metadata 1% used");
         let ro = parse_pool_status(
             "p",
             "3 12/1024 5/160 - ro discard_passdown error_if_no_space needs_check 1024",
         )
         .expect("ro");
         assert!(ro.read_only && ro.needs_check);
-        for bad in ["Fail", "", "x 1/2 1/2 - rw", "1 1/2 1/2 - zz", "1 1/2"] {
+        assert!(ro.problem().is_some_and(|p| p.contains("read-only")));
+        let full = parse_pool_status("p", "3 12/1024 160/160 - out_of_data_space - - - 1024")
+            .expect("full");
+        assert!(full
+            .problem()
+            .is_some_and(|p| p.contains("out of data space")));
+        assert_eq!(full.usage(), "data 100% used, metadata 1% used");
+        for bad in [
+            "Fail",
+            "",
+            "x 1/2 1/2 - rw",
+            "1 1/2 1/2 - zz",
+            "1 1/2",
+            "1 1/x 1/2 - rw",
+            "1 1/2 12 - rw",
+        ] {
             let err = parse_pool_status("vg-pool-tpool", bad).expect_err(bad);
             assert!(err.to_string().contains("vg-pool-tpool"), "{err}");
         }

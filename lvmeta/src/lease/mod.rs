@@ -687,10 +687,11 @@ impl Host {
     /// Before a commit, under the VG lease held exclusively: makes sure no host holds the
     /// lease of any LV of `old` that `new` no longer has, as lvmlockd's `lvremove` does by
     /// taking it, so that an LV active on any host is never removed; and the lease of any thin
-    /// pool whose thin LVs change (its transaction id or message queue differs), as lvmlockd's
-    /// `lvcreate`/`lvremove` of a thin LV take the pool's lease, so that a pool active on a
-    /// host never gets messages that only its next activation would deliver (a snapshot cut
-    /// later than asked, a delete under a live device). Either gives [`LeaseError::InUse`],
+    /// pool whose thin LVs or table settings change (its [`PoolState`] differs), as
+    /// lvmlockd's `lvcreate`/`lvremove` of a thin LV take the pool's lease, so that a pool
+    /// active on a host never gets messages or settings that only its next activation would
+    /// deliver (a snapshot cut later than asked, a delete under a live
+    /// device). Either gives [`LeaseError::InUse`],
     /// and nothing is held. Pools in `owned` are the caller's: it holds their leases (a host
     /// clearing the queue it delivered). A lease the disk does not show free is taken
     /// exclusively without waiting; release the returned leases after the commit, before
@@ -764,8 +765,9 @@ fn gone<'a>(
     })
 }
 
-/// The thin pools of `old` still in `new`, under the same lease, whose transaction id or
-/// message queue `new` changes, with the offset of their lease in `lvmlock`; pools in
+/// The thin pools of `old` still in `new`, under the same lease, whose [`PoolState`]
+/// (transaction id, message queue, table settings) `new` changes, with the offset of their
+/// lease in `lvmlock`; pools in
 /// `owned` (whose lease the caller holds) are left out.
 fn changed_pools<'a>(
     old: &'a [LeaseRef],
