@@ -69,7 +69,7 @@ impl FreeMap {
             .iter()
             .zip(used)
             .map(|(pv, mut used)| {
-                if !pv.status.iter().any(|s| s == "ALLOCATABLE") {
+                if !pv.status.iter().any(|s| s == "ALLOCATABLE") || pv.is_marked_missing() {
                     return Vec::new();
                 }
                 used.sort_unstable();
@@ -318,6 +318,14 @@ mod tests {
         assert_eq!(create(&mut v, "spl", 12), vec![at(1, 0, 12)]);
         // Nothing holds 5 now: split, largest piece first.
         assert_eq!(create(&mut v, "sp2", 5), vec![at(1, 12, 3), at(0, 0, 2)]);
+    }
+
+    #[test]
+    fn a_pv_marked_missing_gets_nothing() {
+        let mut v = vg(&[15, 15]);
+        v.pvs[0].flags.push(crate::model::word("MISSING"));
+        assert_eq!(create(&mut v, "l1", 5), vec![at(1, 0, 5)]);
+        assert_eq!(FreeMap::of(&v).free_count(None), 10);
     }
 
     #[test]

@@ -1000,8 +1000,9 @@ impl Session {
     }
 
     /// [`Session::vg`], with the indexes (in `vg.pvs`) of the PVs that no device of this
-    /// session holds or that the metadata marks `MISSING` (lvm2 writes it in `flags`, and
-    /// accepts it in `status`): lvm2's missing PVs, whose extents cannot be read.
+    /// session holds or that the metadata marks missing
+    /// ([`crate::model::Pv::is_marked_missing`]): lvm2's missing PVs, whose extents cannot be
+    /// read.
     pub fn vg_and_missing(&self, name: &str) -> Result<(Vg, Vec<usize>), Error> {
         let scan = self.current();
         let out = scan.vg(name).map(|v| {
@@ -1010,10 +1011,7 @@ impl Session {
                     .iter()
                     .zip(&v.pv_devices)
                     .enumerate()
-                    .filter(|(_, (pv, dev))| {
-                        let marked = pv.flags.iter().chain(&pv.status).any(|w| w == "MISSING");
-                        dev.is_none() || marked
-                    })
+                    .filter(|(_, (pv, dev))| dev.is_none() || pv.is_marked_missing())
                     .map(|(i, _)| i)
                     .collect();
             (v.vg.clone(), missing)

@@ -76,6 +76,17 @@ pub struct Pv {
     pub ba: Option<(u64, u64)>,
 }
 
+impl Pv {
+    /// True when lvm2 marked the PV `MISSING` (it writes the word in `flags` and accepts it
+    /// in `status`): its extents are neither read nor allocated.
+    pub fn is_marked_missing(&self) -> bool {
+        self.flags
+            .iter()
+            .chain(&self.status)
+            .any(|w| w == "MISSING")
+    }
+}
+
 /// A logical volume.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lv {
