@@ -1007,8 +1007,8 @@ fn refuse_live_discard_switch(s: &Session, vg: &str, lv: &str, opts: &PoolOption
 
 /// After a change to thin pool `pool` (its thin LVs or its settings): when the pool is active
 /// on this host (a VG without leases, or its lease free), reloads its table and sends it the
-/// queued messages now, as lvm2 does; otherwise they wait for the pool's next activation. A failure is a warning: the change
-/// is committed, and the next activation delivers it.
+/// queued messages now, as lvm2 does; otherwise they wait for the pool's next activation. A
+/// failure is a warning: the change is committed, and the next activation delivers it.
 fn deliver_if_active(s: &Session, vg: &str, pool: &str) {
     let Some(backend) = lvmeta::activate::best() else {
         return;
