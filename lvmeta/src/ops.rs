@@ -868,7 +868,7 @@ impl Session {
             Some((h, _, at, _)) => h.lock_changed_lvs(&before, &out, at, &owned)?,
             None => {
                 self.check_local_pools(&local_before, &out, &owned)?;
-                Vec::new()
+                lease::Locked::default()
             }
         };
         let all: Vec<&ScannedPv> = pvs.iter().collect();
@@ -885,14 +885,14 @@ impl Session {
             })
             .and_then(|()| self.commit(&out, &all, &[]));
         if let Some((h, _, _, _)) = lease {
-            for r in &removed {
+            for r in &removed.held {
                 h.release_or_warn(r, "removed LV");
             }
         }
         let (text, written) = committed?;
         tracing::info!(vg, verb, seqno = out.seqno, "committed");
         if let Some((h, _, at, _)) = lease {
-            h.free_old_lvs(&before, &out, at)?;
+            h.free_old_lvs(&before, &out, at, &removed.seen)?;
         }
         // The scan now describes the devices as they are: keep it for the next change.
         for (device, mda, header) in written {

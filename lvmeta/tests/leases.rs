@@ -361,11 +361,13 @@ fn a_failed_activation_releases_the_lease() {
     fake.release(&lease, None).expect("release");
 }
 
-/// A lock manager that counts the acquires of the lease at `offset` and passes everything on.
+/// A lock manager that counts the acquires of the lease at `offset` and the leases written
+/// from what `unheld` saw, and passes everything on.
 struct Counting {
     inner: Arc<FakeLeases>,
     offset: u64,
     acquires: std::sync::atomic::AtomicU32,
+    seen_writes: std::sync::atomic::AtomicU32,
 }
 
 impl Counting {
@@ -423,8 +425,20 @@ impl LeaseManager for Counting {
     fn release_orphans(&self, r: &lvmeta::lease::ResourceSpec) -> Result<u32, LeaseError> {
         self.inner.release_orphans(r)
     }
-    fn unheld(&self, r: &lvmeta::lease::ResourceSpec) -> Result<bool, LeaseError> {
+    fn unheld(
+        &self,
+        r: &lvmeta::lease::ResourceSpec,
+    ) -> Result<Option<lvmeta::lease::SeenFree>, LeaseError> {
         self.inner.unheld(r)
+    }
+    fn init_free_resource(
+        &self,
+        r: &lvmeta::lease::ResourceSpec,
+        seen: &lvmeta::lease::SeenFree,
+    ) -> Result<(), LeaseError> {
+        self.seen_writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.init_free_resource(r, seen)
     }
 }
 
@@ -448,6 +462,7 @@ fn lingering(
         inner: fake.clone(),
         offset: vgl.offset,
         acquires: 0.into(),
+        seen_writes: 0.into(),
     });
     let host =
         Host::new(counting.clone(), 7, 10, Duration::from_millis(300)).with_linger(idle, max_hold);
@@ -474,6 +489,24 @@ fn taken_by_another_host(fake: &FakeLeases, vgl: &lvmeta::lease::ResourceSpec) -
             Err(e) => panic!("the kept VG lease was never released: {e}"),
         }
     }
+}
+
+#[test]
+fn a_removal_frees_the_lease_slot_from_the_area_it_read_before_the_commit() {
+    let (s, fake, counting, _) = lingering(Duration::from_secs(1), Duration::from_secs(60));
+    let made = create(&s, "a").expect("a");
+    let at = places();
+    let lv = layout::lv_lease(&made, &at.paths, "a", at.geometry).expect("LV lease");
+    s.update("vg", "lvremove", |v| edit::lv::remove(v, "a", false))
+        .expect("remove");
+    assert_eq!(fake.resource_name(&lv), Ok(Some("#unused".into())));
+    assert_eq!(
+        counting
+            .seen_writes
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one write from what unheld() read, no second read"
+    );
 }
 
 #[test]

@@ -119,9 +119,16 @@ pub trait LeaseManager: Send + Sync {
     /// Gives the lease back, first storing `lvb` in it when given.
     fn release(&self, r: &ResourceSpec, lvb: Option<Lvb>) -> Result<(), LeaseError>;
     /// Does no host hold `r`, as its lease area on disk shows (read without the daemon)?
-    /// `false` when one may: a holder, an orphan, or a dead host's mark that only an acquire
-    /// can take over.
-    fn unheld(&self, r: &ResourceSpec) -> Result<bool, LeaseError>;
+    /// `Some`, with what was read, when none does; `None` when one may: a holder, an
+    /// orphan, or a dead host's mark that only an acquire can take over.
+    fn unheld(&self, r: &ResourceSpec) -> Result<Option<SeenFree>, LeaseError>;
+    /// [`LeaseManager::init_resource`] at a place that [`LeaseManager::unheld`] found free
+    /// (`seen`) and that nobody can have taken since (the VG lease held exclusively
+    /// throughout): may write from `seen` instead of reading the area again.
+    fn init_free_resource(&self, r: &ResourceSpec, seen: &SeenFree) -> Result<(), LeaseError> {
+        let _ = seen;
+        self.init_resource(r)
+    }
     /// Takes an LV's lease so that it outlives this process: should the process end holding
     /// it, the host keeps it as an *orphan* (sanlock's `SANLK_RES_PERSISTENT`), which still
     /// excludes other hosts. An orphan of `r` in `mode` that an ended process of this host
@@ -130,6 +137,23 @@ pub trait LeaseManager: Send + Sync {
     /// Releases the orphan of `r` an ended process of this host left, if any; returns how
     /// many were released (0 or 1).
     fn release_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError>;
+}
+
+/// A lease area [`LeaseManager::unheld`] found free, as it read it.
+#[derive(Debug, Clone, Default)]
+pub struct SeenFree {
+    /// The area's bytes (`None` from a manager that reads no disk).
+    pub area: Option<Vec<u8>>,
+}
+
+/// What [`Host::lock_changed_lvs`] took and saw.
+#[derive(Debug, Default)]
+pub struct Locked {
+    /// The leases it holds: release them after the commit.
+    pub held: Vec<ResourceSpec>,
+    /// The lease areas of removed LVs it found free, by offset in `lvmlock`, for
+    /// [`Host::free_old_lvs`].
+    pub seen: Vec<(u64, SeenFree)>,
 }
 
 /// Leases in memory, shared by every [`FakeLeases`] clone: one process simulating hosts.
@@ -277,10 +301,11 @@ impl LeaseManager for FakeLeases {
         }
         Ok(())
     }
-    fn unheld(&self, r: &ResourceSpec) -> Result<bool, LeaseError> {
+    fn unheld(&self, r: &ResourceSpec) -> Result<Option<SeenFree>, LeaseError> {
         let s = self.lock();
         let key = (r.path.clone(), r.offset);
-        Ok(s.held.get(&key).is_none_or(|e| e.0 == 0 && e.1 == 0))
+        let free = s.held.get(&key).is_none_or(|e| e.0 == 0 && e.1 == 0);
+        Ok(free.then(SeenFree::default))
     }
     fn acquire_persistent(&self, r: &ResourceSpec, mode: Mode) -> Result<(), LeaseError> {
         let key = (r.path.clone(), r.offset);
@@ -690,21 +715,22 @@ impl Host {
     /// pool whose thin LVs or table settings change (its [`PoolState`] differs), as
     /// lvmlockd's `lvcreate`/`lvremove` of a thin LV take the pool's lease, so that a pool
     /// active on a host never gets messages or settings that only its next activation would
-    /// deliver (a snapshot cut later than asked, a delete under a live
-    /// device). Either gives [`LeaseError::InUse`],
-    /// and nothing is held. Pools in `owned` are the caller's: it holds their leases (a host
-    /// clearing the queue it delivered). A lease the disk does not show free is taken
-    /// exclusively without waiting; release the returned leases after the commit, before
-    /// [`Host::free_old_lvs`].
+    /// deliver (a snapshot cut later than asked, a delete under a live device). Either gives
+    /// [`LeaseError::InUse`], and nothing is held. Pools in `owned` are the caller's: it
+    /// holds their leases (a host clearing the queue it delivered). A lease the disk does not
+    /// show free is taken exclusively without waiting; release the returned leases after the
+    /// commit, before [`Host::free_old_lvs`], which takes what was seen of the free ones.
     pub fn lock_changed_lvs(
         &self,
         old: &[LeaseRef],
         new: &crate::model::Vg,
         at: &VgPlaces,
         owned: &[crate::uuid::Uuid],
-    ) -> Result<Vec<ResourceSpec>, LeaseError> {
-        let mut held = Vec::new();
-        for (lv, offset) in gone(old, new).chain(changed_pools(old, new, owned)) {
+    ) -> Result<Locked, LeaseError> {
+        let mut out = Locked::default();
+        let removed = gone(old, new).map(|g| (g, true));
+        let pools = changed_pools(old, new, owned).map(|c| (c, false));
+        for ((lv, offset), is_gone) in removed.chain(pools) {
             let Some(r) = layout::lease_at(new, &at.paths, &lv.id.to_string(), offset, at.geometry)
             else {
                 continue;
@@ -713,13 +739,16 @@ impl Host {
             // activation reads the VG under its lease shared first, lvmlockd's included), so
             // a lease the disk shows free stays free: no acquire needed. Anything else is
             // settled by the daemon, which also takes over a dead host's lease.
-            if self.manager.unheld(&r)? {
+            if let Some(seen) = self.manager.unheld(&r)? {
+                if is_gone {
+                    out.seen.push((offset, seen));
+                }
                 continue;
             }
             match self.manager.acquire(&r, Mode::Exclusive, false) {
-                Ok(_) => held.push(r),
+                Ok(_) => out.held.push(r),
                 Err(e) => {
-                    for h in &held {
+                    for h in &out.held {
                         self.release_or_warn(h, "removed LV");
                     }
                     return Err(match e {
@@ -731,22 +760,28 @@ impl Host {
                 }
             }
         }
-        Ok(held)
+        Ok(out)
     }
 
     /// After a commit: marks the lease slots of LVs that are gone `#unused` (lvmlockd's
-    /// `free_lv`).
+    /// `free_lv`), from what [`Host::lock_changed_lvs`] saw of them (`seen`) where it found
+    /// them free.
     pub fn free_old_lvs(
         &self,
         old: &[LeaseRef],
         new: &crate::model::Vg,
         at: &VgPlaces,
+        seen: &[(u64, SeenFree)],
     ) -> Result<(), LeaseError> {
         for (_, offset) in gone(old, new) {
-            if let Some(r) =
+            let Some(r) =
                 layout::lease_at(new, &at.paths, layout::UNUSED_NAME, offset, at.geometry)
-            {
-                self.manager.init_resource(&r)?;
+            else {
+                continue;
+            };
+            match seen.iter().find(|(o, _)| *o == offset) {
+                Some((_, s)) => self.manager.init_free_resource(&r, s)?,
+                None => self.manager.init_resource(&r)?,
             }
         }
         Ok(())

@@ -14,7 +14,9 @@ use sanlock_sys::{
     SANLK_RES_SECTOR4K, SANLK_RES_SECTOR512, SANLK_RES_SHARED,
 };
 
-use super::{paxos, Geometry, LeaseError, LeaseManager, LockspaceSpec, Lvb, Mode, ResourceSpec};
+use super::{
+    paxos, Geometry, LeaseError, LeaseManager, LockspaceSpec, Lvb, Mode, ResourceSpec, SeenFree,
+};
 
 /// Leases held through this process's registration with the sanlock daemon.
 #[derive(Debug, Default)]
@@ -104,6 +106,25 @@ impl SanlockLeases {
         Self::default()
     }
 
+    /// Writes a fresh free lease at `r`: renamed in place when the area (`seen`, or read) is
+    /// a never-held lease, else written whole through sanlock.
+    fn write_resource(&self, r: &ResourceSpec, seen: Option<&[u8]>) -> Result<(), LeaseError> {
+        match rename_in_place(r, seen) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => tracing::debug!(
+                path = %r.path, offset = r.offset, error = %e,
+                "lease area unreadable here; writing it through sanlock"
+            ),
+        }
+        safe::write_resource(&res(r, Mode::Exclusive)).map_err(|rv| {
+            err(
+                format!("write resource {} on {}:{}", r.name, r.path, r.offset),
+                rv,
+            )
+        })
+    }
+
     fn with_client<T>(
         &self,
         f: impl FnOnce(&Client) -> Result<T, LeaseError>,
@@ -123,12 +144,20 @@ impl SanlockLeases {
 }
 
 /// Gives a never-held lease its new name with one synchronous sector write, the bytes
-/// `sanlock_write_resource` would have written (see [`super::paxos`]). Returns false, having
-/// written nothing, when the area is not such a lease and must be written whole.
-fn rename_in_place(r: &ResourceSpec) -> std::io::Result<bool> {
+/// `sanlock_write_resource` would have written (see [`super::paxos`]). The area is `seen`
+/// when the caller has it as it is on disk, else read. Returns false, having written
+/// nothing, when the area is not such a lease and must be written whole.
+fn rename_in_place(r: &ResourceSpec, seen: Option<&[u8]>) -> std::io::Result<bool> {
     let dev = FileDevice::open_rw(Path::new(&r.path))?;
-    let area = read_area_from(&dev, r)?;
-    match paxos::renamed_leader(&area, r.geometry, &r.lockspace, &r.name) {
+    let read;
+    let area = match seen {
+        Some(a) => a,
+        None => {
+            read = read_area_from(&dev, r)?;
+            &read
+        }
+    };
+    match paxos::renamed_leader(area, r.geometry, &r.lockspace, &r.name) {
         Ok(leader) => {
             // FileDevice writes with O_DSYNC: durable on return, as sanlock's own writes.
             dev.write_at(r.offset, &leader)?;
@@ -170,20 +199,11 @@ impl LeaseManager for SanlockLeases {
     }
 
     fn init_resource(&self, r: &ResourceSpec) -> Result<(), LeaseError> {
-        match rename_in_place(r) {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(e) => tracing::debug!(
-                path = %r.path, offset = r.offset, error = %e,
-                "lease area unreadable here; writing it through sanlock"
-            ),
-        }
-        safe::write_resource(&res(r, Mode::Exclusive)).map_err(|rv| {
-            err(
-                format!("write resource {} on {}:{}", r.name, r.path, r.offset),
-                rv,
-            )
-        })
+        self.write_resource(r, None)
+    }
+
+    fn init_free_resource(&self, r: &ResourceSpec, seen: &SeenFree) -> Result<(), LeaseError> {
+        self.write_resource(r, seen.area.as_deref())
     }
 
     fn resource_name(&self, r: &ResourceSpec) -> Result<Option<String>, LeaseError> {
@@ -241,13 +261,14 @@ impl LeaseManager for SanlockLeases {
         Ok(Some(Lvb::decode(&b)))
     }
 
-    fn unheld(&self, r: &ResourceSpec) -> Result<bool, LeaseError> {
+    fn unheld(&self, r: &ResourceSpec) -> Result<Option<SeenFree>, LeaseError> {
         let area = read_area(r).map_err(|e| LeaseError::Manager {
             what: format!("lease {} at {}:{}", r.name, r.path, r.offset),
             why: e.to_string(),
         })?;
         // An area that is not a lease is no proof of anything: ask the daemon.
-        Ok(paxos::unheld(&area, r.geometry).unwrap_or(false))
+        let free = paxos::unheld(&area, r.geometry).unwrap_or(false);
+        Ok(free.then_some(SeenFree { area: Some(area) }))
     }
 
     fn acquire_persistent(&self, r: &ResourceSpec, mode: Mode) -> Result<(), LeaseError> {
