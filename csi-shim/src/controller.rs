@@ -720,12 +720,9 @@ impl Controller for ControllerService {
         tracing::info!(volume_id = %req.volume_id, zero = ?options.zero, discards = ?options.discards, "ControllerModifyVolume");
         let id = req.volume_id.clone();
         self.blocking(move |b| {
-            if b.existing(&vg, &name)?.mode == Mode::Linear {
-                // Nothing to change is no error: a class may have no parameters.
-                if options.is_empty() {
-                    return Ok(());
-                }
-                return Err(params::linear_has_no_options());
+            // Nothing to change is no error, on any volume: a class may have no parameters.
+            if options.is_empty() {
+                return b.existing(&vg, &name).map(drop);
             }
             let _g = b.inflight.enter(&id)?;
             b.volumes_of_id(&vg)?

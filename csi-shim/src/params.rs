@@ -144,7 +144,7 @@ pub fn parse_mutable(p: &HashMap<String, String>) -> Result<PoolOptions, Status>
     };
     let discards = match p.get(DISCARDS) {
         None => None,
-        Some(d) if lvmeta::edit::thin::DISCARDS.contains(&d.as_str()) => Some(d.clone()),
+        Some(d) if lvmeta::model::DISCARDS.contains(&d.as_str()) => Some(d.clone()),
         Some(d) => {
             return Err(Status::invalid_argument(format!(
                 "parameter {DISCARDS:?} is {d:?}, not passdown, nopassdown or ignore"

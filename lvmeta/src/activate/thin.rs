@@ -162,7 +162,7 @@ pub fn plan_pool(vg: &Vg, pool: &str, paths: &[Option<String>]) -> Result<PoolPl
         data: linear(&p.pool)?,
         chunk_size: p.chunk_size,
         zero_new_blocks: p.zero_new_blocks,
-        discards: p.discards.clone().unwrap_or_else(|| "ignore".into()),
+        discards: p.discards_mode().to_owned(),
         error_if_no_space: lv.status.iter().any(|s| s == "ERROR_WHEN_FULL"),
         transaction_id: p.transaction_id,
         messages,

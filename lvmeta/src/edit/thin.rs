@@ -8,7 +8,9 @@
 
 use super::lv::{assign_lease, create_in, grow, lv_index, new_lv, new_name, users};
 use super::{finish, refused, EditError, LvSpec, Stamp};
-use crate::model::{Lv, SegKind, Segment, Thin, ThinMessage, ThinPool, Vg, MAX_THIN_DEVICE_ID};
+use crate::model::{
+    Lv, SegKind, Segment, Thin, ThinMessage, ThinPool, Vg, DISCARDS, MAX_THIN_DEVICE_ID,
+};
 
 /// lvm2's default pool chunk size: 64 KiB, in sectors.
 pub const DEFAULT_CHUNK_SIZE: u32 = 128;
@@ -33,9 +35,6 @@ pub struct PoolSpec {
     /// `-Z` (default y).
     pub zero: bool,
 }
-
-/// The values of `--discards`.
-pub const DISCARDS: [&str; 3] = ["passdown", "nopassdown", "ignore"];
 
 fn check_discards(d: &str) -> Result<(), EditError> {
     if DISCARDS.contains(&d) {
@@ -62,7 +61,7 @@ impl PoolOptions {
     pub fn of(p: &ThinPool) -> Self {
         Self {
             zero: Some(p.zero_new_blocks),
-            discards: Some(p.discards.clone().unwrap_or_else(|| "ignore".into())),
+            discards: Some(p.discards_mode().to_owned()),
         }
     }
 

@@ -802,8 +802,7 @@ fn gone<'a>(
 
 /// The thin pools of `old` still in `new`, under the same lease, whose [`PoolState`]
 /// (transaction id, message queue, table settings) `new` changes, with the offset of their
-/// lease in `lvmlock`; pools in
-/// `owned` (whose lease the caller holds) are left out.
+/// lease in `lvmlock`; pools in `owned` (whose lease the caller holds) are left out.
 fn changed_pools<'a>(
     old: &'a [LeaseRef],
     new: &'a crate::model::Vg,

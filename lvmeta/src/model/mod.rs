@@ -16,7 +16,7 @@ use crate::uuid::Uuid;
 pub use flags::{word, Word, LV_STATUS, PV_STATUS, SEGTYPE_FLAGS, VG_STATUS, WRITE_LOCKED};
 pub use segment::{
     Area, Composite, LvRef, Mirror, SegKind, Segment, Snapshot, Striped, Thin, ThinMessage,
-    ThinPool, Unknown,
+    ThinPool, Unknown, DISCARDS,
 };
 
 use read::{fields, Lookup, Section};

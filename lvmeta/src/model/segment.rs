@@ -77,6 +77,16 @@ pub struct ThinPool {
     pub messages: Vec<ThinMessage>,
 }
 
+/// The values of a thin pool's `discards` (lvm2's `--discards`).
+pub const DISCARDS: [&str; 3] = ["passdown", "nopassdown", "ignore"];
+
+impl ThinPool {
+    /// Its `discards`, with lvm2's reading of an absent one: `ignore`.
+    pub fn discards_mode(&self) -> &str {
+        self.discards.as_deref().unwrap_or("ignore")
+    }
+}
+
 /// `thin`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Thin {
@@ -602,7 +612,7 @@ fn read_thin_pool(sec: &Section<'_, '_>) -> Result<ThinPool, ModelError> {
     }
     let discards = sec.opt_str("discards")?;
     if let Some(d) = &discards {
-        if !["passdown", "nopassdown", "ignore"].contains(&d.as_str()) {
+        if !DISCARDS.contains(&d.as_str()) {
             return Err(sec.err("discards", format!("unknown value {d:?}")));
         }
     }

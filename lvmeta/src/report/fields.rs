@@ -314,9 +314,9 @@ pub fn lv_field(
             SegKind::Striped(s) if s.areas.len() > 1 => u64::from(s.stripe_size.unwrap_or(0)) * 512,
             _ => 0,
         }),
-        "discards" => Cell::Str(pool_settings(vg, seg).map_or(String::new(), |p| {
-            p.discards.clone().unwrap_or_else(|| "ignore".into())
-        })),
+        "discards" => Cell::Str(
+            pool_settings(vg, seg).map_or_else(String::new, |p| p.discards_mode().to_owned()),
+        ),
         "zero" => Cell::Str(match pool_settings(vg, seg) {
             Some(p) if p.zero_new_blocks => "zero".into(),
             Some(_) => String::new(),

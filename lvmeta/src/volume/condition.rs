@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use super::{clone_source, volume_of, Volume, VolumeError, Volumes};
+use super::{clone_source, volume_of, volumes_in, Volume, VolumeError, Volumes};
 use crate::model::{Area, Vg};
 
 /// A volume's health.
@@ -21,17 +21,13 @@ impl Volumes<'_> {
     /// Every volume, by name, with its condition (one read of the VG).
     pub fn list_with_condition(&self) -> Result<Vec<(Volume, Condition)>, VolumeError> {
         let (vg, missing) = self.session.vg_and_missing(&self.vg)?;
-        let mut out: Vec<(Volume, Condition)> = vg
-            .lvs
-            .iter()
-            .filter_map(|l| volume_of(&vg, &l.name))
+        Ok(volumes_in(&vg)
+            .into_iter()
             .map(|v| {
                 let c = condition(&vg, &v.name, &missing);
                 (v, c)
             })
-            .collect();
-        out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-        Ok(out)
+            .collect())
     }
 
     /// Volume `name` with its condition, or `None` when there is no such volume.

@@ -249,14 +249,7 @@ impl<'s> Volumes<'s> {
 
     /// Every volume, by name.
     pub fn list(&self) -> Result<Vec<Volume>, VolumeError> {
-        let vg = self.vg()?;
-        let mut out: Vec<Volume> = vg
-            .lvs
-            .iter()
-            .filter_map(|l| volume_of(&vg, &l.name))
-            .collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        Ok(volumes_in(&self.vg()?))
     }
 
     /// The volume `name`, if it exists.
@@ -664,10 +657,10 @@ fn check_source(vg: &Vg, content: Content<'_>, mode: Mode) -> Result<(), VolumeE
 /// A copy of thin LV `src` goes into its pool: refused when `options` asks for settings
 /// that pool does not have.
 fn check_shared_pool(vg: &Vg, src: &str, options: &PoolOptions) -> Result<(), VolumeError> {
-    let pool = pool_of(vg, src).and_then(|p| vg.lv(&p)?.pool().cloned());
-    match pool {
-        Some(p) if !options.met_by(&p) => {
-            let now = PoolOptions::of(&p);
+    let pool = pool_of(vg, src);
+    match pool.as_deref().and_then(|p| vg.lv(p)?.pool()) {
+        Some(p) if !options.met_by(p) => {
+            let now = PoolOptions::of(p);
             Err(VolumeError::Invalid(format!(
                 "a copy of {}/{src} shares its pool, whose settings are zero={} discards={}; \
                  change them on the source volume, or ask for the same",
@@ -763,6 +756,17 @@ fn extent_bytes(vg: &Vg) -> u64 {
 }
 
 /// The volume `name` of `vg`: an LV carrying the mode tag (a thin one in its own pool).
+/// The volumes of `vg`, by name.
+fn volumes_in(vg: &Vg) -> Vec<Volume> {
+    let mut out: Vec<Volume> = vg
+        .lvs
+        .iter()
+        .filter_map(|l| volume_of(vg, &l.name))
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
 fn volume_of(vg: &Vg, name: &str) -> Option<Volume> {
     let lv = vg.lv(name)?;
     let mode = lv

@@ -13,9 +13,10 @@
 use std::time::{Duration, Instant};
 
 use super::{Content, Mode, SizeRange, VolumeError, Volumes};
-use crate::edit::thin::{PoolOptions, DISCARDS};
+use crate::edit::thin::PoolOptions;
 use crate::edit::EditError;
 use crate::lease::LeaseError;
+use crate::model::DISCARDS;
 
 /// The tag prefix of a request on a pool LV.
 pub const REQUEST_TAG: &str = "lvmeta.csi/request=";
