@@ -4,6 +4,7 @@
 pub mod sandbox;
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -363,8 +364,14 @@ pub fn privileged(test: &str, tools: &[&str]) -> bool {
     if privileged_required() {
         panic!("{msg} (CI=true or LVMETA_REQUIRE_PRIVILEGED=1: privileged tests must run)");
     }
-    eprintln!("SKIPPED {msg}");
+    skipped(&msg);
     false
+}
+
+/// Prints `SKIPPED <why>` where it shows: straight to the process's stderr, since the test
+/// harness captures `eprintln!` of a passing test and would hide the skip.
+pub fn skipped(why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED {why}");
 }
 
 fn is_root() -> bool {

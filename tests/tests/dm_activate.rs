@@ -62,9 +62,9 @@ fn lvm2_active(sb: &Sandbox, lv: &str) -> bool {
 #[test]
 fn device_mapper_tables_work_beside_lvm2() {
     if std::env::var("LVMETA_DM_TESTS").as_deref() != Ok("1") {
-        eprintln!(
+        lvmeta_tests::skipped(
             "dm_activate: opt-in, not run (set LVMETA_DM_TESTS=1 as root on a kernel with \
-             device-mapper and dm-thin-pool)"
+             device-mapper and dm-thin-pool)",
         );
         return;
     }
