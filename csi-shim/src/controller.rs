@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use lvmeta::ops::Session;
+use lvmeta::ops::{Erase, Session};
 use lvmeta::volume::{
     Condition, Content, Mode, Request as VolumeRequest, SizeRange, Snapshot, Volume, VolumeError,
     Volumes,
@@ -41,6 +41,14 @@ pub struct Backend {
     vgs: Vec<String>,
     inflight: InFlight,
     holder_wait: std::time::Duration,
+    /// How deleted volumes' extents are erased; `None`: not at all (the operator's choice).
+    erase: Option<Erase>,
+    /// This host's activations: a volume one of them maps is not deleted.
+    host: Option<Arc<dyn lvmeta::activate::Backend>>,
+    /// The wiper's wake-up (see [`crate::wiper`]).
+    wiper: Arc<crate::wiper::Wiper>,
+    /// This process runs the wiper (the controller does; node plugins need not).
+    runs_wiper: bool,
 }
 
 /// How long a controller call waits for the node where a thin pool is active to make the
@@ -55,7 +63,52 @@ impl Backend {
             vgs,
             inflight: InFlight::default(),
             holder_wait: HOLDER_WAIT,
+            erase: Some(Erase::ZeroOut),
+            host: None,
+            wiper: Arc::default(),
+            runs_wiper: true,
         }
+    }
+
+    /// The same, running the wiper thread in this process or not (one wiper per cluster
+    /// suffices: the controller's).
+    pub fn with_wiper(mut self, run: bool) -> Self {
+        self.runs_wiper = run;
+        self
+    }
+
+    /// Does this process run the wiper?
+    pub fn runs_wiper(&self) -> bool {
+        self.runs_wiper
+    }
+
+    /// The same, erasing deleted volumes' extents `how` says; `None` frees them at once
+    /// (the next volume there may read the deleted one's data: a deliberate driver flag).
+    pub fn with_erase(mut self, how: Option<Erase>) -> Self {
+        self.erase = how;
+        self
+    }
+
+    /// The same, refusing to delete volumes that a device of `host` (this host's
+    /// activations) maps.
+    pub fn with_host_devices(mut self, host: Arc<dyn lvmeta::activate::Backend>) -> Self {
+        self.host = Some(host);
+        self
+    }
+
+    /// How deleted volumes' extents are erased (`None`: they are not).
+    pub fn erase(&self) -> Option<Erase> {
+        self.erase
+    }
+
+    /// This host's activations, when known.
+    pub fn host_devices(&self) -> Option<&dyn lvmeta::activate::Backend> {
+        self.host.as_deref()
+    }
+
+    /// The wiper's wake-up.
+    pub fn wiper(&self) -> &Arc<crate::wiper::Wiper> {
+        &self.wiper
     }
 
     /// The same, waiting `wait` (instead of [`HOLDER_WAIT`]) for a node to serve a request.
@@ -105,7 +158,8 @@ impl Backend {
         Ok(())
     }
 
-    /// The volumes of `vg`, which must be served.
+    /// The volumes of `vg`, which must be served: deletions checked against this host's
+    /// devices and erased as the driver was told.
     fn volumes(&self, vg: &str) -> Result<Volumes<'_>, Status> {
         if !self.vgs.iter().any(|v| v == vg) {
             return Err(Status::invalid_argument(format!(
@@ -113,7 +167,14 @@ impl Backend {
                 self.vgs.join(", ")
             )));
         }
-        Ok(Volumes::new(&self.session, vg))
+        let mut v = Volumes::new(&self.session, vg);
+        if self.erase.is_none() {
+            v = v.without_erasure();
+        }
+        if let Some(h) = &self.host {
+            v = v.on_host(h.as_ref());
+        }
+        Ok(v)
     }
 
     /// The volumes of the VG of a volume id: NOT_FOUND when that VG is not served (no volume
@@ -296,7 +357,7 @@ impl Controller for ControllerService {
         request: Request<CreateVolumeRequest>,
     ) -> Result<Response<CreateVolumeResponse>, Status> {
         let req = request.into_inner();
-        required("name", &req.name)?;
+        params::check_name("name", &req.name)?;
         let class = Class::parse(&req.parameters, &req.mutable_parameters)?;
         params::check_capabilities(&req.volume_capabilities, class.mode)
             .map_err(Status::invalid_argument)?;
@@ -311,7 +372,7 @@ impl Controller for ControllerService {
                 params::TOPOLOGY_VALUE
             )));
         }
-        tracing::info!(name = %req.name, vg = %class.vg, mode = class.mode.as_str(), required = size.required, "CreateVolume");
+        tracing::info!(name = %params::shown(&req.name), vg = %class.vg, mode = class.mode.as_str(), required = size.required, "CreateVolume");
         let v = self
             .blocking(move |b| {
                 let vols = b.volumes(&class.vg)?;
@@ -360,15 +421,17 @@ impl Controller for ControllerService {
             }
             Err(s) => return Err(s),
         };
-        tracing::info!(volume_id = %id, "DeleteVolume");
+        tracing::info!(volume_id = %params::shown(&id), "DeleteVolume");
         self.blocking(move |b| {
             if !b.vgs.contains(&vg) {
                 return Ok(false);
             }
             let _g = b.inflight.enter(&id)?;
-            Volumes::new(&b.session, &vg)
-                .delete(&name)
-                .map_err(from_volume)
+            let deleted = b.volumes_of_id(&vg)?.delete(&name).map_err(from_volume)?;
+            if deleted {
+                b.wiper.kick();
+            }
+            Ok(deleted)
         })
         .await?;
         Ok(Response::new(DeleteVolumeResponse {}))
@@ -549,11 +612,11 @@ impl Controller for ControllerService {
         request: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
         let req = request.into_inner();
-        required("name", &req.name)?;
+        params::check_name("name", &req.name)?;
         required("source_volume_id", &req.source_volume_id)?;
         params::check_snapshot_parameters(&req.parameters)?;
         let (vg, source) = params::parse_volume_id(&req.source_volume_id)?;
-        tracing::info!(name = %req.name, source = %req.source_volume_id, "CreateSnapshot");
+        tracing::info!(name = %params::shown(&req.name), source = %params::shown(&req.source_volume_id), "CreateSnapshot");
         let snap = self
             .blocking(move |b| {
                 b.existing(&vg, &source)?;
@@ -583,16 +646,19 @@ impl Controller for ControllerService {
             // An id this driver cannot have made names no snapshot: deleting it succeeds.
             return Ok(Response::new(DeleteSnapshotResponse {}));
         };
-        tracing::info!(snapshot_id = %id, "DeleteSnapshot");
+        tracing::info!(snapshot_id = %params::shown(&id), "DeleteSnapshot");
         self.blocking(move |b| {
             if !b.vgs.contains(&vg) {
                 return Ok(false);
             }
             let _g = b.inflight.enter(&id)?;
             let r = VolumeRequest::DeleteSnapshot { name: name.clone() };
-            Volumes::new(&b.session, &vg)
+            let deleted = b
+                .volumes_of_id(&vg)?
                 .through_holder(&r, b.holder_wait, |v| v.delete_snapshot(&name))
-                .map_err(from_volume)
+                .map_err(from_volume)?;
+            b.wiper.kick();
+            Ok(deleted)
         })
         .await?;
         Ok(Response::new(DeleteSnapshotResponse {}))
@@ -675,7 +741,7 @@ impl Controller for ControllerService {
                 .and_then(|c| c.access_type.as_ref()),
             Some(AccessType::Mount(_))
         );
-        tracing::info!(volume_id = %req.volume_id, required = size.required, "ControllerExpandVolume");
+        tracing::info!(volume_id = %params::shown(&req.volume_id), required = size.required, "ControllerExpandVolume");
         let id = req.volume_id.clone();
         let v = self
             .blocking(move |b| {
@@ -717,7 +783,7 @@ impl Controller for ControllerService {
         required("volume_id", &req.volume_id)?;
         let options = params::parse_mutable(&req.mutable_parameters)?;
         let (vg, name) = params::parse_volume_id(&req.volume_id)?;
-        tracing::info!(volume_id = %req.volume_id, zero = ?options.zero, discards = ?options.discards, "ControllerModifyVolume");
+        tracing::info!(volume_id = %params::shown(&req.volume_id), zero = ?options.zero, discards = ?options.discards, "ControllerModifyVolume");
         let id = req.volume_id.clone();
         self.blocking(move |b| {
             // Nothing to change is no error, on any volume: a class may have no parameters.

@@ -269,8 +269,9 @@ impl Lab {
     fn clean(mut self) -> Result<(), String> {
         let mut failed = Vec::new();
         for m in mounts_under(&self.kubelet()) {
-            if let Err(e) = crate::mount::System::umount(&crate::mount::Real, &m) {
-                failed.push(e.to_string());
+            // The demo's own directory: nobody else makes paths there.
+            if let Err(e) = nix::mount::umount2(&m, nix::mount::MntFlags::empty()) {
+                failed.push(format!("umount {}: {e}", m.display()));
             }
         }
         if let Some(node) = self.node.take() {
@@ -280,8 +281,13 @@ impl Lab {
             let s = b.session();
             if let Ok(vg) = s.vg(VG) {
                 for lv in vg.lvs.iter().map(|l| l.name.as_str()) {
-                    if let Err(e) = s.deactivate(VG, lv, self.activation.as_ref()) {
-                        failed.push(format!("deactivate {VG}/{lv}: {e}"));
+                    match s.deactivate(VG, lv, self.activation.as_ref()) {
+                        // Gone meanwhile (the wiper removed a deleted volume's extents).
+                        Ok(())
+                        | Err(lvmeta::Error::Activate(lvmeta::activate::ActivateError::NoLv {
+                            ..
+                        })) => {}
+                        Err(e) => failed.push(format!("deactivate {VG}/{lv}: {e}")),
                     }
                 }
                 if let Err(e) = s.vgremove(VG, true) {
@@ -317,7 +323,7 @@ impl Lab {
 fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut found: Vec<PathBuf> = crate::mount::mounts(&info)
-        .map(|(point, _)| PathBuf::from(point))
+        .map(|m| PathBuf::from(m.point))
         .filter(|p| p.starts_with(dir))
         .collect();
     found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
@@ -422,8 +428,10 @@ struct Paths {
 }
 
 impl Paths {
+    /// The paths, with the directories kubelet makes before it calls the driver (the
+    /// staging directory, the target's parent).
     fn of(kubelet: &Path, name: &str) -> Self {
-        Self {
+        let p = Self {
             staging: kubelet
                 .join("plugins/kubernetes.io/csi")
                 .join(crate::DRIVER_NAME)
@@ -433,7 +441,16 @@ impl Paths {
                 .join("pods/demo-pod/volumes/kubernetes.io~csi")
                 .join(name)
                 .join("mount"),
+        };
+        for dir in [Some(p.staging.as_path()), p.target.parent()]
+            .into_iter()
+            .flatten()
+        {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                println!("            {}: {e}", dir.display());
+            }
         }
+        p
     }
 }
 
@@ -565,17 +582,22 @@ async fn scenario(
 
 /// Starts the CSI server (Identity, Controller, Node) in this process on the demo's socket.
 async fn serve(lab: &mut Lab, session: Session) -> Result<Clients, String> {
-    let backend = Arc::new(Backend::new(session, vec![VG.to_owned()]));
-    let node = Arc::new(Node::new(
-        backend.clone(),
-        NodeConfig {
-            node_id: "demo-node".into(),
-            kubelet_dir: lab.kubelet(),
-            max_volumes: 0,
-            activation: lab.activation.clone(),
-            system: Arc::new(crate::mount::Real),
-        },
-    ));
+    let backend = Arc::new(
+        Backend::new(session, vec![VG.to_owned()]).with_host_devices(lab.activation.clone()),
+    );
+    let node = Arc::new(
+        Node::new(
+            backend.clone(),
+            NodeConfig {
+                node_id: "demo-node".into(),
+                kubelet_dir: lab.kubelet(),
+                max_volumes: 0,
+                activation: lab.activation.clone(),
+                system: Arc::new(crate::mount::Real),
+            },
+        )
+        .map_err(|e| format!("kubelet directory: {e}"))?,
+    );
     let socket = lab.socket();
     let listener = crate::server::listen(&socket).map_err(|e| e.to_string())?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -12,11 +12,13 @@ pub mod controller;
 pub mod demo;
 pub mod identity;
 pub mod inflight;
+pub mod kubelet;
 pub mod mount;
 pub mod node;
 pub mod params;
 pub mod server;
 pub mod status;
+pub mod wiper;
 
 /// The CSI v1 messages and services, generated from the pinned `proto/csi.proto` (spec
 /// v1.12.0) by protox and tonic-build; `tests/codegen.rs` keeps them in step.

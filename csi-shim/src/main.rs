@@ -98,14 +98,28 @@ struct Args {
     /// Most volumes staged on this node at once (0: no limit).
     #[arg(long, default_value_t = 0)]
     max_volumes: i64,
+    /// How the extents of deleted volumes are erased before they are freed: `zeroout`
+    /// (BLKZEROOUT, offloaded by SANs), `discard` (BLKDISCARD, for LUNs that read back
+    /// zeroes after it; checked) or `none` (freed at once: the next volume there may read the
+    /// deleted one's data).
+    #[arg(long, default_value = "zeroout", value_parser = ["zeroout", "discard", "none"])]
+    wipe: String,
+    /// Run the wiper, which erases deleted volumes' extents, in this process (default: when
+    /// the Node service is not served, i.e. in the controller).
+    #[arg(long)]
+    wiper: Option<bool>,
     /// lvm2's lock file directory, shared with lvm commands on this host.
     #[arg(long, env = "LVMETA_LOCKING_DIR", default_value = "/run/lock/lvm")]
     locking_dir: PathBuf,
 }
 
 fn main() -> std::process::ExitCode {
+    // Info by default (RUST_LOG overrides): calls and their failures are in the log.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -157,24 +171,38 @@ fn run(args: Args) -> Result<(), String> {
             ),
         );
     }
-    let backend = Arc::new(Backend::new(session, args.vgs));
+    let erase = lvmeta::ops::Erase::parse(&args.wipe);
+    if erase.is_none() {
+        tracing::warn!("--wipe none: deleted volumes' extents are freed without erasing them");
+    }
+    let host_devices = lvmeta::activate::best();
+    let mut backend = Backend::new(session, args.vgs)
+        .with_erase(erase)
+        .with_wiper(args.wiper.unwrap_or(args.node_id.is_none()));
+    if let Some(h) = &host_devices {
+        backend = backend.with_host_devices(h.clone());
+    }
+    let backend = Arc::new(backend);
     let node = match &args.node_id {
         Some(id) => {
-            let activation = lvmeta::activate::best().ok_or(
+            let activation = host_devices.ok_or(
                 "the Node service needs device-mapper (/dev/mapper/control) or the loop driver \
                  (/dev/loop-control)",
             )?;
             tracing::info!(node_id = %id, backend = activation.name(), "serving the Node service");
-            Some(Arc::new(csi_shim::node::Node::new(
-                backend.clone(),
-                csi_shim::node::NodeConfig {
-                    node_id: id.clone(),
-                    kubelet_dir: args.kubelet_dir.clone(),
-                    max_volumes: args.max_volumes,
-                    activation,
-                    system: Arc::new(csi_shim::mount::Real),
-                },
-            )))
+            Some(Arc::new(
+                csi_shim::node::Node::new(
+                    backend.clone(),
+                    csi_shim::node::NodeConfig {
+                        node_id: id.clone(),
+                        kubelet_dir: args.kubelet_dir.clone(),
+                        max_volumes: args.max_volumes,
+                        activation,
+                        system: Arc::new(csi_shim::mount::Real),
+                    },
+                )
+                .map_err(|e| format!("{}: {e}", args.kubelet_dir.display()))?,
+            ))
         }
         None => None,
     };

@@ -1,11 +1,21 @@
 //! What the node does to filesystems and mount points, behind a small trait: [`Real`] does it
-//! (mount(8), mkfs, blkid, resize2fs / xfs_growfs, statvfs, fsfreeze), [`Fake`] keeps it in
-//! memory for the gRPC tests.
+//! (mount(2) through the open parent of a [`Place`], mkfs, blkid, resize2fs / xfs_growfs,
+//! fstatvfs, fsfreeze), [`Fake`] keeps it in memory for the gRPC tests.
+//!
+//! Invariants:
+//! - a mount, bind or unmount lands exactly on the [`Place`] given, never on a path resolved
+//!   again by name;
+//! - mount options are checked one by one ([`check_mount_flag`]) before they reach mount(2).
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
+
+use nix::mount::{MntFlags, MsFlags};
+
+use crate::kubelet::Place;
 
 /// A failed system step: what, on which path, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,29 +52,125 @@ pub struct Usage {
     pub inodes_free: u64,
 }
 
+/// What a bind mount shows.
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    /// The filesystem mounted at a place (a staged volume).
+    Mount(&'a Place),
+    /// A block device node (a block volume).
+    Device(&'a Path),
+}
+
 /// Filesystem and mount operations of the node.
 pub trait System: Send + Sync {
-    /// The source of the mount at `path`, when `path` is a mount point.
-    fn mounted(&self, path: &Path) -> Result<Option<String>, SysError>;
+    /// What the mount exactly at `at` shows: the device's `major:minor` (with the root of
+    /// the mount appended when that is not the filesystem's root); `None` when `at` is not a
+    /// mount point or does not exist.
+    fn mounted_device(&self, at: &Place) -> Result<Option<String>, SysError>;
+    /// The `major:minor` [`System::mounted_device`] gives for the block device node `dev`.
+    fn device_id(&self, dev: &Path) -> Result<String, SysError>;
     /// The filesystem on `dev` (`None`: blank).
     fn fs_type(&self, dev: &Path) -> Result<Option<String>, SysError>;
     /// Makes a filesystem `fs` on `dev`.
     fn mkfs(&self, dev: &Path, fs: &str) -> Result<(), SysError>;
-    /// Mounts `dev` at `path` as `fs` with mount(8) `options`.
-    fn mount(&self, dev: &Path, path: &Path, fs: &str, options: &[String]) -> Result<(), SysError>;
-    /// Bind-mounts `src` onto `dst`, read-only when asked.
-    fn bind(&self, src: &Path, dst: &Path, read_only: bool) -> Result<(), SysError>;
-    /// Unmounts `path`.
-    fn umount(&self, path: &Path) -> Result<(), SysError>;
-    /// Grows the filesystem `fs` on `dev`, mounted at `path`, to the device's size.
-    fn grow(&self, dev: &Path, path: &Path, fs: &str) -> Result<(), SysError>;
-    /// Space and inodes of the filesystem mounted at `path`.
-    fn usage(&self, path: &Path) -> Result<Usage, SysError>;
-    /// Size in bytes of the block device (or device file) at `path`.
-    fn device_bytes(&self, path: &Path) -> Result<u64, SysError>;
-    /// Freezes the filesystem mounted at `path` (writes wait, everything is on disk), or
+    /// Mounts `dev` at `at` as `fs` with mount `flags` (each checked by
+    /// [`check_mount_flag`]).
+    fn mount(&self, dev: &Path, at: &Place, fs: &str, flags: &[String]) -> Result<(), SysError>;
+    /// Bind-mounts `src` onto `at`, read-only when asked.
+    fn bind(&self, src: Source<'_>, at: &Place, read_only: bool) -> Result<(), SysError>;
+    /// Unmounts the mount at `at`.
+    fn umount(&self, at: &Place) -> Result<(), SysError>;
+    /// Grows the filesystem `fs` on `dev`, mounted at `at`, to the device's size.
+    fn grow(&self, dev: &Path, at: &Place, fs: &str) -> Result<(), SysError>;
+    /// Space and inodes of the filesystem mounted at `at`.
+    fn usage(&self, at: &Place) -> Result<Usage, SysError>;
+    /// Size in bytes of the block device bound at `at`.
+    fn device_bytes(&self, at: &Place) -> Result<u64, SysError>;
+    /// Freezes the filesystem mounted at `at` (writes wait, everything is on disk), or
     /// thaws it.
-    fn freeze(&self, path: &Path, frozen: bool) -> Result<(), SysError>;
+    fn freeze(&self, at: &Place, frozen: bool) -> Result<(), SysError>;
+}
+
+/// Checks one mount flag of a volume capability: a VFS flag mount(8) knows
+/// (`ro`, `noatime`, ...) or a filesystem option `name` / `name=value` of plain characters (no `,`,
+/// quote, space or control character: nothing that could smuggle another option in).
+pub fn check_mount_flag(f: &str) -> Result<(), String> {
+    if vfs_flag(f).is_some() {
+        return Ok(());
+    }
+    let (name, value) = f.split_once('=').unwrap_or((f, ""));
+    let name_ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    let value_ok = value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_.:/@+-".contains(&b));
+    if !name_ok || !value_ok || f.len() > 256 {
+        return Err(format!("mount flag {f:?} is not a plain option"));
+    }
+    if ["bind", "rbind", "move", "remount", "loop", "x-mount.mkdir"].contains(&name) {
+        return Err(format!("mount flag {f:?} is not allowed"));
+    }
+    Ok(())
+}
+
+/// The mount(2) flag a mount(8) option word sets (`true`) or clears (`false`).
+fn vfs_flag(word: &str) -> Option<(MsFlags, bool)> {
+    Some(match word {
+        "ro" => (MsFlags::MS_RDONLY, true),
+        "rw" => (MsFlags::MS_RDONLY, false),
+        "nosuid" => (MsFlags::MS_NOSUID, true),
+        "suid" => (MsFlags::MS_NOSUID, false),
+        "nodev" => (MsFlags::MS_NODEV, true),
+        "dev" => (MsFlags::MS_NODEV, false),
+        "noexec" => (MsFlags::MS_NOEXEC, true),
+        "exec" => (MsFlags::MS_NOEXEC, false),
+        "sync" => (MsFlags::MS_SYNCHRONOUS, true),
+        "async" => (MsFlags::MS_SYNCHRONOUS, false),
+        "dirsync" => (MsFlags::MS_DIRSYNC, true),
+        "noatime" => (MsFlags::MS_NOATIME, true),
+        "atime" => (MsFlags::MS_NOATIME, false),
+        "nodiratime" => (MsFlags::MS_NODIRATIME, true),
+        "diratime" => (MsFlags::MS_NODIRATIME, false),
+        "relatime" => (MsFlags::MS_RELATIME, true),
+        "norelatime" => (MsFlags::MS_RELATIME, false),
+        "strictatime" => (MsFlags::MS_STRICTATIME, true),
+        "lazytime" => (MsFlags::MS_LAZYTIME, true),
+        "nolazytime" => (MsFlags::MS_LAZYTIME, false),
+        "defaults" => (MsFlags::empty(), true),
+        _ => return None,
+    })
+}
+
+/// The mount(2) flags and data string of checked mount `flags`.
+fn mount_args(flags: &[String]) -> Result<(MsFlags, String), String> {
+    let mut ms = MsFlags::empty();
+    let mut data: Vec<&str> = Vec::new();
+    for f in flags {
+        check_mount_flag(f)?;
+        match vfs_flag(f) {
+            Some((bit, true)) => ms |= bit,
+            Some((bit, false)) => ms &= !bit,
+            None => data.push(f),
+        }
+    }
+    Ok((ms, data.join(",")))
+}
+
+/// One line of `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountLine {
+    /// The mount's id.
+    pub id: u64,
+    /// `major:minor` of the device.
+    pub device: String,
+    /// The root of the mount within its filesystem.
+    pub root: String,
+    /// Where it is mounted (octal escapes undone).
+    pub point: String,
+    /// The mount source (octal escapes undone).
+    pub source: String,
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, ...).
@@ -92,23 +198,35 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Every mount of a `/proc/self/mountinfo` text, oldest first: (mount point, source), octal
-/// escapes undone; malformed lines are skipped.
-pub fn mounts(mountinfo: &str) -> impl DoubleEndedIterator<Item = (String, String)> + '_ {
+/// Every mount of a `/proc/self/mountinfo` text, oldest first; malformed lines are skipped.
+pub fn mounts(mountinfo: &str) -> impl DoubleEndedIterator<Item = MountLine> + '_ {
     mountinfo.lines().filter_map(|l| {
         let (left, right) = l.split_once(" - ")?;
-        Some((
-            unescape(left.split(' ').nth(4)?),
-            unescape(right.split(' ').nth(1)?),
-        ))
+        let mut f = left.split(' ');
+        let id = f.next()?.parse().ok()?;
+        let device = f.nth(1)?.to_owned();
+        let root = unescape(f.next()?);
+        let point = unescape(f.next()?);
+        Some(MountLine {
+            id,
+            device,
+            root,
+            point,
+            source: unescape(right.split(' ').nth(1)?),
+        })
     })
 }
 
-/// The source of the last mount at `path` in a `/proc/self/mountinfo` text.
-pub fn mount_source(mountinfo: &str, path: &str) -> Option<String> {
-    mounts(mountinfo)
-        .rev()
-        .find_map(|(point, source)| (point == path).then_some(source))
+/// The mount id of the open file `fd` (`mnt_id` of `/proc/self/fdinfo`).
+fn mount_id(fd: &impl AsRawFd) -> std::io::Result<u64> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:")?.trim().parse().ok())
+        .ok_or_else(|| std::io::Error::other("no mnt_id in fdinfo"))
+}
+
+fn major_minor(rdev: u64) -> String {
+    format!("{}:{}", nix::libc::major(rdev), nix::libc::minor(rdev))
 }
 
 fn run(what: &str, path: &Path, cmd: &mut Command) -> Result<String, SysError> {
@@ -124,16 +242,51 @@ fn run(what: &str, path: &Path, cmd: &mut Command) -> Result<String, SysError> {
     }
 }
 
-/// The real thing: util-linux, e2fsprogs and xfsprogs.
+/// The real thing: mount(2), util-linux, e2fsprogs and xfsprogs.
 #[derive(Debug, Default)]
 pub struct Real;
 
+impl Real {
+    /// Opens `at` (through a mount on it), an error when it is absent.
+    fn opened(&self, at: &Place, what: &str) -> Result<std::os::fd::OwnedFd, SysError> {
+        at.open()
+            .map_err(|e| sys_err(what, at.path(), e))?
+            .ok_or_else(|| sys_err(what, at.path(), "does not exist"))
+    }
+}
+
 impl System for Real {
-    fn mounted(&self, path: &Path) -> Result<Option<String>, SysError> {
+    fn mounted_device(&self, at: &Place) -> Result<Option<String>, SysError> {
+        let Some(fd) = at.open().map_err(|e| sys_err("open", at.path(), e))? else {
+            return Ok(None);
+        };
+        let id = mount_id(&fd).map_err(|e| sys_err("fdinfo", at.path(), e))?;
         let info = std::fs::read_to_string("/proc/self/mountinfo")
             .map_err(|e| sys_err("read", Path::new("/proc/self/mountinfo"), e))?;
-        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        Ok(mount_source(&info, &path.to_string_lossy()))
+        let Some(m) = mounts(&info).find(|m| m.id == id) else {
+            return Ok(None);
+        };
+        if Path::new(&m.point) != at.path() {
+            return Ok(None);
+        }
+        let st = nix::sys::stat::fstat(fd.as_fd()).map_err(|e| sys_err("stat", at.path(), e))?;
+        if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFBLK {
+            return Ok(Some(major_minor(st.st_rdev)));
+        }
+        Ok(Some(if m.root == "/" {
+            m.device
+        } else {
+            format!("{}{}", m.device, m.root)
+        }))
+    }
+
+    fn device_id(&self, dev: &Path) -> Result<String, SysError> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let m = std::fs::metadata(dev).map_err(|e| sys_err("stat", dev, e))?;
+        if !m.file_type().is_block_device() {
+            return Err(sys_err("stat", dev, "not a block device"));
+        }
+        Ok(major_minor(m.rdev()))
     }
 
     fn fs_type(&self, dev: &Path) -> Result<Option<String>, SysError> {
@@ -168,51 +321,80 @@ impl System for Real {
         run(&tool, dev, cmd.arg(dev)).map(drop)
     }
 
-    fn mount(&self, dev: &Path, path: &Path, fs: &str, options: &[String]) -> Result<(), SysError> {
-        let mut cmd = Command::new("mount");
-        cmd.args(["-t", fs]);
-        if !options.is_empty() {
-            cmd.args(["-o", &options.join(",")]);
-        }
-        run("mount", path, cmd.arg(dev).arg(path)).map(drop)
+    fn mount(&self, dev: &Path, at: &Place, fs: &str, flags: &[String]) -> Result<(), SysError> {
+        let (ms, data) = mount_args(flags).map_err(|e| sys_err("mount", at.path(), e))?;
+        // Onto exactly the directory opened (no symlink), never a path looked up again.
+        let target = self.opened(at, "mount")?;
+        let on = format!("/proc/self/fd/{}", target.as_raw_fd());
+        let data = (!data.is_empty()).then_some(data.as_str());
+        nix::mount::mount(Some(dev), on.as_str(), Some(fs), ms, data)
+            .map_err(|e| sys_err("mount", at.path(), e))
     }
 
-    fn bind(&self, src: &Path, dst: &Path, read_only: bool) -> Result<(), SysError> {
-        run(
-            "mount --bind",
-            dst,
-            Command::new("mount").arg("--bind").arg(src).arg(dst),
-        )?;
+    fn bind(&self, src: Source<'_>, at: &Place, read_only: bool) -> Result<(), SysError> {
+        let target = self.opened(at, "mount --bind")?;
+        let on = format!("/proc/self/fd/{}", target.as_raw_fd());
+        let bound = match src {
+            Source::Mount(p) => {
+                let from = self.opened(p, "mount --bind")?;
+                let from = format!("/proc/self/fd/{}", from.as_raw_fd());
+                nix::mount::mount(
+                    Some(from.as_str()),
+                    on.as_str(),
+                    None::<&str>,
+                    MsFlags::MS_BIND,
+                    None::<&str>,
+                )
+            }
+            Source::Device(dev) => nix::mount::mount(
+                Some(dev),
+                on.as_str(),
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            ),
+        };
+        bound.map_err(|e| sys_err("mount --bind", at.path(), e))?;
         if read_only {
-            let remount = run(
-                "mount -o remount,bind,ro",
-                dst,
-                Command::new("mount")
-                    .args(["-o", "remount,bind,ro"])
-                    .arg(dst),
+            // The new mount is on top of the place: reached through the parent.
+            let flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY;
+            let remount = nix::mount::mount(
+                None::<&str>,
+                &at.via_parent(),
+                None::<&str>,
+                flags,
+                None::<&str>,
             );
             if let Err(e) = remount {
-                let _ = self.umount(dst);
-                return Err(e);
+                let _ = self.umount(at);
+                return Err(sys_err("mount -o remount,bind,ro", at.path(), e));
             }
         }
         Ok(())
     }
 
-    fn umount(&self, path: &Path) -> Result<(), SysError> {
-        run("umount", path, Command::new("umount").arg(path)).map(drop)
+    fn umount(&self, at: &Place) -> Result<(), SysError> {
+        nix::mount::umount2(&at.via_parent(), MntFlags::UMOUNT_NOFOLLOW)
+            .map_err(|e| sys_err("umount", at.path(), e))
     }
 
-    fn grow(&self, dev: &Path, path: &Path, fs: &str) -> Result<(), SysError> {
+    fn grow(&self, dev: &Path, at: &Place, fs: &str) -> Result<(), SysError> {
         match fs {
             "ext4" => run("resize2fs", dev, Command::new("resize2fs").arg(dev)).map(drop),
-            "xfs" => run("xfs_growfs", path, Command::new("xfs_growfs").arg(path)).map(drop),
-            other => Err(sys_err("grow", path, format!("cannot grow {other}"))),
+            "xfs" => run(
+                "xfs_growfs",
+                at.path(),
+                Command::new("xfs_growfs").arg(at.for_child()),
+            )
+            .map(drop),
+            other => Err(sys_err("grow", at.path(), format!("cannot grow {other}"))),
         }
     }
 
-    fn usage(&self, path: &Path) -> Result<Usage, SysError> {
-        let s = nix::sys::statvfs::statvfs(path).map_err(|e| sys_err("statvfs", path, e))?;
+    fn usage(&self, at: &Place) -> Result<Usage, SysError> {
+        let fd = self.opened(at, "statvfs")?;
+        let s = nix::sys::statvfs::fstatvfs(fd.as_fd())
+            .map_err(|e| sys_err("statvfs", at.path(), e))?;
         let frag = s.fragment_size();
         let total = s.blocks() * frag;
         Ok(Usage {
@@ -224,26 +406,30 @@ impl System for Real {
         })
     }
 
-    fn freeze(&self, path: &Path, frozen: bool) -> Result<(), SysError> {
+    fn freeze(&self, at: &Place, frozen: bool) -> Result<(), SysError> {
         let flag = if frozen { "-f" } else { "-u" };
         run(
             &format!("fsfreeze {flag}"),
-            path,
-            Command::new("fsfreeze").arg(flag).arg(path),
+            at.path(),
+            Command::new("fsfreeze").arg(flag).arg(at.for_child()),
         )
         .map(drop)
     }
 
-    fn device_bytes(&self, path: &Path) -> Result<u64, SysError> {
+    fn device_bytes(&self, at: &Place) -> Result<u64, SysError> {
         use std::io::Seek;
-        let mut f = std::fs::File::open(path).map_err(|e| sys_err("open", path, e))?;
+        let fd = at
+            .open_read()
+            .map_err(|e| sys_err("open", at.path(), e))?
+            .ok_or_else(|| sys_err("open", at.path(), "does not exist"))?;
+        let mut f = std::fs::File::from(fd);
         f.seek(std::io::SeekFrom::End(0))
-            .map_err(|e| sys_err("seek", path, e))
+            .map_err(|e| sys_err("seek", at.path(), e))
     }
 }
 
 /// Mounts and filesystems in memory (tests): devices are blank until `mkfs`, every device
-/// is `device_size` bytes.
+/// is `device_size` bytes; a device's id is its path.
 #[derive(Debug)]
 pub struct Fake {
     state: Mutex<FakeState>,
@@ -252,6 +438,7 @@ pub struct Fake {
 
 #[derive(Debug, Default)]
 struct FakeState {
+    /// Mount point -> the device it shows.
     mounts: HashMap<PathBuf, String>,
     filesystems: HashMap<PathBuf, String>,
     grown: Vec<PathBuf>,
@@ -278,6 +465,11 @@ impl Fake {
         v
     }
 
+    /// Mounts `dev` at `path` behind the driver's back (tests of foreign mounts).
+    pub fn mount_foreign(&self, dev: &str, path: &Path) {
+        self.lock().mounts.insert(path.into(), dev.into());
+    }
+
     /// How many times a filesystem was grown.
     pub fn grown(&self) -> usize {
         self.lock().grown.len()
@@ -287,11 +479,22 @@ impl Fake {
     pub fn freezes(&self) -> Vec<(PathBuf, bool)> {
         self.lock().freezes.clone()
     }
+
+    fn mounted(&self, at: &Place) -> Result<(), SysError> {
+        if self.lock().mounts.contains_key(at.path()) {
+            Ok(())
+        } else {
+            Err(sys_err("fake", at.path(), "not mounted"))
+        }
+    }
 }
 
 impl System for Fake {
-    fn mounted(&self, path: &Path) -> Result<Option<String>, SysError> {
-        Ok(self.lock().mounts.get(path).cloned())
+    fn mounted_device(&self, at: &Place) -> Result<Option<String>, SysError> {
+        Ok(self.lock().mounts.get(at.path()).cloned())
+    }
+    fn device_id(&self, dev: &Path) -> Result<String, SysError> {
+        Ok(dev.display().to_string())
     }
     fn fs_type(&self, dev: &Path) -> Result<Option<String>, SysError> {
         Ok(self.lock().filesystems.get(dev).cloned())
@@ -300,32 +503,38 @@ impl System for Fake {
         self.lock().filesystems.insert(dev.into(), fs.into());
         Ok(())
     }
-    fn mount(&self, dev: &Path, path: &Path, _fs: &str, _o: &[String]) -> Result<(), SysError> {
+    fn mount(&self, dev: &Path, at: &Place, _fs: &str, flags: &[String]) -> Result<(), SysError> {
+        mount_args(flags).map_err(|e| sys_err("mount", at.path(), e))?;
         self.lock()
             .mounts
-            .insert(path.into(), dev.display().to_string());
+            .insert(at.path().into(), dev.display().to_string());
         Ok(())
     }
-    fn bind(&self, src: &Path, dst: &Path, _read_only: bool) -> Result<(), SysError> {
-        self.lock()
-            .mounts
-            .insert(dst.into(), src.display().to_string());
+    fn bind(&self, src: Source<'_>, at: &Place, _read_only: bool) -> Result<(), SysError> {
+        let mut st = self.lock();
+        let shows = match src {
+            Source::Mount(p) => st
+                .mounts
+                .get(p.path())
+                .cloned()
+                .ok_or_else(|| sys_err("mount --bind", p.path(), "not mounted"))?,
+            Source::Device(d) => d.display().to_string(),
+        };
+        st.mounts.insert(at.path().into(), shows);
         Ok(())
     }
-    fn umount(&self, path: &Path) -> Result<(), SysError> {
-        match self.lock().mounts.remove(path) {
+    fn umount(&self, at: &Place) -> Result<(), SysError> {
+        match self.lock().mounts.remove(at.path()) {
             Some(_) => Ok(()),
-            None => Err(sys_err("umount", path, "not mounted")),
+            None => Err(sys_err("umount", at.path(), "not mounted")),
         }
     }
-    fn grow(&self, dev: &Path, _path: &Path, _fs: &str) -> Result<(), SysError> {
+    fn grow(&self, dev: &Path, _at: &Place, _fs: &str) -> Result<(), SysError> {
         self.lock().grown.push(dev.into());
         Ok(())
     }
-    fn usage(&self, path: &Path) -> Result<Usage, SysError> {
-        if !self.lock().mounts.contains_key(path) {
-            return Err(sys_err("statvfs", path, "not mounted"));
-        }
+    fn usage(&self, at: &Place) -> Result<Usage, SysError> {
+        self.mounted(at)?;
         Ok(Usage {
             bytes_total: self.device_size,
             bytes_available: self.device_size / 2,
@@ -334,15 +543,13 @@ impl System for Fake {
             inodes_free: 1000,
         })
     }
-    fn device_bytes(&self, _path: &Path) -> Result<u64, SysError> {
+    fn device_bytes(&self, at: &Place) -> Result<u64, SysError> {
+        self.mounted(at)?;
         Ok(self.device_size)
     }
-    fn freeze(&self, path: &Path, frozen: bool) -> Result<(), SysError> {
-        let mut st = self.lock();
-        if !st.mounts.contains_key(path) {
-            return Err(sys_err("fsfreeze", path, "not mounted"));
-        }
-        st.freezes.push((path.into(), frozen));
+    fn freeze(&self, at: &Place, frozen: bool) -> Result<(), SysError> {
+        self.mounted(at)?;
+        self.lock().freezes.push((at.path().into(), frozen));
         Ok(())
     }
 }
@@ -352,19 +559,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mount_sources_come_from_mountinfo() {
+    fn mountinfo_lines_are_read_whole() {
         let info = "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n\
                     40 22 7:3 / /var/lib/kubelet/a\\040b rw - ext4 /dev/loop3 rw\n\
-                    41 22 7:3 / /mnt/x rw - ext4 /dev/loop3 rw\n\
-                    42 22 7:4 / /mnt/x rw - xfs /dev/loop4 rw\n";
-        assert_eq!(mount_source(info, "/"), Some("/dev/sda1".into()));
-        assert_eq!(
-            mount_source(info, "/var/lib/kubelet/a b"),
-            Some("/dev/loop3".into())
-        );
-        // Stacked mounts: the last one is what the path shows.
-        assert_eq!(mount_source(info, "/mnt/x"), Some("/dev/loop4".into()));
-        assert_eq!(mount_source(info, "/mnt"), None);
-        assert_eq!(mount_source("garbage\n - \n", "/"), None);
+                    41 22 0:5 /loop3 /mnt/x rw - devtmpfs udev rw\n\
+                    garbage\n";
+        let all: Vec<MountLine> = mounts(info).collect();
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[1].point, "/var/lib/kubelet/a b");
+        assert_eq!(all[1].device, "7:3");
+        assert_eq!(all[1].source, "/dev/loop3");
+        assert_eq!(all[2].root, "/loop3");
+        assert_eq!(all[2].id, 41);
+    }
+
+    #[test]
+    fn mount_flags_are_checked_one_by_one() {
+        for ok in [
+            "noatime",
+            "ro",
+            "discard",
+            "data=ordered",
+            "errors=remount-ro",
+            "commit=30",
+        ] {
+            assert_eq!(check_mount_flag(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "", "a,b", "ro,exec", "x=\"y\"", "bind", "remount", "A", "x y", "o=\n",
+        ] {
+            assert!(check_mount_flag(bad).is_err(), "{bad:?}");
+        }
+        let (ms, data) =
+            mount_args(&["ro".into(), "noatime".into(), "discard".into()]).expect("plain");
+        assert!(ms.contains(MsFlags::MS_RDONLY | MsFlags::MS_NOATIME));
+        assert_eq!(data, "discard");
     }
 }

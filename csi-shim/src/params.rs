@@ -215,11 +215,13 @@ pub const HASHED_PREFIX: &str = "csi-h-";
 /// else `csi-h-` and 32 hex digits of a 128-bit FNV-1a hash of it. CSI allows any name up to
 /// 128 bytes; lvm2 allows 127 bytes for VG and LV name together, a few characters and no
 /// reserved words. The mapping is stable (idempotency by name depends on it), and no plain
-/// name starts with the prefix, so the two kinds never meet.
+/// name starts with the prefix (nor with [`lvmeta::volume::WIPE_PREFIX`], the names of
+/// deleted volumes' extents), so the kinds never meet.
 pub fn lv_name(vg: &str, name: &str) -> String {
     let fits = lvmeta::names::check_new_lv_name(vg, name).is_ok()
         && lvmeta::names::check_lv_name_in_vg(vg, &format!("{name}-pool_tdata")).is_ok();
-    if fits && !name.starts_with(HASHED_PREFIX) {
+    let reserved = name.starts_with(HASHED_PREFIX) || name.starts_with(lvmeta::volume::WIPE_PREFIX);
+    if fits && !reserved {
         return name.to_owned();
     }
     format!("{HASHED_PREFIX}{:032x}", fnv1a_128(name.as_bytes()))
@@ -231,6 +233,35 @@ fn fnv1a_128(data: &[u8]) -> u128 {
     const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
     data.iter()
         .fold(OFFSET, |h, &b| (h ^ u128::from(b)).wrapping_mul(PRIME))
+}
+
+/// The longest CSI name (of a volume or snapshot) the spec allows, in bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// A CSI name argument `field`: required, at most [`MAX_NAME_BYTES`] bytes.
+pub fn check_name(field: &str, name: &str) -> Result<(), Status> {
+    if name.is_empty() {
+        return Err(Status::invalid_argument(format!("{field} is required")));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "{field} {} has {} bytes; CSI names have at most {MAX_NAME_BYTES}",
+            shown(name),
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A request string as logs and messages show it: escaped (newlines, escape sequences and
+/// quotes as Rust writes them in a string literal) and cut to 128 characters, so that no
+/// request can forge a log line or fill the log.
+pub fn shown(s: &str) -> String {
+    const MAX: usize = 128;
+    match s.char_indices().nth(MAX) {
+        Some((end, _)) => format!("{:?}... ({} bytes)", &s[..end], s.len()),
+        None => format!("{s:?}"),
+    }
 }
 
 /// A volume id: `<vg>/<lv>`.

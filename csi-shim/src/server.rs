@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
+use tonic::codegen::http;
 
 use crate::controller::{Backend, ControllerService};
 use crate::csi::controller_server::ControllerServer;
@@ -24,6 +25,14 @@ pub enum ServeError {
     Socket {
         /// The socket path.
         path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A thread of the server could not be started.
+    #[error("starting the {what} thread: {source}")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
         /// The OS error.
         source: std::io::Error,
     },
@@ -82,7 +91,19 @@ pub async fn serve(
             }
         })
     });
+    // The controller erases deleted volumes' extents until shutdown.
+    let wiper = match backend.erase() {
+        Some(_) if backend.runs_wiper() => Some(crate::wiper::spawn(backend.clone()).map_err(
+            |source| ServeError::Thread {
+                what: "wiper",
+                source,
+            },
+        )?),
+        _ => None,
+    };
+    let stop_wiper = backend.wiper().clone();
     let served = tonic::transport::Server::builder()
+        .layer(tower::layer::layer_fn(|inner| LogFailures { inner }))
         .add_service(IdentityServer::new(IdentityService::new(backend.clone())))
         .add_service(ControllerServer::new(ControllerService::new(backend)))
         .add_optional_service(node.map(|n| NodeServer::new(NodeService::new(n))))
@@ -91,6 +112,53 @@ pub async fn serve(
     if let Some(r) = requests {
         r.abort();
     }
+    // An erasure in progress stops at its next chunk (the next wiper does it again).
+    stop_wiper.stop();
+    if let Some(w) = wiper {
+        if tokio::task::spawn_blocking(move || w.join()).await.is_err() {
+            tracing::error!("the wiper panicked");
+        }
+    }
     served?;
     Ok(())
+}
+
+/// Logs every call that fails, at warn, with its method, code and message (escaped): the
+/// status of a failed unary call travels in the response headers.
+#[derive(Debug, Clone)]
+struct LogFailures<S> {
+    inner: S,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for LogFailures<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<
+        Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let method = req.uri().path().to_owned();
+        let call = self.inner.call(req);
+        Box::pin(async move {
+            let response = call.await?;
+            if let Some(st) = tonic::Status::from_header_map(response.headers()) {
+                if st.code() != tonic::Code::Ok {
+                    tracing::warn!(method = %method, code = ?st.code(), message = %crate::params::shown(st.message()), "call failed");
+                }
+            }
+            Ok(response)
+        })
+    }
 }

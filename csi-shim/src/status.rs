@@ -27,7 +27,8 @@ pub fn from_lvmeta(e: lvmeta::Error) -> Status {
     match e {
         E::VgNotFound(_) | E::LvNotFound { .. } => Status::not_found(e.to_string()),
         // In use on a node: waiting does not help until it is unstaged there.
-        E::Lease(LeaseError::InUse { .. } | LeaseError::Orphan { .. }) => {
+        E::Lease(LeaseError::InUse { .. } | LeaseError::Orphan { .. })
+        | E::Activate(lvmeta::activate::ActivateError::InUse { .. }) => {
             Status::failed_precondition(e.to_string())
         }
         // Leases and lock files are contended or the lockspace is not started yet: retry.

@@ -270,12 +270,20 @@ async fn volume_lifecycle() {
         .await
         .unwrap_or_else(|e| panic!("delete {id}: {e:?}"));
     }
-    let after = c
-        .get_capacity(cap_req())
-        .await
-        .expect("capacity")
-        .into_inner()
-        .available_capacity;
+    // The space comes back once the wiper has erased the deleted volumes' extents.
+    let mut after = 0;
+    for _ in 0..200 {
+        after = c
+            .get_capacity(cap_req())
+            .await
+            .expect("capacity")
+            .into_inner()
+            .available_capacity;
+        if after > free {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert!(after > free, "{after} <= {free}");
     let left = c
         .list_volumes(ListVolumesRequest::default())
@@ -335,11 +343,38 @@ async fn bad_requests() {
         (linear_zero, Code::InvalidArgument),
         (bad_zero, Code::InvalidArgument),
         (immutable, Code::InvalidArgument),
+        // CSI names are at most 128 bytes; one over is refused, also a huge one.
+        (
+            create(&"n".repeat(129), "linear", MIB, rwo()),
+            Code::InvalidArgument,
+        ),
+        (
+            create(&"n".repeat(1 << 20), "linear", MIB, rwo()),
+            Code::InvalidArgument,
+        ),
+        // The names of deleted volumes' extents are not a CSI name's as it is.
+        (create("csi-wipe-x", "linear", MIB, rwo()), Code::Ok),
     ];
     for (req, code) in cases {
-        let e = c.create_volume(req.clone()).await.expect_err("refused");
-        assert_eq!(e.code(), code, "{req:?}: {e:?}");
+        let got = match c.create_volume(req.clone()).await {
+            Ok(r) => {
+                let id = r.into_inner().volume.expect("volume").volume_id;
+                assert!(id.starts_with("vg/csi-h-"), "{id}");
+                Code::Ok
+            }
+            Err(e) => e.code(),
+        };
+        assert_eq!(got, code, "{}", &format!("{req:?}")[..200]);
     }
+    let e = c
+        .create_snapshot(CreateSnapshotRequest {
+            name: "s".repeat(129),
+            source_volume_id: "vg/pvc-u".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("long name");
+    assert_eq!(e.code(), Code::InvalidArgument);
     // Any CSI name is accepted: one lvm2 cannot take as an LV name gets a hashed one, the
     // same every time.
     for name in ["bad name!", "x_tmeta"] {
@@ -934,6 +969,28 @@ async fn node_service_stages_publishes_and_refuses_what_it_cannot_do() {
         code(d.node.node_stage_volume(bad).await),
         Code::InvalidArgument
     );
+    // Mount flags are checked one by one: none may smuggle in another option.
+    for flags in [
+        vec!["noatime,exec".to_owned()],
+        vec!["bind".into()],
+        vec!["a\nb".into()],
+    ] {
+        let mut flagged = fs.clone();
+        flagged.access_type = Some(AccessType::Mount(MountVolume {
+            fs_type: "ext4".into(),
+            mount_flags: flags.clone(),
+            ..Default::default()
+        }));
+        assert_eq!(
+            code(
+                d.node
+                    .node_stage_volume(stage(&d, "vg/lin", "st/lin", flagged))
+                    .await
+            ),
+            Code::InvalidArgument,
+            "{flags:?}"
+        );
+    }
     let mut btrfs = fs.clone();
     btrfs.access_type = Some(AccessType::Mount(MountVolume {
         fs_type: "btrfs".into(),

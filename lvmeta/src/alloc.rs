@@ -54,25 +54,14 @@ pub struct FreeMap {
 impl FreeMap {
     /// The free areas of `vg` (PVs marked not allocatable have none).
     pub fn of(vg: &Vg) -> Self {
-        let mut used: Vec<Vec<(u32, u32)>> = vec![Vec::new(); vg.pvs.len()];
-        for lv in &vg.lvs {
-            for seg in &lv.segments {
-                for a in seg.kind.areas() {
-                    if let Area::Pv { pv, pe } = a {
-                        used[*pv].push((*pe, seg.area_len()));
-                    }
-                }
-            }
-        }
         let free = vg
             .pvs
             .iter()
-            .zip(used)
-            .map(|(pv, mut used)| {
+            .zip(UsedMap::of(vg).used)
+            .map(|(pv, used)| {
                 if !pv.status.iter().any(|s| s == "ALLOCATABLE") || pv.is_marked_missing() {
                     return Vec::new();
                 }
-                used.sort_unstable();
                 let mut out = Vec::new();
                 let mut next = 0u32;
                 for (pe, len) in used {
@@ -205,6 +194,107 @@ impl FreeMap {
     }
 }
 
+/// The allocated extents of every PV of a VG: sorted, merged runs (PE, length) per PV.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsedMap {
+    used: Vec<Vec<(u32, u32)>>,
+}
+
+impl UsedMap {
+    /// The extents the LVs of `vg` hold, on every PV (allocatable or not).
+    pub fn of(vg: &Vg) -> Self {
+        let mut used: Vec<Vec<(u32, u32)>> = vec![Vec::new(); vg.pvs.len()];
+        for lv in &vg.lvs {
+            for seg in &lv.segments {
+                for a in seg.kind.areas() {
+                    if let Area::Pv { pv, pe } = a {
+                        if let Some(u) = used.get_mut(*pv) {
+                            u.push((*pe, seg.area_len()));
+                        }
+                    }
+                }
+            }
+        }
+        for runs in &mut used {
+            runs.sort_unstable();
+            let mut merged: Vec<(u32, u32)> = Vec::with_capacity(runs.len());
+            for &(pe, len) in runs.iter() {
+                match merged.last_mut() {
+                    Some((p, l)) if pe <= p.saturating_add(*l) => {
+                        *l = (*l).max(pe.saturating_add(len) - *p);
+                    }
+                    _ => merged.push((pe, len)),
+                }
+            }
+            *runs = merged;
+        }
+        Self { used }
+    }
+
+    /// Marks `e` held and returns true when none of it was; false (nothing changed) when
+    /// some of it is held already.
+    pub fn take_free(&mut self, e: Extents) -> bool {
+        let Some(runs) = self.used.get_mut(e.pv) else {
+            return false;
+        };
+        let end = e.pe.saturating_add(e.len);
+        let i = runs.partition_point(|&(pe, _)| pe < end);
+        if i > 0 && runs[i - 1].0.saturating_add(runs[i - 1].1) > e.pe {
+            return false;
+        }
+        runs.insert(i, (e.pe, e.len));
+        true
+    }
+
+    /// The extents held here that `after` (the same VG after a change) no longer holds, in
+    /// PV and PE order.
+    pub fn freed_in(&self, after: &Vg) -> Vec<Extents> {
+        let now = UsedMap::of(after);
+        let mut out = Vec::new();
+        for (pv, runs) in self.used.iter().enumerate() {
+            let kept = now.used.get(pv).map_or(&[][..], Vec::as_slice);
+            for &(pe, len) in runs {
+                subtract(pv, pe, pe.saturating_add(len), kept, &mut out);
+            }
+        }
+        out
+    }
+}
+
+/// Pushes the parts of extents `[start, end)` of `pv` that no run of `kept` (sorted, merged)
+/// covers.
+fn subtract(pv: usize, start: u32, end: u32, kept: &[(u32, u32)], out: &mut Vec<Extents>) {
+    let mut at = start;
+    // The first run that could overlap: the last one starting at or before `start`.
+    let from = kept
+        .partition_point(|&(pe, _)| pe <= start)
+        .saturating_sub(1);
+    for &(pe, len) in &kept[from..] {
+        let run_end = pe.saturating_add(len);
+        if pe >= end {
+            break;
+        }
+        if run_end <= at {
+            continue;
+        }
+        if pe > at {
+            out.push(Extents {
+                pv,
+                pe: at,
+                len: pe - at,
+            });
+        }
+        at = at.max(run_end);
+    }
+    if at < end {
+        out.push(Extents {
+            pv,
+            pe: at,
+            len: end - at,
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +408,55 @@ mod tests {
         assert_eq!(create(&mut v, "spl", 12), vec![at(1, 0, 12)]);
         // Nothing holds 5 now: split, largest piece first.
         assert_eq!(create(&mut v, "sp2", 5), vec![at(1, 12, 3), at(0, 0, 2)]);
+    }
+
+    #[test]
+    fn freed_extents_are_what_a_change_gave_back() {
+        let mut before = vg(&[100, 50]);
+        add(&mut before, "a", &[at(0, 0, 10)]);
+        add(&mut before, "b", &[at(0, 10, 5), at(1, 0, 20)]);
+        add(&mut before, "c", &[at(0, 15, 30)]);
+        let used = UsedMap::of(&before);
+        let mut after = before.clone();
+        after.lvs.retain(|l| l.name != "b");
+        assert_eq!(
+            used.freed_in(&after),
+            vec![
+                Extents {
+                    pv: 0,
+                    pe: 10,
+                    len: 5
+                },
+                Extents {
+                    pv: 1,
+                    pe: 0,
+                    len: 20
+                }
+            ]
+        );
+        // A new LV over part of what was freed keeps that part.
+        add(&mut after, "d", &[at(1, 5, 10)]);
+        assert_eq!(
+            used.freed_in(&after),
+            vec![
+                Extents {
+                    pv: 0,
+                    pe: 10,
+                    len: 5
+                },
+                Extents {
+                    pv: 1,
+                    pe: 0,
+                    len: 5
+                },
+                Extents {
+                    pv: 1,
+                    pe: 15,
+                    len: 5
+                }
+            ]
+        );
+        assert!(used.freed_in(&before).is_empty());
     }
 
     #[test]

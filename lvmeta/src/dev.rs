@@ -27,10 +27,39 @@ pub trait BlockDevice: Send + Sync {
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
+    /// Makes `len` bytes at byte `offset` read back as zeroes, durably. This default writes
+    /// zeroes; devices that can do better (`BLKZEROOUT`, a hole in an image file) override
+    /// it.
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        write_zero_buffers(self, offset, len)
+    }
+    /// Discards `len` bytes at `offset` (`BLKDISCARD`), durably; returns false when the
+    /// device cannot discard. What a discarded range reads back is up to the device, so a
+    /// caller that needs zeroes checks, or uses [`BlockDevice::write_zeroes`].
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        check_range_u64(self, offset, len)?;
+        Ok(false)
+    }
 }
 
-fn check_range(dev: &dyn BlockDevice, offset: u64, len: usize) -> io::Result<()> {
-    match offset.checked_add(len as u64) {
+/// The largest zero buffer [`BlockDevice::write_zeroes`]'s default writes at once.
+const ZERO_CHUNK: u64 = 1 << 20;
+
+/// Writes zeroes over `len` bytes at `offset` of `dev`, one [`ZERO_CHUNK`] at a time.
+fn write_zero_buffers<D: BlockDevice + ?Sized>(dev: &D, offset: u64, len: u64) -> io::Result<()> {
+    check_range_u64(dev, offset, len)?;
+    let zeros = vec![0u8; ZERO_CHUNK.min(len) as usize];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(ZERO_CHUNK);
+        dev.write_at(offset + at, &zeros[..n as usize])?;
+        at += n;
+    }
+    dev.flush()
+}
+
+fn check_range_u64<D: BlockDevice + ?Sized>(dev: &D, offset: u64, len: u64) -> io::Result<()> {
+    match offset.checked_add(len) {
         Some(end) if end <= dev.size() => Ok(()),
         _ => Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -45,6 +74,10 @@ fn check_range(dev: &dyn BlockDevice, offset: u64, len: usize) -> io::Result<()>
     }
 }
 
+fn check_range(dev: &dyn BlockDevice, offset: u64, len: usize) -> io::Result<()> {
+    check_range_u64(dev, offset, len as u64)
+}
+
 /// A block device or a regular image file.
 ///
 /// Opened with O_DIRECT where the file system allows it (tmpfs does not: then buffered I/O),
@@ -57,6 +90,8 @@ pub struct FileDevice {
     size: u64,
     sector: u32,
     direct: bool,
+    /// A block device (else a regular image file).
+    block: bool,
     /// Alignment of transfer offsets and lengths: the logical sector size of a block device
     /// (what O_DIRECT requires of it), 4096 for image files (what any file system accepts).
     align: u64,
@@ -115,6 +150,7 @@ impl FileDevice {
             size,
             sector,
             direct,
+            block,
             align,
         })
     }
@@ -216,6 +252,48 @@ impl BlockDevice for FileDevice {
         // O_DSYNC already made every write durable; a read-only device has nothing to flush.
         Ok(())
     }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        check_range_u64(self, offset, len)?;
+        let aligned = offset.is_multiple_of(u64::from(self.sector))
+            && len.is_multiple_of(u64::from(self.sector));
+        let done = match (self.block, aligned) {
+            (true, true) => crate::ioctl::zero_out(&self.file, offset, len),
+            (false, _) => crate::ioctl::punch_hole(&self.file, offset, len)
+                .and_then(|()| self.file.sync_data()),
+            (true, false) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        };
+        match done {
+            Ok(()) => Ok(()),
+            // No offload here (a file system without holes, a device that refuses the
+            // range): write the zeroes.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
+                tracing::debug!(device = %self.name, offset, len, error = %e, "no zeroing offload; writing zeroes");
+                write_zero_buffers(self, offset, len)
+            }
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!("{}: zeroing {len} bytes at {offset}: {e}", self.name),
+            )),
+        }
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        check_range_u64(self, offset, len)?;
+        let done = if self.block {
+            crate::ioctl::discard(&self.file, offset, len)
+        } else {
+            crate::ioctl::punch_hole(&self.file, offset, len).and_then(|()| self.file.sync_data())
+        };
+        match done {
+            Ok(()) => Ok(true),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
+                Ok(false)
+            }
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!("{}: discarding {len} bytes at {offset}: {e}", self.name),
+            )),
+        }
+    }
 }
 
 /// Fills as much of `buf` as the file has at `offset`; returns how much that was.
@@ -291,6 +369,11 @@ impl BlockDevice for MemDevice {
     fn flush(&self) -> io::Result<()> {
         Ok(())
     }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        check_range_u64(self, offset, len)?;
+        self.lock()[offset as usize..(offset + len) as usize].fill(0);
+        Ok(())
+    }
 }
 
 /// A shared device is still a device (tests keep a handle to inspect it afterwards).
@@ -312,6 +395,12 @@ impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
     }
     fn flush(&self) -> io::Result<()> {
         (**self).flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).write_zeroes(offset, len)
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        (**self).discard(offset, len)
     }
 }
 
@@ -390,19 +479,55 @@ impl<D: BlockDevice> BlockDevice for FaultyDevice<D> {
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        let n = self.writes.fetch_add(1, Ordering::SeqCst);
-        match self.fault {
-            Fault::StopBeforeWrite(stop) if n >= stop => Err(injected(self.name(), "stopped")),
-            Fault::TearWrite { n: t, bytes } if n == t => {
+        match self.next_write() {
+            Landing::Whole => self.inner.write_at(offset, buf),
+            Landing::Part(bytes) => {
                 self.inner.write_at(offset, &buf[..bytes.min(buf.len())])?;
                 Err(injected(self.name(), "torn write"))
             }
-            Fault::TearWrite { n: t, .. } if n > t => Err(injected(self.name(), "stopped")),
-            _ => self.inner.write_at(offset, buf),
+            Landing::None => Err(injected(self.name(), "stopped")),
         }
     }
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
+    }
+    /// One write on the fault's clock; a torn one zeroes only its first bytes.
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        match self.next_write() {
+            Landing::Whole => self.inner.write_zeroes(offset, len),
+            Landing::Part(bytes) => {
+                self.inner.write_zeroes(offset, (bytes as u64).min(len))?;
+                Err(injected(self.name(), "torn write"))
+            }
+            Landing::None => Err(injected(self.name(), "stopped")),
+        }
+    }
+    /// One write on the fault's clock.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        match self.next_write() {
+            Landing::Whole => self.inner.discard(offset, len),
+            Landing::Part(_) | Landing::None => Err(injected(self.name(), "stopped")),
+        }
+    }
+}
+
+/// How much of the next write of a [`FaultyDevice`] reaches the device.
+enum Landing {
+    Whole,
+    /// Its first bytes, then the device stops.
+    Part(usize),
+    None,
+}
+
+impl<D: BlockDevice> FaultyDevice<D> {
+    fn next_write(&self) -> Landing {
+        let n = self.writes.fetch_add(1, Ordering::SeqCst);
+        match self.fault {
+            Fault::StopBeforeWrite(stop) if n >= stop => Landing::None,
+            Fault::TearWrite { n: t, bytes } if n == t => Landing::Part(bytes),
+            Fault::TearWrite { n: t, .. } if n > t => Landing::None,
+            _ => Landing::Whole,
+        }
     }
 }
 
@@ -435,6 +560,48 @@ mod tests {
             &bytes[..24],
             &[1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
         );
+    }
+
+    #[test]
+    fn zeroes_land_where_asked() {
+        let d = MemDevice::from_bytes("m", vec![9; 8192], 512);
+        d.write_zeroes(512, 1024).expect("in range");
+        assert!(d.write_zeroes(8000, 512).is_err());
+        let b = d.to_bytes();
+        assert!(b[..512].iter().all(|&x| x == 9));
+        assert!(b[512..1536].iter().all(|&x| x == 0));
+        assert!(b[1536..].iter().all(|&x| x == 9));
+        assert!(
+            !d.discard(0, 512).expect("in range"),
+            "memory does not discard"
+        );
+        let f = FaultyDevice::new(d, Fault::TearWrite { n: 1, bytes: 100 });
+        f.write_zeroes(0, 10).expect("first lands");
+        assert!(f.write_zeroes(2048, 1024).is_err());
+        assert!(f.write_zeroes(4096, 10).is_err());
+        let b = f.into_inner().to_bytes();
+        assert!(b[2048..2148].iter().all(|&x| x == 0));
+        assert!(
+            b[2148..4096].iter().all(|&x| x == 9),
+            "torn after 100 bytes"
+        );
+        assert!(b[4096..4106].iter().all(|&x| x == 9), "stopped");
+    }
+
+    #[test]
+    fn file_device_zeroes_an_image_range() {
+        let path = std::env::temp_dir().join(format!("lvmeta-zero-{}", std::process::id()));
+        std::fs::write(&path, vec![5u8; 3 << 20]).expect("temp file");
+        let d = FileDevice::open_rw(&path).expect("open");
+        d.write_zeroes(1 << 20, 1 << 20).expect("zero");
+        assert!(d.discard(0, 4096).expect("punch"));
+        let b = std::fs::read(&path).expect("read back");
+        assert_eq!(b.len(), 3 << 20, "size kept");
+        assert!(b[..4096].iter().all(|&x| x == 0));
+        assert!(b[4096..1 << 20].iter().all(|&x| x == 5));
+        assert!(b[1 << 20..2 << 20].iter().all(|&x| x == 0));
+        assert!(b[2 << 20..].iter().all(|&x| x == 5));
+        std::fs::remove_file(&path).expect("cleanup");
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod edit;
 mod error;
 pub mod fuzzing;
 pub mod history;
+mod ioctl;
 pub mod label;
 pub mod layout;
 pub mod lease;

@@ -174,6 +174,17 @@ fn lvm2_judges_csi_volumes() {
     assert!(vols.delete("pvc-copy").expect("delete the linear clone"));
     assert!(vols.delete("pvc-lin").expect("delete linear"));
     assert!(!vols.delete("pvc-lin").expect("delete again"));
+    // The deleted volumes' extents wait in wipe LVs, which lvm2 reads as LVs like others.
+    let wipes = vols.wipes().expect("wipes");
+    assert_eq!(wipes.len(), 3, "{wipes:?}");
+    judge("deleted, not erased yet");
+    for w in &wipes {
+        vols.wipe(
+            w,
+            lvmeta::ops::EraseWith::plain(lvmeta::ops::Erase::ZeroOut),
+        )
+        .expect("erase");
+    }
     judge("deleted");
     let out = sb.lvm_ok(&["lvs", "--noheadings", "-a", "vg"], None);
     assert!(

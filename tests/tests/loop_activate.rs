@@ -180,16 +180,24 @@ fn loop_activation_maps_lvs_onto_their_extents() {
 /// Freezes the filesystem at `mnt` with the node's [`csi_shim::mount::Real`] and checks that
 /// a write (with fsync) does not finish until it is thawed.
 fn frozen_writes_wait(mnt: &Path) {
+    use csi_shim::kubelet::{KubeletDir, Place};
     use csi_shim::mount::{Real, System};
     use std::sync::atomic::{AtomicBool, Ordering};
-    struct Thaw<'a>(&'a Path);
+    struct Thaw<'a>(&'a Place);
     impl Drop for Thaw<'_> {
         fn drop(&mut self) {
             let _ = Real.freeze(self.0, false);
         }
     }
-    Real.freeze(mnt, true).expect("fsfreeze -f");
-    let thaw = Thaw(mnt);
+    // The node reaches a mount through a place below its kubelet directory.
+    let parent = mnt.parent().expect("parent");
+    let place = KubeletDir::open(parent)
+        .expect("open")
+        .place("mount", &mnt.display().to_string())
+        .expect("below")
+        .expect("exists");
+    Real.freeze(&place, true).expect("fsfreeze -f");
+    let thaw = Thaw(&place);
     let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let writer = scope.spawn(|| {
@@ -203,7 +211,7 @@ fn frozen_writes_wait(mnt: &Path) {
             !done.load(Ordering::SeqCst),
             "a write finished on a frozen filesystem"
         );
-        Real.freeze(mnt, false).expect("fsfreeze -u");
+        Real.freeze(&place, false).expect("fsfreeze -u");
         writer.join().expect("writer");
     });
     drop(thaw);

@@ -98,17 +98,21 @@ pub async fn serve_with(
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let kubelet = dir.path().join("kubelet");
     let system = Arc::new(Fake::new(64 << 20));
-    let backend = Arc::new(backend);
-    let node = Arc::new(Node::new(
-        backend.clone(),
-        NodeConfig {
-            node_id: "node-1".into(),
-            kubelet_dir: kubelet.clone(),
-            max_volumes: 4,
-            activation: activation.clone(),
-            system: system.clone(),
-        },
-    ));
+    // The controller and the node are on one host: the node's devices are the host's.
+    let backend = Arc::new(backend.with_host_devices(activation.clone()));
+    let node = Arc::new(
+        Node::new(
+            backend.clone(),
+            NodeConfig {
+                node_id: "node-1".into(),
+                kubelet_dir: kubelet.clone(),
+                max_volumes: 4,
+                activation: activation.clone(),
+                system: system.clone(),
+            },
+        )
+        .expect("node"),
+    );
     let server = tokio::spawn(async move {
         csi_shim::server::serve(backend, Some(node), listener, async {
             let _ = rx.await;
@@ -173,7 +177,17 @@ pub fn rwo() -> Vec<VolumeCapability> {
     vec![cap(Access::SingleNodeWriter, false)]
 }
 
+/// `path` below the kubelet directory, its parent made as the kubelet makes it.
+pub fn kubelet_path(d: &Driver, path: &str) -> String {
+    let p = d.kubelet.join(path);
+    if let Some(parent) = p.parent() {
+        std::fs::create_dir_all(parent).expect("parent of a kubelet path");
+    }
+    p.display().to_string()
+}
+
 pub fn stage(d: &Driver, id: &str, staging: &str, c: VolumeCapability) -> NodeStageVolumeRequest {
+    kubelet_path(d, staging);
     NodeStageVolumeRequest {
         volume_id: id.into(),
         staging_target_path: d.kubelet.join(staging).display().to_string(),
@@ -189,6 +203,7 @@ pub fn publish(
     target: &str,
     c: VolumeCapability,
 ) -> NodePublishVolumeRequest {
+    kubelet_path(d, target);
     NodePublishVolumeRequest {
         volume_id: id.into(),
         staging_target_path: d.kubelet.join(staging).display().to_string(),

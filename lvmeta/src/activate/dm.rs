@@ -137,6 +137,34 @@ pub fn striped_table(
     Ok(table)
 }
 
+/// The byte ranges of block devices a table maps directly (`linear` and `striped` targets;
+/// other targets map other device-mapper devices): device number, offset and length.
+pub fn mapped_ranges(table: &[TableLine]) -> Vec<((u32, u32), u64, u64)> {
+    let devnum = |s: &str| {
+        let (a, b) = s.split_once(':')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    };
+    let mut out = Vec::new();
+    for (_, len, target, params) in table {
+        let words: Vec<&str> = params.split_whitespace().collect();
+        let (areas, per_area) = match (target.as_str(), words.as_slice()) {
+            ("linear", [dev, off, ..]) => (vec![(*dev, *off)], *len),
+            ("striped", [n, _chunk, rest @ ..]) => {
+                let n: u64 = n.parse().unwrap_or(0);
+                let pairs: Vec<(&str, &str)> = rest.chunks_exact(2).map(|p| (p[0], p[1])).collect();
+                (pairs, len.checked_div(n).unwrap_or(0))
+            }
+            _ => continue,
+        };
+        for (dev, off) in areas {
+            if let (Some(d), Ok(o)) = (devnum(dev), off.parse::<u64>()) {
+                out.push((d, o.saturating_mul(512), per_area.saturating_mul(512)));
+            }
+        }
+    }
+    out
+}
+
 /// The `major:minor` of the block device at `path`.
 fn block_devnum(path: &str) -> Result<(u32, u32), ActivateError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -222,7 +250,7 @@ impl DmBackend {
                 device: MAPPER_DIR.into(),
                 why: e.to_string(),
             })?;
-            super::ioctl::mknod_block(&node, devnum.0, devnum.1).map_err(|e| {
+            crate::ioctl::mknod_block(&node, devnum.0, devnum.1).map_err(|e| {
                 ActivateError::Io {
                     device: node.display().to_string(),
                     why: format!("mknod: {e}"),
@@ -607,6 +635,35 @@ impl Backend for DmBackend {
         }
         self.tpool_status(&tpool).map(Some)
     }
+
+    fn users(&self, pieces: &[&Piece]) -> Result<Vec<PathBuf>, ActivateError> {
+        let mut wanted = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            wanted.push((block_devnum(&p.device)?, p.offset, p.len));
+        }
+        let devices = self
+            .dm
+            .list_devices()
+            .map_err(|e| dm_err("list devices", e))?;
+        let mut out = Vec::new();
+        for (name, _, _) in devices {
+            let flags = DmOptions::default().set_flags(DmFlags::DM_STATUS_TABLE);
+            let shown = name.to_string();
+            let (_, table) = self
+                .dm
+                .table_status(&DevId::Name(&name), flags)
+                .map_err(|e| dm_err(&format!("table of {shown}"), e))?;
+            let hit = mapped_ranges(&table).iter().any(|&(d, o, l)| {
+                wanted.iter().any(|&(w, wo, wl)| {
+                    w == d && o < wo.saturating_add(wl) && wo < o.saturating_add(l)
+                })
+            });
+            if hit {
+                out.push(Path::new(MAPPER_DIR).join(shown));
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl DmBackend {
@@ -638,6 +695,24 @@ impl DmBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mapped_ranges_read_linear_and_striped_tables() {
+        let table: Vec<TableLine> = vec![
+            (0, 8, "linear".into(), "7:0 2048".into()),
+            (8, 16, "striped".into(), "2 128 7:1 0 7:2 4096".into()),
+            (24, 8, "thin".into(), "253:3 1".into()),
+            (32, 8, "linear".into(), "garbage".into()),
+        ];
+        assert_eq!(
+            mapped_ranges(&table),
+            vec![
+                ((7, 0), 2048 * 512, 8 * 512),
+                ((7, 1), 0, 8 * 512),
+                ((7, 2), 4096 * 512, 8 * 512)
+            ]
+        );
+    }
 
     #[test]
     fn names_double_dashes_as_lvm2_does() {

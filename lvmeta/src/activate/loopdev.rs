@@ -9,7 +9,9 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::{ioctl, needs_device_mapper, ActivateError, Backend, Piece, Placement};
+use crate::ioctl;
+
+use super::{needs_device_mapper, ActivateError, Backend, Piece, Placement};
 
 /// The loop backend (Linux loop driver; `/dev/loop-control` must exist).
 #[derive(Debug, Default)]
@@ -36,6 +38,8 @@ struct Bound {
     dev: PathBuf,
     backing: PathBuf,
     offset: u64,
+    /// Bytes it shows (0: to the end of the backing device).
+    limit: u64,
     read_only: bool,
 }
 
@@ -60,6 +64,9 @@ fn bound() -> Vec<Bound> {
                 dev: Path::new("/dev").join(&name),
                 backing: PathBuf::from(backing),
                 offset: read_sys(&sys.join("loop/offset"))?.parse().ok()?,
+                limit: read_sys(&sys.join("loop/sizelimit"))
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0),
                 read_only: read_sys(&sys.join("ro")).as_deref() == Some("1"),
             })
         })
@@ -226,5 +233,23 @@ impl Backend for LoopBackend {
     fn pool_status(&self, _: &Placement) -> Result<Option<super::thin::PoolStatus>, ActivateError> {
         // Loop devices carry no thin pools.
         Ok(None)
+    }
+
+    fn users(&self, pieces: &[&Piece]) -> Result<Vec<PathBuf>, ActivateError> {
+        let all = bound();
+        Ok(all
+            .into_iter()
+            .filter(|b| {
+                pieces.iter().any(|p| {
+                    let shown = Piece {
+                        device: p.device.clone(),
+                        offset: b.offset,
+                        len: if b.limit == 0 { u64::MAX } else { b.limit },
+                    };
+                    shown.overlaps(p) && same_file(&b.backing, Path::new(&p.device))
+                })
+            })
+            .map(|b| b.dev)
+            .collect())
     }
 }

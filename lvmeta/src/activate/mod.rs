@@ -10,7 +10,6 @@
 
 #[cfg(feature = "dm")]
 pub mod dm;
-mod ioctl;
 pub mod loopdev;
 pub mod plan;
 pub mod thin;
@@ -50,6 +49,14 @@ pub enum ActivateError {
         /// What is missing (the kernel feature).
         why: String,
     },
+    /// A device on this host maps the LV's bytes (it is active or in use here).
+    #[error("LV {lv} is in use on this host: {by} maps its extents")]
+    InUse {
+        /// `vg/lv`.
+        lv: String,
+        /// The device that maps them.
+        by: String,
+    },
     /// A system call failed.
     #[error("{device}: {why}")]
     Io {
@@ -88,6 +95,9 @@ pub trait Backend: Send + Sync {
     /// is active on this host; `None` for other layouts and inactive pools. A failed pool
     /// is an error saying so.
     fn pool_status(&self, p: &Placement) -> Result<Option<thin::PoolStatus>, ActivateError>;
+    /// The devices on this host that map any byte of `pieces`, whatever LV they were made
+    /// for: a range that must not be written or handed out while one does.
+    fn users(&self, pieces: &[&Piece]) -> Result<Vec<PathBuf>, ActivateError>;
 }
 
 /// Activations in memory (tests): one-piece linear LVs, as the loop backend; with
@@ -278,6 +288,18 @@ impl Backend for FakeBackend {
             )
         });
         thin::parse_pool_status(&format!("fake {}-tpool", pool.name), &line).map(Some)
+    }
+    fn users(&self, pieces: &[&Piece]) -> Result<Vec<PathBuf>, ActivateError> {
+        Ok(self
+            .map()
+            .values()
+            .filter(|(p, _)| {
+                p.pieces()
+                    .iter()
+                    .any(|a| pieces.iter().any(|b| a.overlaps(b)))
+            })
+            .map(|(p, _)| fake_path(p))
+            .collect())
     }
 }
 

@@ -72,6 +72,53 @@ impl Placement {
             _ => None,
         }
     }
+
+    /// Every run of the PVs' devices this LV's bytes live on: its pieces, its stripes'
+    /// areas, or its pool's metadata and data (for a thin LV or pool).
+    pub fn pieces(&self) -> Vec<&Piece> {
+        match &self.layout {
+            Layout::Linear(p) => p.iter().collect(),
+            Layout::Striped(s) => s.iter().flat_map(|s| &s.areas).collect(),
+            Layout::Thin { pool, .. } | Layout::Pool(pool) => {
+                let mut out = pool.metadata.pieces();
+                out.extend(pool.data.pieces());
+                out
+            }
+            Layout::Other(_) => Vec::new(),
+        }
+    }
+}
+
+impl Piece {
+    /// Do `self` and `other` share a byte of the same device?
+    pub fn overlaps(&self, other: &Piece) -> bool {
+        self.device == other.device
+            && self.offset < other.offset.saturating_add(other.len)
+            && other.offset < self.offset.saturating_add(self.len)
+    }
+}
+
+/// The runs of the devices under bytes `[start, start + len)` of a linear LV laid out as
+/// `pieces` (fewer bytes when the LV is shorter).
+pub fn byte_runs(pieces: &[Piece], start: u64, len: u64) -> Vec<Piece> {
+    let end = start.saturating_add(len);
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    for p in pieces {
+        let (from, to) = (start.max(at), end.min(at + p.len));
+        if from < to {
+            out.push(Piece {
+                device: p.device.clone(),
+                offset: p.offset + (from - at),
+                len: to - from,
+            });
+        }
+        at += p.len;
+        if at >= end {
+            break;
+        }
+    }
+    out
 }
 
 /// The transfers that copy the first `bytes` of a linear LV laid out as `src` onto one laid
@@ -250,6 +297,21 @@ mod tests {
         assert_eq!(copy_runs(&src, &dst, 5, 20).map(|r| r.len()), Some(1));
         assert_eq!(copy_runs(&src, &dst[..1], 80, 20), None);
         assert_eq!(copy_runs(&src, &dst, 0, 20), Some(vec![]));
+    }
+
+    #[test]
+    fn byte_runs_map_lv_bytes_to_devices() {
+        let lv = [piece("a", 100, 30), piece("b", 0, 50)];
+        assert_eq!(byte_runs(&lv, 0, 10), [piece("a", 100, 10)]);
+        assert_eq!(
+            byte_runs(&lv, 25, 10),
+            [piece("a", 125, 5), piece("b", 0, 5)]
+        );
+        assert_eq!(byte_runs(&lv, 70, 100), [piece("b", 40, 10)]);
+        assert!(byte_runs(&lv, 80, 10).is_empty());
+        assert!(piece("a", 0, 10).overlaps(&piece("a", 9, 1)));
+        assert!(!piece("a", 0, 10).overlaps(&piece("a", 10, 1)));
+        assert!(!piece("a", 0, 10).overlaps(&piece("b", 0, 10)));
     }
     use crate::edit::{self, LvSpec, PoolSpec, ThinSpec};
     use crate::testing::{session_with_vg, stamp};

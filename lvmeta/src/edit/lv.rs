@@ -235,7 +235,7 @@ fn check_stripes(vg: &Vg, spec: &LvSpec) -> Result<Option<u32>, EditError> {
 }
 
 /// The lease offsets LVs of the VG hold.
-fn leases_in_use(vg: &Vg) -> Vec<u64> {
+pub fn leases_in_use(vg: &Vg) -> Vec<u64> {
     let mut used: Vec<u64> = vg
         .lvs
         .iter()
@@ -245,12 +245,19 @@ fn leases_in_use(vg: &Vg) -> Vec<u64> {
     used
 }
 
-/// Gives `vg.lvs[index]` the first free lease slot of `lvmlock`, growing `lvmlock` by 256 MiB
-/// when it is full (as lvm2 does).
-pub(crate) fn assign_lease(vg: &mut Vg, index: usize, align: u64) -> Result<(), EditError> {
+/// Gives `vg.lvs[index]` the first free lease slot of `lvmlock` that is not in `avoid`,
+/// growing `lvmlock` by 256 MiB when it is full (as lvm2 does).
+pub(crate) fn assign_lease(
+    vg: &mut Vg,
+    index: usize,
+    align: u64,
+    avoid: &[u64],
+) -> Result<(), EditError> {
     let lock_lv = lv_index(vg, "lvmlock")
         .map_err(|_| refused(vg.name.clone(), "shared VG without an lvmlock LV"))?;
-    let used = leases_in_use(vg);
+    let mut used = leases_in_use(vg);
+    used.extend_from_slice(avoid);
+    used.sort_unstable();
     loop {
         let size = vg.lvs[lock_lv].extents() * u64::from(vg.extent_size) * 512;
         let free = (FIRST_LEASE_SLOT..)
@@ -287,7 +294,7 @@ pub(crate) fn create_in(vg: &mut Vg, spec: &LvSpec) -> Result<usize, EditError> 
     vg.lvs.push(lv);
     let index = vg.lvs.len() - 1;
     if vg.is_shared() && !spec.internal {
-        assign_lease(vg, index, spec.lease_align)?;
+        assign_lease(vg, index, spec.lease_align, &[])?;
     }
     Ok(index)
 }
@@ -297,6 +304,55 @@ pub fn create(vg: Vg, spec: &LvSpec) -> Result<(Vg, String), EditError> {
     let mut out = vg;
     let i = create_in(&mut out, spec)?;
     let name = out.lvs[i].name.clone();
+    finish(&mut out)?;
+    Ok((out, name))
+}
+
+/// A new linear LV `spec.name` made of exactly `pieces` (free extents of `vg`), in that
+/// order: what holds the extents a change freed until their data are erased. `spec.extents`,
+/// `stripes` and `pvs` are not used. In a shared VG its lease takes no slot in
+/// `avoid_leases` (those the same change freed: they are marked unused after the commit).
+/// Returns the changed VG and the LV's name.
+pub fn hold(
+    vg: Vg,
+    pieces: &[Extents],
+    spec: &LvSpec,
+    avoid_leases: &[u64],
+) -> Result<(Vg, String), EditError> {
+    let mut out = vg;
+    let name = new_name(&out, spec.name.as_deref(), spec.internal)?;
+    for t in &spec.tags {
+        crate::names::check_tag(t)?;
+    }
+    if pieces.is_empty() {
+        return Err(refused(name, "no extents to hold"));
+    }
+    let mut used = crate::alloc::UsedMap::of(&out);
+    for e in pieces {
+        let on_pv = out
+            .pvs
+            .get(e.pv)
+            .is_some_and(|p| u64::from(e.pe) + u64::from(e.len) <= u64::from(p.pe_count));
+        if e.len == 0 || !on_pv || !used.take_free(*e) {
+            return Err(refused(
+                name,
+                format!(
+                    "extents {}..{} of PV #{} are not free",
+                    e.pe,
+                    u64::from(e.pe) + u64::from(e.len),
+                    e.pv
+                ),
+            ));
+        }
+    }
+    let linear: Vec<Vec<Extents>> = pieces.iter().map(|e| vec![*e]).collect();
+    let mut lv = new_lv(&name, spec, true);
+    lv.segments = segments_of(&linear, 0, None);
+    out.lvs.push(lv);
+    let index = out.lvs.len() - 1;
+    if out.is_shared() && !spec.internal {
+        assign_lease(&mut out, index, spec.lease_align, avoid_leases)?;
+    }
     finish(&mut out)?;
     Ok((out, name))
 }

@@ -240,7 +240,7 @@ pub fn create_pool(vg: Vg, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
     out.lvs.push(pool);
     let pi = out.lvs.len() - 1;
     if out.is_shared() {
-        assign_lease(&mut out, pi, spec.data.lease_align)?;
+        assign_lease(&mut out, pi, spec.data.lease_align, &[])?;
     }
     finish(&mut out)?;
     Ok((out, name))

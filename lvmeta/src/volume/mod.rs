@@ -11,10 +11,14 @@
 mod condition;
 mod request;
 mod tune;
+mod wipe;
 
 pub use condition::{condition, Condition};
 pub use request::{Posted, Request, MAX_AGE as REQUEST_MAX_AGE, REQUEST_TAG};
+pub use wipe::{is_wipe, WIPE_PREFIX, WIPE_TAG};
 
+use crate::activate::Backend;
+use crate::alloc::UsedMap;
 pub use crate::edit::thin::PoolOptions;
 use crate::edit::{self, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
 use crate::model::{SegKind, Vg};
@@ -212,6 +216,10 @@ pub struct Volumes<'s> {
     vg: String,
     /// Thin pools whose leases the caller holds (see [`Volumes::holding`]).
     holding: Vec<String>,
+    /// Deletions hold the extents they free for erasure (see [`Volumes::without_erasure`]).
+    erase: bool,
+    /// This host's activations: a volume a device here maps is not deleted.
+    host: Option<&'s dyn Backend>,
 }
 
 impl<'s> Volumes<'s> {
@@ -221,7 +229,54 @@ impl<'s> Volumes<'s> {
             session,
             vg: vg.to_owned(),
             holding: Vec::new(),
+            erase: true,
+            host: None,
         }
+    }
+
+    /// The same volumes, whose deletions free extents at once instead of holding them in a
+    /// wipe LV until erased (a deliberate choice of the driver's operator: the next volume
+    /// there may read the deleted one's data).
+    pub fn without_erasure(mut self) -> Self {
+        self.erase = false;
+        self
+    }
+
+    /// The same volumes, refusing to delete one that a device of `host` (this host's
+    /// activations) maps: with no lease to tell, that is how a local VG knows a volume is
+    /// in use here.
+    pub fn on_host(mut self, host: &'s dyn Backend) -> Self {
+        self.host = Some(host);
+        self
+    }
+
+    /// Refuses when a device of this host maps `name` (or, for a thin LV, its pool).
+    fn check_unmapped(&self, name: &str) -> Result<(), VolumeError> {
+        match self.host {
+            Some(h) => Ok(self.session.check_unmapped_lv(&self.vg, name, h)?),
+            None => Ok(()),
+        }
+    }
+
+    /// `removal` of `name`, then (unless erasure is off) the extents it freed held in a wipe
+    /// LV, in one edit.
+    fn remove_holding(
+        &self,
+        vg: Vg,
+        name: &str,
+        removal: impl FnOnce(Vg) -> Result<Vg, EditError>,
+    ) -> Result<Vg, EditError> {
+        if !self.erase {
+            return removal(vg);
+        }
+        let before = UsedMap::of(&vg);
+        // Slots freed by this change are marked unused after its commit: not reused in it.
+        let leases = match vg.is_shared() {
+            true => edit::lv::leases_in_use(&vg),
+            false => Vec::new(),
+        };
+        let vg = removal(vg)?;
+        wipe::hold_freed(vg, &before, &leases, name, Stamp::now())
     }
 
     /// The same volumes, changed by the holder of the leases of thin pools `pools` (the node
@@ -238,8 +293,20 @@ impl<'s> Volumes<'s> {
         verb: &str,
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
     ) -> Result<R::Value, crate::Error> {
+        self.update_clearing(verb, &[], edit)
+    }
+
+    /// [`Volumes::update`] that also clears the ends of the new LVs named in `clear` (see
+    /// [`Session::update_clearing`]).
+    fn update_clearing<R: crate::ops::Edited>(
+        &self,
+        verb: &str,
+        clear: &[&str],
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, crate::Error> {
         let pools: Vec<&str> = self.holding.iter().map(String::as_str).collect();
-        self.session.update_holding(&self.vg, verb, &pools, edit)
+        self.session
+            .update_clearing(&self.vg, verb, &pools, clear, edit)
     }
 
     /// The VG as last read or written.
@@ -324,8 +391,12 @@ impl<'s> Volumes<'s> {
         let extents = size.extents(extent_bytes(&vg))?;
         let tags = vec![format!("{MODE_TAG}{}", mode.as_str())];
         let stamp = Stamp::now();
-        let verb = "lvcreate";
-        self.update(verb, |vg| {
+        // A new linear volume starts with its first and last MiB zeroed.
+        let clear: &[&str] = match (mode, content) {
+            (Mode::Linear, Content::Empty) => &[name],
+            _ => &[],
+        };
+        self.update_clearing("lvcreate", clear, |vg| {
             // Another writer may have made it since the check above (the lease is held now).
             if let Some(v) = existing(&vg, name, mode, size)? {
                 return Ok((vg, v));
@@ -415,8 +486,7 @@ impl<'s> Volumes<'s> {
         let extents = want.extents(extent_bytes(vg))?;
         let stamp = Stamp::now();
         let (v, copy) = self
-            .session
-            .update(&self.vg, "lvcreate", |vg| {
+            .update_clearing("lvcreate", &[name], |vg| {
                 if let Some(v) = existing(&vg, name, Mode::Linear, want)? {
                     // Another request finished it meanwhile, or it is still to be copied.
                     let copy = clone_source(&vg, name) == Some(src);
@@ -528,33 +598,41 @@ impl<'s> Volumes<'s> {
         .map_err(VolumeError::from)
     }
 
-    /// Removes snapshot `name` (and its pool when nothing else is left in it). Returns false
-    /// when there was no such snapshot.
+    /// Removes snapshot `name` (and its pool when nothing else is left in it, its extents
+    /// held for erasure). Returns false when there was no such snapshot.
     pub fn delete_snapshot(&self, name: &str) -> Result<bool, VolumeError> {
         if snapshot_of(&self.vg()?, name).is_none() {
             return Ok(false);
         }
+        self.check_unmapped(name)?;
         self.update("lvremove", |vg| match snapshot_of(&vg, name) {
             None => Ok((vg, false)),
-            Some(_) => Ok((remove_thin(vg, name)?, true)),
+            Some(_) => Ok((
+                self.remove_holding(vg, name, |vg| remove_thin(vg, name))?,
+                true,
+            )),
         })
         .map_err(VolumeError::from)
     }
 
-    /// Removes `name` (a thin volume with its pool and any snapshots in it). Returns false
-    /// when there was no such volume.
+    /// Removes `name` (a thin volume with its pool when nothing else is left in it): the
+    /// volume is gone at once, and the extents it frees are held in a wipe LV until erased
+    /// (see [`Volumes::wipe`]). Returns false when there was no such volume. Refused while the volume
+    /// is in use: its lease held by a host (shared VG), or a device of this host mapping it
+    /// ([`Volumes::on_host`]).
     pub fn delete(&self, name: &str) -> Result<bool, VolumeError> {
         let vg = self.vg()?;
         if volume_of(&vg, name).is_none() {
             return Ok(false);
         }
+        self.check_unmapped(name)?;
         self.update("lvremove", |vg| match volume_of(&vg, name) {
             None => Ok((vg, false)),
             Some(v) => {
-                let vg = match v.mode {
-                    Mode::Linear => edit::lv::remove(vg, name, false)?,
-                    Mode::Thin => remove_thin(vg, name)?,
-                };
+                let vg = self.remove_holding(vg, name, |vg| match v.mode {
+                    Mode::Linear => edit::lv::remove(vg, name, false),
+                    Mode::Thin => remove_thin(vg, name),
+                })?;
                 Ok((vg, true))
             }
         })

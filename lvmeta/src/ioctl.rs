@@ -1,7 +1,9 @@
-//! The loop driver's ioctls (linux/loop.h) and `mknod` for device-mapper nodes, the only
-//! `unsafe` of lvmeta: each call passes a file descriptor this module's caller owns and,
-//! where the kernel reads or writes a structure, a pointer to a live, correctly laid out
-//! `repr(C)` value. (device-mapper's own ioctls are the devicemapper crate's.)
+//! The kernel calls lvmeta makes itself, its only `unsafe`: the loop driver's ioctls
+//! (linux/loop.h), the block layer's erase ioctls (`BLKZEROOUT`, `BLKDISCARD`), `fallocate`
+//! for image files and `mknod` for device-mapper nodes. Each call passes a file descriptor
+//! this module's caller owns and, where the kernel reads or writes a structure, a pointer to
+//! a live, correctly laid out `repr(C)` value. (device-mapper's own ioctls are the
+//! devicemapper crate's.)
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -14,6 +16,11 @@ const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
 const LOOP_SET_CAPACITY: libc::c_ulong = 0x4C07;
 const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
 const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+/// `_IO(0x12, 119)`: discard a byte range of a block device.
+const BLKDISCARD: libc::c_ulong = 0x1277;
+/// `_IO(0x12, 127)`: make a byte range of a block device read back as zeroes (the kernel
+/// offloads it: WRITE SAME / WRITE ZEROES / UNMAP on a SAN, a hole punch under a loop device).
+const BLKZEROOUT: libc::c_ulong = 0x127F;
 
 /// `LO_FLAGS_READ_ONLY`.
 pub const READ_ONLY: u32 = 1;
@@ -131,6 +138,38 @@ pub fn resize(dev: &File, len: u64) -> io::Result<()> {
     check(unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_SET_STATUS64, &info) })?;
     // SAFETY: LOOP_SET_CAPACITY takes no argument; the descriptor is open for the call.
     check(unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_SET_CAPACITY) })?;
+    Ok(())
+}
+
+/// `BLKZEROOUT` over `len` bytes at `offset` of block device `dev` (both multiples of its
+/// logical sector size): afterwards the range reads back as zeroes.
+pub fn zero_out(dev: &File, offset: u64, len: u64) -> io::Result<()> {
+    let range: [u64; 2] = [offset, len];
+    // SAFETY: the kernel reads two u64 (start, length) from `range`, which lives across the
+    // call; the descriptor is open for the call.
+    check(unsafe { libc::ioctl(dev.as_raw_fd(), BLKZEROOUT, &range) })?;
+    Ok(())
+}
+
+/// `BLKDISCARD` over `len` bytes at `offset` of block device `dev`; what the range reads back
+/// afterwards is up to the device.
+pub fn discard(dev: &File, offset: u64, len: u64) -> io::Result<()> {
+    let range: [u64; 2] = [offset, len];
+    // SAFETY: as in `zero_out`.
+    check(unsafe { libc::ioctl(dev.as_raw_fd(), BLKDISCARD, &range) })?;
+    Ok(())
+}
+
+/// Punches a hole of `len` bytes at `offset` into regular file `file`, keeping its size: the
+/// range reads back as zeroes and gives its blocks back to the file system.
+pub fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let (o, l) = (
+        libc::off_t::try_from(offset).map_err(|_| io::Error::other("offset too large"))?,
+        libc::off_t::try_from(len).map_err(|_| io::Error::other("length too large"))?,
+    );
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    // SAFETY: fallocate takes only integers; the descriptor is open for the call.
+    check(unsafe { libc::fallocate(file.as_raw_fd(), mode, o, l) })?;
     Ok(())
 }
 

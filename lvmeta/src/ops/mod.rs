@@ -20,6 +20,9 @@ use crate::text::Style;
 use crate::uuid::Uuid;
 use crate::Error;
 
+mod data;
+pub use data::{Erase, EraseWith, END_BYTES};
+
 /// The largest transfer of [`Session::copy_lv`].
 const COPY_CHUNK: u64 = 1 << 20;
 
@@ -167,6 +170,11 @@ impl Session {
     }
 
     /// The cached scan if the devices still match it, else a new scan.
+    /// Puts `scan` back as the cached scan.
+    fn keep(&self, scan: Scan) {
+        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan);
+    }
+
     fn current(&self) -> Scan {
         let cached = self.cache.lock().unwrap_or_else(|p| p.into_inner()).take();
         match cached {
@@ -349,61 +357,6 @@ impl Session {
             }
         }
         Ok(())
-    }
-
-    /// Copies the bytes of linear LV `src` of `vg` into the start of linear LV `dst` (at
-    /// least as large) through this session's devices, as `dd` from one LV to the other
-    /// would, without activating either; returns the bytes copied. In a shared VG the copy
-    /// holds `src`'s LV lease shared and `dst`'s exclusively, taken at once
-    /// ([`lease::LeaseError::Busy`] while a host holds one in a conflicting mode: `src`
-    /// staged for writing, `dst` anywhere) and released when done, never left as orphans.
-    pub fn copy_lv(&self, vg: &str, src: &str, dst: &str) -> Result<u64, Error> {
-        let (scan, locks) = self.read_locked(&[vg])?;
-        let sv = scan.vg(vg)?;
-        let at = places(&scan, sv);
-        let from = activate::place(&sv.vg, src, &at.paths)?;
-        let to = activate::place(&sv.vg, dst, &at.paths)?;
-        let (Layout::Linear(a), Layout::Linear(b)) = (&from.layout, &to.layout) else {
-            return Err(Error::Device {
-                device: format!("{vg}/{src}"),
-                why: format!("copying to {dst}: only linear LVs are copied"),
-            });
-        };
-        let runs = activate::plan::copy_runs(a, b, from.bytes, COPY_CHUNK).ok_or_else(|| {
-            Error::Device {
-                device: format!("{vg}/{dst}"),
-                why: format!("smaller than {src} ({} bytes)", from.bytes),
-            }
-        })?;
-        let _leases = match self.host_for(&sv.vg)? {
-            Some(h) => {
-                h.check_joined(&sv.vg, &at)?;
-                let ((_, rs), (_, rd)) = (
-                    covering_lease(&sv.vg, &at, src)?,
-                    covering_lease(&sv.vg, &at, dst)?,
-                );
-                h.manager.acquire(&rs, lease::Mode::Shared, false)?;
-                let held_src = lease::Held::new(h.clone(), rs, "copy source");
-                h.manager.acquire(&rd, lease::Mode::Exclusive, false)?;
-                Some((held_src, lease::Held::new(h.clone(), rd, "copy target")))
-            }
-            None => None,
-        };
-        drop(locks);
-        let mut buf = vec![0u8; COPY_CHUNK as usize];
-        let mut written = std::collections::BTreeSet::new();
-        for (f, t) in &runs {
-            let chunk = &mut buf[..f.len as usize];
-            let (fd, td) = (self.dev(&f.device)?, self.dev(&t.device)?);
-            fd.read_at(f.offset, chunk).map_err(io_err(fd, f.offset))?;
-            write(td, t.offset, chunk)?;
-            written.insert(t.device.as_str());
-        }
-        for d in written {
-            flush(self.dev(d)?)?;
-        }
-        tracing::info!(vg, src, dst, bytes = from.bytes, "copied");
-        Ok(from.bytes)
     }
 
     /// Where LV `lv` of `vg` is on this host's devices, from a fresh scan.
@@ -776,6 +729,27 @@ impl Session {
             verb,
             owned,
             new_pools_are_new: true,
+            clear_ends: &[],
+        };
+        self.change(vg, &how, edit)
+    }
+
+    /// [`Session::update_holding`] that also zeroes the first and last MiB
+    /// ([`END_BYTES`]) of the linear LVs named in `clear` that the edit creates, before the
+    /// commit that adds them (an LV of that name that was there already is left alone).
+    pub fn update_clearing<R: Edited>(
+        &self,
+        vg: &str,
+        verb: &str,
+        owned: &[&str],
+        clear: &[&str],
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, Error> {
+        let how = Change {
+            verb,
+            owned,
+            new_pools_are_new: true,
+            clear_ends: clear,
         };
         self.change(vg, &how, edit)
     }
@@ -856,6 +830,11 @@ impl Session {
             .filter(|l| l.pool().is_some())
             .map(|l| l.id)
             .collect();
+        let clear_before: Vec<Option<Uuid>> = how
+            .clear_ends
+            .iter()
+            .map(|n| sv.vg.lv(n).map(|l| l.id))
+            .collect();
         let paths = places(&scan, sv).paths;
         let index = scan.vgs.iter().position(|v| v.vg.name == vg).unwrap_or(0);
         // The VG leaves the scan for the edit; the scan is cached again only after a commit.
@@ -883,6 +862,7 @@ impl Session {
                     Ok(())
                 }
             })
+            .and_then(|()| self.clear_new_ends(&out, how.clear_ends, &clear_before, &paths))
             .and_then(|()| self.commit(&out, &all, &[]));
         if let Some((h, _, _, _)) = lease {
             for r in &removed.held {
@@ -947,53 +927,6 @@ impl Session {
         Ok(())
     }
 
-    /// Before the commit that adds them: zeroes the metadata LV of every thin pool of `out`
-    /// not among the `old` pools, as lvm2 does (`allocation/zero_metadata`), so that the kernel
-    /// formats fresh pool metadata at the first activation instead of finding a deleted
-    /// pool's. The extents are still free in the committed VG, so a crash here loses nothing.
-    /// Not for a restore: a restored pool's metadata holds its thin devices.
-    fn zero_new_pool_metadata(
-        &self,
-        out: &Vg,
-        old: &[Uuid],
-        paths: &[Option<String>],
-    ) -> Result<(), Error> {
-        let new_meta: Vec<&str> = out
-            .lvs
-            .iter()
-            .filter(|l| !old.contains(&l.id))
-            .filter_map(|l| Some(l.pool()?.metadata.as_str()))
-            .collect();
-        if new_meta.is_empty() {
-            return Ok(());
-        }
-        let zeros = vec![0u8; COPY_CHUNK as usize];
-        let mut written = std::collections::BTreeSet::new();
-        for meta in new_meta {
-            let Layout::Linear(pieces) = activate::place(out, meta, paths)?.layout else {
-                return Err(Error::Device {
-                    device: format!("{}/{meta}", out.name),
-                    why: "thin pool metadata LVs are linear".into(),
-                });
-            };
-            for p in &pieces {
-                let d = self.dev(&p.device)?;
-                let mut at = 0;
-                while at < p.len {
-                    let n = (p.len - at).min(COPY_CHUNK);
-                    write(d, p.offset + at, &zeros[..n as usize])?;
-                    at += n;
-                }
-                written.insert(p.device.clone());
-            }
-            tracing::debug!(vg = %out.name, lv = meta, "zeroed new thin pool metadata");
-        }
-        for d in written {
-            flush(self.dev(&d)?)?;
-        }
-        Ok(())
-    }
-
     /// The VG as this session last read or wrote it.
     pub fn vg(&self, name: &str) -> Result<Vg, Error> {
         self.vg_and_missing(name).map(|(vg, _)| vg)
@@ -1016,7 +949,7 @@ impl Session {
                     .collect();
             (v.vg.clone(), missing)
         });
-        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some(scan);
+        self.keep(scan);
         out
     }
 
@@ -1065,6 +998,7 @@ impl Session {
             verb: "vgcfgrestore",
             owned: &[],
             new_pools_are_new: false,
+            clear_ends: &[],
         };
         self.change(vg, &how, |cur| {
             let mut out = from.clone();
@@ -1213,12 +1147,13 @@ impl Drop for VgLease<'_> {
 }
 
 /// How a change is made: its verb (in the metadata's description), the thin pools whose
-/// leases the caller holds, and whether pools the VG did not have are new (their metadata
-/// LV is zeroed) or restored from a backup (left as it is).
+/// leases the caller holds, whether pools the VG did not have are new (their metadata LV is
+/// zeroed) or restored from a backup (left as it is), and the new LVs whose ends are cleared.
 struct Change<'a> {
     verb: &'a str,
     owned: &'a [&'a str],
     new_pools_are_new: bool,
+    clear_ends: &'a [&'a str],
 }
 
 /// The LV whose lease covers LV `lv` of `vg` (a thin LV's pool; any other LV itself), with

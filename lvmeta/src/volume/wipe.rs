@@ -1,0 +1,104 @@
+//! Deleted data is erased before its extents can be handed out again.
+//!
+//! A deletion that frees extents (a linear volume; a thin pool with its last thin LV) gives
+//! them, in the same commit, to a new linear LV `csi-wipe-<hex>` tagged
+//! `lvmeta.csi/wipe-of=<volume>` and skipped by activation: the volume is gone at once (not
+//! listed, its name free, a repeat of the deletion a no-op) while nothing can allocate its
+//! extents. A wiper then erases that LV's extents ([`crate::ops::Session::erase_lv`]) and
+//! removes it. The state is the LV itself, in the metadata every host reads, so a wipe cut
+//! short by a crash, a kill or a failover is found and done again by the next wiper; stock
+//! lvm2 sees an ordinary LV (Proxmox's shared-LVM `saferemove` works the same way).
+//!
+//! Invariants:
+//! - every extent a deletion frees belongs to a wipe LV from the commit that frees it;
+//! - a wipe LV is removed only after its erasure checked out, never activated by the driver.
+
+use super::{VolumeError, Volumes};
+use crate::alloc::UsedMap;
+use crate::edit::{self, EditError, LvSpec, Stamp};
+use crate::model::Vg;
+use crate::ops::EraseWith;
+use crate::uuid::Uuid;
+
+/// The tag prefix of a wipe LV, naming the volume (or snapshot) whose extents it holds.
+pub const WIPE_TAG: &str = "lvmeta.csi/wipe-of=";
+
+/// The name prefix of wipe LVs (names the driver maps CSI names to never start with it).
+pub const WIPE_PREFIX: &str = "csi-wipe-";
+
+/// Gives the extents `vg` holds no more, compared with `before` (the same VG before a
+/// removal), to a new wipe LV for what was `of`; its lease (shared VG) takes none of the
+/// slots in `leases_before`. Nothing freed: `vg` unchanged.
+pub(super) fn hold_freed(
+    vg: Vg,
+    before: &UsedMap,
+    leases_before: &[u64],
+    of: &str,
+    stamp: Stamp,
+) -> Result<Vg, EditError> {
+    let freed = before.freed_in(&vg);
+    if freed.is_empty() {
+        return Ok(vg);
+    }
+    let id = Uuid::random();
+    let name = format!("{WIPE_PREFIX}{}", String::from_utf8_lossy(id.raw()));
+    let mut spec = LvSpec::linear(&name, 0, stamp);
+    spec.tags = vec![format!("{WIPE_TAG}{of}")];
+    spec.activation_skip = true;
+    let (vg, name) = edit::lv::hold(vg, &freed, &spec, leases_before)?;
+    tracing::info!(vg = %vg.name, of, wipe = %name, pieces = freed.len(), "extents held for erasure");
+    Ok(vg)
+}
+
+/// Is `lv` a wipe LV (carries [`WIPE_TAG`])?
+pub fn is_wipe(lv: &crate::model::Lv) -> bool {
+    lv.tags.iter().any(|t| t.starts_with(WIPE_TAG))
+}
+
+impl Volumes<'_> {
+    /// The wipe LVs of the VG (extents of deleted volumes waiting for erasure), by name.
+    pub fn wipes(&self) -> Result<Vec<String>, VolumeError> {
+        let vg = self.vg()?;
+        let mut out: Vec<String> = vg
+            .lvs
+            .iter()
+            .filter(|l| is_wipe(l))
+            .map(|l| l.name.clone())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// Erases wipe LV `name` as `with` says ([`crate::ops::Session::erase_lv`]), then
+    /// removes it; returns the bytes erased (0 when it is gone already). Refused while a
+    /// device of `with.host` maps its extents or, in a shared VG, while a host holds its
+    /// lease; erasing again after a crash or a stop is harmless.
+    pub fn wipe(&self, name: &str, with: EraseWith<'_>) -> Result<u64, VolumeError> {
+        let vg = self.vg()?;
+        if !vg.lv(name).is_some_and(is_wipe) {
+            return Ok(0);
+        }
+        let bytes = self.session.erase_lv(&self.vg, name, with)?;
+        self.update("lvremove", |vg| {
+            if vg.lv(name).is_some_and(is_wipe) {
+                edit::lv::remove(vg, name, false)
+            } else {
+                Ok(vg)
+            }
+        })?;
+        tracing::info!(vg = %self.vg, wipe = name, bytes, "erased and removed");
+        Ok(bytes)
+    }
+
+    /// Bytes held by wipe LVs (not free yet).
+    pub fn wiping_bytes(&self) -> Result<u64, VolumeError> {
+        let vg = self.vg()?;
+        let ext = u64::from(vg.extent_size) * 512;
+        Ok(vg
+            .lvs
+            .iter()
+            .filter(|l| is_wipe(l))
+            .map(|l| l.extents() * ext)
+            .sum())
+    }
+}
