@@ -427,7 +427,12 @@ impl Controller for ControllerService {
                 return Ok(false);
             }
             let _g = b.inflight.enter(&id)?;
-            let deleted = b.volumes_of_id(&vg)?.delete(&name).map_err(from_volume)?;
+            // A thin volume in a pool live on a node (a restore or clone beside its staged
+            // source) is deleted by that node, as the pool's holder.
+            let deleted = b
+                .volumes_of_id(&vg)?
+                .delete_through_holder(&name, b.holder_wait)
+                .map_err(from_volume)?;
             if deleted {
                 b.wiper.kick();
             }

@@ -1,7 +1,9 @@
 //! Support for lvmeta's integration tests and benchmarks: fixtures written by stock lvm2,
 //! comparison of lvmeta's reports with lvm2's, and the gate for privileged tests.
 
+pub mod csi_hosts;
 pub mod sandbox;
+pub mod vm;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -178,7 +180,9 @@ pub fn lvmeta_json(
         segments,
         select,
     };
-    let table = report::build(scan, &req, &DmState::Unknown);
+    // As `lvmeta lvs` on this machine: lvm2 prints `XX` for state and open without
+    // device-mapper, the devices' state with it.
+    let table = report::build(scan, &req, &DmState::probe());
     let text = table.to_json(Units {
         unit: 'b',
         suffix: false,
@@ -363,6 +367,35 @@ pub fn privileged(test: &str, tools: &[&str]) -> bool {
     let msg = format!("{test}: missing {}", missing.join(", "));
     if privileged_required() {
         panic!("{msg} (CI=true or LVMETA_REQUIRE_PRIVILEGED=1: privileged tests must run)");
+    }
+    skipped(&msg);
+    false
+}
+
+/// Whether this kernel has device-mapper with thin pools (see [`device_mapper`]).
+pub fn has_device_mapper() -> bool {
+    let targets = Command::new("dmsetup").arg("targets").output();
+    let thin = targets.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("thin-pool"));
+    Path::new("/dev/mapper/control").exists() && thin
+}
+
+/// The gate of a test that needs device-mapper with thin pools (`/dev/mapper/control` and
+/// `dm-thin-pool` loaded): the test machines' kernels have not, the VM stage's has
+/// (`tests/vm/run`). Without: skips with a message, or panics inside the VM (`LVMETA_VM=1`)
+/// or with `LVMETA_REQUIRE_DM=1`, where it must be there.
+pub fn device_mapper(test: &str) -> bool {
+    if has_device_mapper() {
+        return true;
+    }
+    let msg = format!(
+        "{test}: this kernel has no device-mapper with thin-pool (the VM stage runs it: \
+         tests/vm/run, README \"Tests on a real kernel\")"
+    );
+    let required = ["LVMETA_VM", "LVMETA_REQUIRE_DM"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|x| x == "1"));
+    if required {
+        panic!("{msg}");
     }
     skipped(&msg);
     false

@@ -160,7 +160,15 @@ impl Sandbox {
 
     /// lvm2's and lvmeta's `pvs`, `vgs`, `lvs -a` and `lvs -a --segments` JSON for the
     /// standard field lists (and `lvs -a` for the thin pool settings) must hold the same rows.
+    /// - lvm2 runs with activation on (udev off) however the sandbox is set up: with it off,
+    ///   lvm2 prints `XX` for every LV's state and open columns even where the kernel has
+    ///   device-mapper, and lvmeta shows what the kernel has.
     pub fn reports_match(&self, what: &str, extra: Option<&str>) {
+        let config = format!(
+            "{} global/activation=1 activation/udev_sync=0 activation/udev_rules=0",
+            extra.unwrap_or("")
+        );
+        let extra = Some(config.as_str());
         for (verb, fields, seg) in [
             ("pvs", PVS_FIELDS, false),
             ("vgs", VGS_FIELDS, false),
@@ -194,8 +202,87 @@ impl Sandbox {
     }
 }
 
+/// The device-mapper devices stacked on any of `loops` (directly or through each other):
+/// what a test that failed midway left of its LVs.
+fn dm_devices_over(loops: &[String]) -> Vec<String> {
+    let Ok(out) = Command::new("dmsetup")
+        .args(["deps", "-o", "blkdevname"])
+        .output()
+    else {
+        return Vec::new();
+    };
+    // Lines: `<name>: 2 dependencies  : (loop0) (dm-3)`.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let deps: Vec<(String, Vec<String>)> = text
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let d = rest
+                .split(['(', ')'])
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect();
+            Some((name.trim().to_owned(), d))
+        })
+        .collect();
+    // dm name -> kernel name (`dm-3`), from sysfs.
+    let kernel_name = |name: &str| {
+        std::fs::read_dir("/sys/block")
+            .ok()?
+            .flatten()
+            .find_map(|e| {
+                let n = std::fs::read_to_string(e.path().join("dm/name")).ok()?;
+                (n.trim() == name).then(|| e.file_name().to_string_lossy().into_owned())
+            })
+    };
+    let mut under: Vec<String> = loops
+        .iter()
+        .filter_map(|l| l.rsplit('/').next().map(str::to_owned))
+        .collect();
+    let mut found: Vec<String> = Vec::new();
+    loop {
+        let more: Vec<String> = deps
+            .iter()
+            .filter(|(n, d)| !found.contains(n) && d.iter().any(|x| under.contains(x)))
+            .map(|(n, _)| n.clone())
+            .collect();
+        if more.is_empty() {
+            return found;
+        }
+        for n in more {
+            under.extend(kernel_name(&n));
+            found.push(n);
+        }
+    }
+}
+
 impl Drop for Sandbox {
     fn drop(&mut self) {
+        // Top first: a device is removed after the ones stacked on it.
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        for name in dm_devices_over(&self.loops).iter().rev() {
+            // Its mounts (mountinfo: id, parent, major:minor, root, mount point, ...).
+            let devnum = std::fs::read_dir("/sys/block")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .find(|e| {
+                    std::fs::read_to_string(e.path().join("dm/name"))
+                        .is_ok_and(|n| n.trim() == name)
+                })
+                .and_then(|e| std::fs::read_to_string(e.path().join("dev")).ok());
+            if let Some(devnum) = devnum {
+                for l in mounts.lines() {
+                    let f: Vec<&str> = l.split(' ').collect();
+                    if f.get(2) == Some(&devnum.trim()) {
+                        let _ = Command::new("umount").args(["-l", f[4]]).output();
+                    }
+                }
+            }
+            let _ = Command::new("dmsetup").args(["remove", name]).output();
+            let _ = std::fs::remove_file(format!("/dev/mapper/{name}"));
+        }
         for l in &self.loops {
             let _ = Command::new("losetup").args(["-d", l]).status();
         }

@@ -1,12 +1,12 @@
-//! Opt-in (`LVMETA_DM_TESTS=1`, root, a kernel with device-mapper and dm-thin-pool): the
-//! device-mapper backend on loop devices, judged by stock lvm2 with activation on. The test
-//! machines of this project have no device-mapper, so CI cannot run this; on a machine that
-//! has it, it checks what the unit tests cannot: that the kernel takes lvmeta's tables, that
+//! Needs root and a kernel with device-mapper and dm-thin-pool (CI's VM stage, `tests/vm/run`;
+//! elsewhere it skips with a message): the device-mapper backend on loop devices, judged by
+//! stock lvm2 with activation on. It checks what the unit tests cannot: that the kernel takes lvmeta's tables, that
 //! lvm2 sees lvmeta's devices as its own (names and uuids), that a thin pool's queued
 //! messages reach the kernel by lvm2's transaction rule, and that lvm2 activates the pool
 //! lvmeta left (the transaction ids agree).
 
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use lvmeta::activate::dm::DmBackend;
@@ -50,6 +50,24 @@ fn pool_tid() -> Option<u64> {
         .and_then(|w| w.parse().ok())
 }
 
+/// Whether device-mapper has a device named `name`.
+fn dm_has(name: &str) -> bool {
+    std::process::Command::new("dmsetup")
+        .args(["info", name])
+        .output()
+        .expect("dmsetup")
+        .status
+        .success()
+}
+
+fn libc_major(rdev: u64) -> u64 {
+    ((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0xfff)
+}
+
+fn libc_minor(rdev: u64) -> u64 {
+    ((rdev >> 12) & 0xffff_ff00) | (rdev & 0xff)
+}
+
 /// lvm2's `lv_active` word for `vg/lv` ("active" or empty).
 fn lvm2_active(sb: &Sandbox, lv: &str) -> bool {
     let out = sb.lvm_ok(
@@ -61,20 +79,13 @@ fn lvm2_active(sb: &Sandbox, lv: &str) -> bool {
 
 #[test]
 fn device_mapper_tables_work_beside_lvm2() {
-    if std::env::var("LVMETA_DM_TESTS").as_deref() != Ok("1") {
-        lvmeta_tests::skipped(
-            "dm_activate: opt-in, not run (set LVMETA_DM_TESTS=1 as root on a kernel with \
-             device-mapper and dm-thin-pool)",
-        );
+    if !privileged(
+        "device_mapper_tables_work_beside_lvm2",
+        &["losetup", "lvs", "lvchange", "dmsetup"],
+    ) || !lvmeta_tests::device_mapper("device_mapper_tables_work_beside_lvm2")
+    {
         return;
     }
-    assert!(
-        privileged(
-            "device_mapper_tables_work_beside_lvm2",
-            &["losetup", "lvs", "lvchange", "dmsetup"],
-        ),
-        "LVMETA_DM_TESTS=1 needs root, loop devices and lvm2"
-    );
     let sb = Sandbox::new(&[128 * MIB, 128 * MIB], 512);
     let (a, b) = (sb.loops[0].clone(), sb.loops[1].clone());
     sb.lvmeta_ok("vgcreate", &["-s", "4m", "vg", &a, &b]);
@@ -113,8 +124,51 @@ fn device_mapper_tables_work_beside_lvm2() {
 
     // Linear in two pieces and striped: data written across the piece boundary and across
     // stripes read back, and lvm2 sees the LVs active.
+    // A device of the LV's name but another uuid (another VG called vg, another tool) is
+    // never taken, changed or removed as the LV's.
+    let dmsetup = |args: &[&str]| {
+        let st = std::process::Command::new("dmsetup")
+            .args(args)
+            .status()
+            .expect("dmsetup");
+        assert!(st.success(), "dmsetup {args:?}");
+    };
+    dmsetup(&[
+        "create",
+        "vg-two",
+        "--uuid",
+        "OTHER-two",
+        "--table",
+        "0 8 error",
+    ]);
+    let e = s
+        .activate("vg", "two", false, false, &backend)
+        .expect_err("a foreign device of the same name");
+    assert!(e.to_string().contains("OTHER-two"), "{e}");
+    assert!(dm_has("vg-two"));
+    dmsetup(&["remove", "vg-two"]);
+    // A node that points at another device (here the whole first PV) is replaced at
+    // activation, never trusted.
+    let pv_rdev = std::fs::metadata(&a).expect("PV").rdev();
+    std::fs::create_dir_all("/dev/mapper").expect("/dev/mapper");
+    let stale = Path::new("/dev/mapper/vg-two");
+    let _ = std::fs::remove_file(stale);
+    let made = std::process::Command::new("mknod")
+        .arg(stale)
+        .arg("b")
+        .arg(libc_major(pv_rdev).to_string())
+        .arg(libc_minor(pv_rdev).to_string())
+        .status()
+        .expect("mknod");
+    assert!(made.success());
     for (lv, at) in [("two", 4 * MIB - 4096), ("st", 60 * 1024)] {
         let act = s.activate("vg", lv, false, false, &backend).expect(lv);
+        assert_ne!(
+            std::fs::metadata(&act.device).expect("node").rdev(),
+            pv_rdev,
+            "{lv}: the stale node was trusted"
+        );
+        sb.reports_match(&format!("{lv} active"), Some(ACTIVE));
         write_at(&act.device, at, &pattern);
         assert_eq!(read_at(&act.device, at, pattern.len()), pattern, "{lv}");
         assert!(
@@ -123,6 +177,7 @@ fn device_mapper_tables_work_beside_lvm2() {
         );
         act.deactivate(&backend).expect("deactivate");
         assert!(!lvm2_active(&sb, &format!("vg/{lv}")));
+        assert!(!act.device.exists(), "{lv}: node left behind");
     }
 
     // Thin: the first activation delivers create_thin and the transaction id.
@@ -135,6 +190,23 @@ fn device_mapper_tables_work_beside_lvm2() {
         .expect("active pool");
     assert_eq!((status.transaction_id, status.problem()), (1, None));
     write_at(&act.device, MIB, &pattern);
+    // lvm2's stack for an active thin LV: no `vg-pool` device (the pool LV itself is not
+    // active), and both report the same states and open counts.
+    assert!(!Path::new("/dev/mapper/vg-pool").exists());
+    assert!(!dm_has("vg-pool"), "a pool device lvm2 would not make");
+    sb.reports_match("thin active", Some(ACTIVE));
+    {
+        let _open = std::fs::File::open(&act.device).expect("hold the thin LV open");
+        sb.reports_match("thin held open", Some(ACTIVE));
+    }
+    // A status query makes no node.
+    std::fs::remove_file(&act.device).expect("remove the node");
+    assert!(lvmeta::activate::Backend::active(&backend, &act.placement).is_err());
+    assert!(!act.device.exists(), "a status query made a node");
+    let again = lvmeta::activate::Backend::activate(&backend, &act.placement, false)
+        .expect("activate again: the node made");
+    assert_eq!(again, act.device);
+    assert!(act.device.exists());
     // A snapshot while active, made as the pool's holder and delivered at once.
     let snapshot = lvmeta::edit::ThinSpec {
         name: Some("snap".into()),
@@ -160,6 +232,22 @@ fn device_mapper_tables_work_beside_lvm2() {
         !lvm2_active(&sb, "vg/pool"),
         "the pool went down with its last thin LV"
     );
+    for d in ["vg-pool-tpool", "vg-pool_tdata", "vg-pool_tmeta", "vg-t"] {
+        assert!(!dm_has(d), "{d} left");
+        assert!(
+            !Path::new("/dev/mapper").join(d).exists(),
+            "node of {d} left"
+        );
+    }
+    // The pool LV itself: its own device over the tpool, gone at its deactivation.
+    let pool = s
+        .activate("vg", "pool", false, false, &backend)
+        .expect("pool");
+    assert!(dm_has("vg-pool") && lvm2_active(&sb, "vg/pool"));
+    sb.reports_match("pool active", Some(ACTIVE));
+    pool.deactivate(&backend).expect("deactivate pool");
+    assert!(!dm_has("vg-pool") && !dm_has("vg-pool-tpool"));
+    assert!(!Path::new("/dev/mapper/vg-pool").exists());
     let snap = s
         .activate("vg", "snap", false, true, &backend)
         .expect("snapshot");

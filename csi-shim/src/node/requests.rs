@@ -39,8 +39,10 @@ impl Node {
             });
         }
         for t in &pools {
+            // on_host: a volume active here is never deleted for a request.
             let holder = lvmeta::volume::Volumes::new(self.backend.session(), &t.vg)
-                .holding(vec![t.pool.clone()]);
+                .holding(vec![t.pool.clone()])
+                .on_host(self.config.activation.as_ref());
             let requests = match holder.fresh_requests(&t.pool) {
                 Ok(r) => r,
                 Err(e) => {
@@ -88,11 +90,17 @@ impl Node {
             sys.freeze(at, true).map_err(|e| e.to_string())?;
         }
         let done = holder.serve(r).map_err(|e| e.to_string()).and_then(|()| {
-            self.backend
+            let delivered = self
+                .backend
                 .session()
-                .refresh(&t.vg, &t.lv, self.config.activation.as_ref())
-                .map(drop)
-                .map_err(|e| e.to_string())
+                .refresh(&t.vg, &t.lv, self.config.activation.as_ref());
+            delivered.map(drop).map_err(|e| {
+                // Committed but not cut in the kernel: undone, never reported as made.
+                if let Err(u) = holder.undo(r) {
+                    tracing::error!(vg = %t.vg, pool = %t.pool, request = %r, error = %u, "could not undo a request the kernel pool did not take");
+                }
+                e.to_string()
+            })
         });
         if let Some(at) = &frozen {
             if let Err(e) = sys.freeze(at, false) {

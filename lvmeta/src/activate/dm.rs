@@ -2,13 +2,15 @@
 //! lvm2's device uuid (`LVM-<vg id><lv id>`), so that stock lvm2 on the same host sees it
 //! active. Its table is built here from the LV's [`Placement`] (pure: [`dm_name`],
 //! [`linear_table`]) and loaded with the devicemapper crate through `/dev/mapper/control`.
-//! There is no udev: the device node is made here, as libdevmapper does without udev.
+//! There is no udev: activation makes the device node, as libdevmapper does without udev,
+//! and checks an existing one by its device number (a wrong one is replaced, never
+//! trusted); removing a device removes its node. A status query makes nothing.
 //!
 //! Linear LVs of any number of pieces and striped LVs are built, and thin LVs and thin
-//! pools the way lvm2 stacks them: `<vg>-<pool>_tmeta` (linear) and `<vg>-<pool>_tdata`
-//! (linear or striped), `<vg>-<pool>-tpool`
-//! (the `thin-pool` target, uuid suffix `-tpool`), `<vg>-<pool>` (read-only linear over the
-//! tpool) and `<vg>-<thin>` (`thin <tpool> <device id>`). When the pool comes up, the
+//! pools the way lvm2 stacks them: `<vg>-<pool>_tmeta` (linear, uuid suffix `-tmeta`) and
+//! `<vg>-<pool>_tdata` (linear or striped, `-tdata`), `<vg>-<pool>-tpool` (the `thin-pool`
+//! target, `-tpool`), `<vg>-<thin>` (`thin <tpool> <device id>`) and, only when the pool LV
+//! itself is activated, `<vg>-<pool>` (read-only linear over the tpool). When the pool comes up, the
 //! messages queued in the metadata are sent by lvm2's transaction rule
 //! ([`super::thin::deliveries`]). Striped LVs get one `striped` target per segment. Other
 //! segment types (raid, cache, ...) are refused with [`ActivateError::Unsupported`] naming
@@ -181,6 +183,31 @@ fn block_devnum(path: &str) -> Result<(u32, u32), ActivateError> {
     Ok((libc::major(m.rdev()), libc::minor(m.rdev())))
 }
 
+/// The device number of the block device node at `node` (not following a symlink); `None`
+/// when there is none or it is something else.
+fn node_devnum(node: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = std::fs::symlink_metadata(node).ok()?;
+    m.file_type()
+        .is_block_device()
+        .then(|| (libc::major(m.rdev()), libc::minor(m.rdev())))
+}
+
+/// Every device-mapper device's uuid and open count; `None` without device-mapper.
+pub fn device_opens() -> Option<std::collections::HashMap<String, i32>> {
+    let dm = DM::new().ok()?;
+    let mut out = std::collections::HashMap::new();
+    for (name, _, _) in dm.list_devices().ok()? {
+        // A device removed meanwhile is simply not reported.
+        if let Ok(info) = dm.device_info(&DevId::Name(&name)) {
+            if let Some(u) = info.uuid() {
+                out.insert(u.to_string(), info.open_count());
+            }
+        }
+    }
+    Some(out)
+}
+
 /// LVs as device-mapper devices (see the module documentation).
 pub struct DmBackend {
     dm: DM,
@@ -242,28 +269,73 @@ impl DmBackend {
             .map(|(_, d, _)| (d.major, d.minor)))
     }
 
-    /// Makes the node of `p` for `devnum` unless it is there.
+    /// The device number of `name` when device-mapper has it with uuid `uuid`; an error
+    /// when a device of that name has another uuid (another VG's LV, a tool's device): it
+    /// is never used, changed or removed as this LV's.
+    fn mine(&self, name: &str, uuid: &str) -> Result<Option<(u32, u32)>, ActivateError> {
+        let Some(devnum) = self.find(name)? else {
+            return Ok(None);
+        };
+        let n = dm_name_of(name)?;
+        let info = self
+            .dm
+            .device_info(&DevId::Name(n))
+            .map_err(|e| dm_err(&format!("info of {name}"), e))?;
+        let found = info.uuid().map(|u| u.to_string()).unwrap_or_default();
+        if found != uuid {
+            return Err(ActivateError::Io {
+                device: format!("{MAPPER_DIR}/{name}"),
+                why: format!(
+                    "device-mapper has a device of this name with uuid {found:?}, not this \
+                     LV's {uuid:?}: another VG of the same name, or another tool's device; \
+                     it is left alone"
+                ),
+            });
+        }
+        Ok(Some(devnum))
+    }
+
+    /// Makes the node of `p` for `devnum`: an existing node is kept only when it is a block
+    /// device with that number; anything else there is replaced (a new node made beside it
+    /// and renamed over it, so the name never points elsewhere meanwhile).
     fn make_node(p: &Placement, devnum: (u32, u32)) -> Result<PathBuf, ActivateError> {
         let node = Self::node(p);
-        if !node.exists() {
-            std::fs::create_dir_all(MAPPER_DIR).map_err(|e| ActivateError::Io {
-                device: MAPPER_DIR.into(),
-                why: e.to_string(),
-            })?;
-            crate::ioctl::mknod_block(&node, devnum.0, devnum.1).map_err(|e| {
-                ActivateError::Io {
-                    device: node.display().to_string(),
-                    why: format!("mknod: {e}"),
-                }
-            })?;
+        let io = |e: std::io::Error, what: &str| ActivateError::Io {
+            device: node.display().to_string(),
+            why: format!("{what}: {e}"),
+        };
+        match node_devnum(&node) {
+            Some(d) if d == devnum => return Ok(node),
+            Some(d) => {
+                tracing::warn!(node = %node.display(), found = ?d, want = ?devnum, "replacing a device node that points at another device")
+            }
+            None if node.symlink_metadata().is_ok() => {
+                tracing::warn!(node = %node.display(), "replacing a device path that is not a block device node")
+            }
+            None => {}
         }
+        std::fs::create_dir_all(MAPPER_DIR).map_err(|e| ActivateError::Io {
+            device: MAPPER_DIR.into(),
+            why: e.to_string(),
+        })?;
+        let tmp = Path::new(MAPPER_DIR).join(format!(
+            ".lvmeta-{}-{}",
+            std::process::id(),
+            dm_name(&p.vg, &p.lv)
+        ));
+        let _ = std::fs::remove_file(&tmp);
+        crate::ioctl::mknod_block(&tmp, devnum.0, devnum.1).map_err(|e| io(e, "mknod"))?;
+        std::fs::rename(&tmp, &node).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io(e, "rename the new node into place")
+        })?;
         Ok(node)
     }
 
     /// The device `d`, made (created, loaded, resumed) unless device-mapper has it already;
     /// a failure removes a half-made device again.
     fn ensure(&self, d: &Dev) -> Result<(u32, u32), ActivateError> {
-        if let Some(devnum) = self.find(&d.name)? {
+        if let Some(devnum) = self.mine(&d.name, &d.uuid)? {
             return Ok(devnum);
         }
         let name = dm_name_of(&d.name)?;
@@ -291,35 +363,51 @@ impl DmBackend {
         Ok((dev.major, dev.minor))
     }
 
-    /// Removes device `name` when device-mapper has it.
-    fn remove(&self, name: &str) -> Result<(), ActivateError> {
+    /// Removes device `name` when device-mapper has it (with `uuid`, else an error), and a
+    /// block device node of that name (a node without its device only ever points at
+    /// whatever takes its number next).
+    fn remove(&self, name: &str, uuid: &str) -> Result<(), ActivateError> {
+        if self.mine(name, uuid)?.is_some() {
+            let n = dm_name_of(name)?;
+            self.dm
+                .device_remove(&DevId::Name(n), DmOptions::default())
+                .map_err(|e| dm_err(&format!("remove {name} (in use?)"), e))?;
+        }
+        let node = Path::new(MAPPER_DIR).join(name);
+        if node_devnum(&node).is_some() {
+            std::fs::remove_file(&node).map_err(|e| ActivateError::Io {
+                device: node.display().to_string(),
+                why: format!("remove the node: {e}"),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Open count of device `name` (0 when device-mapper has no such device).
+    fn open_count(&self, name: &str) -> Result<i32, ActivateError> {
         if self.find(name)?.is_none() {
-            return Ok(());
+            return Ok(0);
         }
         let n = dm_name_of(name)?;
-        self.dm
-            .device_remove(&DevId::Name(n), DmOptions::default())
-            .map_err(|e| dm_err(&format!("remove {name} (in use?)"), e))?;
-        Ok(())
+        let info = self
+            .dm
+            .device_info(&DevId::Name(n))
+            .map_err(|e| dm_err(&format!("info of {name}"), e))?;
+        Ok(info.open_count())
     }
 
     /// Loads `table` into device `name` and makes it live: suspending first flushes what is
     /// in flight, the new table goes live at resume.
     fn reload(&self, name: &str, table: &[TableLine]) -> Result<(), ActivateError> {
         let n = dm_name_of(name)?;
-        let id = DevId::Name(n);
         self.dm
-            .table_load(&id, table, DmOptions::default())
-            .and_then(|_| {
-                self.dm
-                    .device_suspend(&id, DmOptions::default().set_flags(DmFlags::DM_SUSPEND))
-            })
-            .and_then(|_| self.dm.device_suspend(&id, DmOptions::default()))
+            .table_load(&DevId::Name(n), table, DmOptions::default())
             .map_err(|e| dm_err(&format!("reload {name}"), e))?;
-        Ok(())
+        self.set_suspended(name, true)?;
+        self.set_suspended(name, false)
     }
 
-    /// The device of a linear or striped LV.
+    /// The device of a linear or striped LV (a pool's sub-LV: with lvm2's uuid suffix).
     fn mapped_dev(p: &Placement) -> Result<Dev, ActivateError> {
         let table = match &p.layout {
             Layout::Linear(pieces) => linear_table(pieces, block_devnum)?,
@@ -361,11 +449,20 @@ impl DmBackend {
         }
     }
 
-    /// Brings pool `pool` up (its sub-LVs, the tpool, the read-only pool device), delivers the
-    /// messages queued for it, and returns the tpool's device number.
+    /// A pool's sub-LV device: lvm2 gives it the sub-LV's uuid with a `-tmeta`/`-tdata`
+    /// suffix, so that lvm2 finds it as its own.
+    fn sub_dev(p: &Placement, suffix: &str) -> Result<Dev, ActivateError> {
+        let mut d = Self::mapped_dev(p)?;
+        d.uuid = format!("{}-{suffix}", d.uuid);
+        Ok(d)
+    }
+
+    /// Brings pool `pool`'s stack up as lvm2 does for a thin LV (its sub-LVs and the tpool;
+    /// not the pool LV's own device), delivers the messages queued for it, and returns the
+    /// tpool's device number.
     fn ensure_pool(&self, pool: &PoolPlan) -> Result<(u32, u32), ActivateError> {
-        let meta = self.ensure(&Self::mapped_dev(&pool.metadata)?)?;
-        let data = self.ensure(&Self::mapped_dev(&pool.data)?)?;
+        let meta = self.ensure(&Self::sub_dev(&pool.metadata, "tmeta")?)?;
+        let data = self.ensure(&Self::sub_dev(&pool.data, "tdata")?)?;
         let tpool_name = Self::tpool_name(pool);
         let tpool = self.ensure(&Dev {
             name: tpool_name.clone(),
@@ -374,12 +471,6 @@ impl DmBackend {
             read_only: false,
         })?;
         self.deliver(pool, &tpool_name)?;
-        self.ensure(&Dev {
-            name: dm_name(&pool.metadata.vg, &pool.name),
-            uuid: pool.dm_uuid.clone(),
-            table: vec![over(pool.bytes, tpool)],
-            read_only: true,
-        })?;
         Ok(tpool)
     }
 
@@ -445,23 +536,37 @@ impl DmBackend {
         Ok(())
     }
 
-    /// Suspends (flushing what is in flight) or resumes device `name`.
+    /// Suspends (flushing what is in flight, freezing a filesystem on it) or resumes
+    /// device `name`.
+    /// - a filesystem frozen already (the node's fsfreeze around a cut) makes the kernel
+    ///   refuse the freeze: the suspend is then made without it (`DM_SKIP_LOCKFS`), the
+    ///   filesystem being quiet already.
     fn set_suspended(&self, name: &str, suspend: bool) -> Result<(), ActivateError> {
         let n = dm_name_of(name)?;
+        let id = DevId::Name(n);
+        let what = if suspend { "suspend" } else { "resume" };
         let flags = if suspend {
             DmFlags::DM_SUSPEND
         } else {
             DmFlags::empty()
         };
-        self.dm
-            .device_suspend(&DevId::Name(n), DmOptions::default().set_flags(flags))
-            .map_err(|e| {
-                dm_err(
-                    &format!("{} {name}", if suspend { "suspend" } else { "resume" }),
-                    e,
-                )
-            })?;
-        Ok(())
+        let first = self
+            .dm
+            .device_suspend(&id, DmOptions::default().set_flags(flags));
+        match first {
+            Ok(_) => Ok(()),
+            Err(e) if suspend => {
+                tracing::info!(device = %name, error = %e, "suspend with a filesystem freeze refused (frozen already?): suspending without it");
+                self.dm
+                    .device_suspend(
+                        &id,
+                        DmOptions::default().set_flags(flags | DmFlags::DM_SKIP_LOCKFS),
+                    )
+                    .map(drop)
+                    .map_err(|e| dm_err(&format!("{what} {name}"), e))
+            }
+            Err(e) => Err(dm_err(&format!("{what} {name}"), e)),
+        }
     }
 
     /// Sends `messages` to pool device `tpool_name`, sector 0, in order.
@@ -496,25 +601,26 @@ impl DmBackend {
         Ok(())
     }
 
-    /// Takes pool `pool` down when no thin LV uses its tpool any more (the read-only pool
-    /// device holds it open once).
-    fn release_pool(&self, pool: &PoolPlan) -> Result<(), ActivateError> {
-        let tpool = Self::tpool_name(pool);
-        if self.find(&tpool)?.is_some() {
-            let n = dm_name_of(&tpool)?;
-            let info = self
-                .dm
-                .device_info(&DevId::Name(n))
-                .map_err(|e| dm_err(&format!("info of {tpool}"), e))?;
-            if info.open_count() > 1 {
-                return Ok(());
-            }
-        }
+    /// Takes pool `pool`'s stack down unless something still uses it: the pool LV's own
+    /// device (the pool is active itself) or a thin LV (the tpool is open). With `pool_too`
+    /// the pool LV's own device goes first (`lvchange -an` of the pool).
+    fn release_pool(&self, pool: &PoolPlan, pool_too: bool) -> Result<(), ActivateError> {
         let vg = &pool.metadata.vg;
-        self.remove(&dm_name(vg, &pool.name))?;
-        self.remove(&tpool)?;
-        self.remove(&dm_name(vg, &pool.data.lv))?;
-        self.remove(&dm_name(vg, &pool.metadata.lv))
+        let pool_dev = dm_name(vg, &pool.name);
+        if pool_too {
+            self.remove(&pool_dev, &pool.dm_uuid)?;
+        } else if self.find(&pool_dev)?.is_some() {
+            return Ok(());
+        }
+        let tpool = Self::tpool_name(pool);
+        if self.open_count(&tpool)? > 0 {
+            return Ok(());
+        }
+        self.remove(&tpool, &format!("{}-tpool", pool.dm_uuid))?;
+        let data = Self::sub_dev(&pool.data, "tdata")?;
+        self.remove(&data.name, &data.uuid)?;
+        let meta = Self::sub_dev(&pool.metadata, "tmeta")?;
+        self.remove(&meta.name, &meta.uuid)
     }
 
     fn unsupported(p: &Placement, t: &str) -> ActivateError {
@@ -534,17 +640,35 @@ impl Backend for DmBackend {
     }
 
     fn active(&self, p: &Placement) -> Result<Option<PathBuf>, ActivateError> {
-        match self.find(&dm_name(&p.vg, &p.lv))? {
-            Some(devnum) => Self::make_node(p, devnum).map(Some),
-            None => Ok(None),
+        let Some(devnum) = self.mine(&dm_name(&p.vg, &p.lv), &p.dm_uuid)? else {
+            return Ok(None);
+        };
+        let node = Self::node(p);
+        match node_devnum(&node) {
+            Some(d) if d == devnum => Ok(Some(node)),
+            found => Err(ActivateError::Io {
+                device: node.display().to_string(),
+                why: format!(
+                    "device-mapper has {}:{} for {}/{}, but this node {}: activate the LV \
+                     again to make it",
+                    devnum.0,
+                    devnum.1,
+                    p.vg,
+                    p.lv,
+                    match found {
+                        Some((a, b)) => format!("points at {a}:{b}"),
+                        None => "is missing or not a block device".into(),
+                    }
+                ),
+            }),
         }
     }
 
     fn activate(&self, p: &Placement, read_only: bool) -> Result<PathBuf, ActivateError> {
-        if let Some(node) = self.active(p)? {
-            return Ok(node);
-        }
         let name = dm_name(&p.vg, &p.lv);
+        if let Some(devnum) = self.mine(&name, &p.dm_uuid)? {
+            return Self::make_node(p, devnum);
+        }
         let devnum = match &p.layout {
             Layout::Linear(_) | Layout::Striped(_) => {
                 let mut d = Self::mapped_dev(p)?;
@@ -563,7 +687,7 @@ impl Backend for DmBackend {
                     Ok(d) => d,
                     Err(e) => {
                         // Leave nothing behind for a thin LV that did not come up.
-                        if let Err(e2) = self.release_pool(pool) {
+                        if let Err(e2) = self.release_pool(pool, false) {
                             tracing::warn!(pool = %pool.name, error = %e2, "could not take the pool down again");
                         }
                         return Err(e);
@@ -571,10 +695,12 @@ impl Backend for DmBackend {
                 }
             }
             Layout::Pool(pool) => {
-                self.ensure_pool(pool)?;
-                self.find(&name)?.ok_or_else(|| ActivateError::Io {
-                    device: name.clone(),
-                    why: "the pool device vanished".into(),
+                let tpool = self.ensure_pool(pool)?;
+                self.ensure(&Dev {
+                    name: name.clone(),
+                    uuid: pool.dm_uuid.clone(),
+                    table: vec![over(pool.bytes, tpool)],
+                    read_only: true,
                 })?
             }
             Layout::Other(t) => return Err(Self::unsupported(p, t)),
@@ -586,24 +712,23 @@ impl Backend for DmBackend {
     fn deactivate(&self, p: &Placement) -> Result<(), ActivateError> {
         match &p.layout {
             Layout::Thin { pool, .. } => {
-                self.remove(&dm_name(&p.vg, &p.lv))?;
-                self.release_pool(pool)?;
+                self.remove(&dm_name(&p.vg, &p.lv), &p.dm_uuid)?;
+                self.release_pool(pool, false)
             }
-            Layout::Pool(pool) => self.release_pool(pool)?,
-            _ => self.remove(&dm_name(&p.vg, &p.lv))?,
-        }
-        match std::fs::remove_file(Self::node(p)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ActivateError::Io {
-                device: Self::node(p).display().to_string(),
-                why: e.to_string(),
-            }),
-            _ => Ok(()),
+            Layout::Pool(pool) => self.release_pool(pool, true),
+            _ => self.remove(&dm_name(&p.vg, &p.lv), &p.dm_uuid),
         }
     }
 
     fn refresh(&self, p: &Placement) -> Result<(), ActivateError> {
         let name = dm_name(&p.vg, &p.lv);
-        if self.find(&name)?.is_none() {
+        // A pool is live in the kernel when its tpool is, whether or not the pool LV's own
+        // device is up.
+        let live = match &p.layout {
+            Layout::Pool(pool) => Self::tpool_name(pool),
+            _ => name.clone(),
+        };
+        if self.find(&live)?.is_none() {
             return Ok(());
         }
         match &p.layout {
@@ -687,7 +812,10 @@ impl DmBackend {
             &Self::mapped_dev(&pool.data)?.table,
         )?;
         self.reload(&tpool_name, &[pool_table(pool, meta, data)])?;
-        self.reload(&dm_name(vg, &pool.name), &[over(pool.bytes, tpool)])?;
+        let pool_dev = dm_name(vg, &pool.name);
+        if self.find(&pool_dev)?.is_some() {
+            self.reload(&pool_dev, &[over(pool.bytes, tpool)])?;
+        }
         Ok(tpool)
     }
 }

@@ -363,7 +363,9 @@ pub struct Activation {
     pub device: PathBuf,
     /// Lease mode held (`None` outside shared VGs).
     pub mode: Option<crate::lease::Mode>,
-    lease: Option<crate::lease::Held>,
+    /// Shared by the activations of one thin pool's LVs in this process (the pool's lease
+    /// covers them all): released when the last one goes.
+    lease: Option<std::sync::Arc<crate::lease::Held>>,
     /// A thin pool held in a VG without leases.
     local: Option<LocalHold>,
 }
@@ -379,22 +381,18 @@ impl std::fmt::Debug for Activation {
 }
 
 impl Activation {
-    /// An activation holding `lease` (in `mode`) for `placement` at `device`.
+    /// An activation holding `lease` (in its mode) for `placement` at `device`.
     pub fn new(
         placement: Placement,
         device: PathBuf,
-        lease: Option<(
-            crate::lease::Host,
-            crate::lease::ResourceSpec,
-            crate::lease::Mode,
-        )>,
+        lease: Option<(std::sync::Arc<crate::lease::Held>, crate::lease::Mode)>,
     ) -> Self {
-        let mode = lease.as_ref().map(|l| l.2);
+        let mode = lease.as_ref().map(|l| l.1);
         Self {
             placement,
             device,
             mode,
-            lease: lease.map(|(h, r, _)| crate::lease::Held::new(h, r, "LV")),
+            lease: lease.map(|(h, _)| h),
             local: None,
         }
     }
@@ -416,7 +414,8 @@ impl Activation {
     /// host can take the LV, and [`crate::ops::Session::activate`] or
     /// [`crate::ops::Session::deactivate`] of the next process adopts or releases it.
     pub fn keep_lease(mut self) {
-        if let Some(l) = self.lease.take() {
+        // Shared with another activation of the pool: the last one to go keeps it.
+        if let Some(Ok(l)) = self.lease.take().map(std::sync::Arc::try_unwrap) {
             l.keep();
         }
     }

@@ -45,6 +45,9 @@ pub struct Session {
     nolocking: bool,
     /// Thin pools active through this session in VGs without leases.
     local_pools: activate::LocalPools,
+    /// The thin pool leases held by this session's activations (`vg/pool` -> mode and the
+    /// hold), shared by the pool's thin LVs active here.
+    pool_leases: Mutex<PoolLeases>,
     /// Held by every change: the threads of one process take their turns here (the file
     /// lock does that only when there is a lock directory, and a host's VG lease is one
     /// lease for all of them).
@@ -63,6 +66,7 @@ impl Session {
             nolocking: false,
             scratch: Mutex::new((String::new(), Vec::new())),
             local_pools: activate::LocalPools::default(),
+            pool_leases: Mutex::default(),
             changing: Mutex::new(()),
         }
     }
@@ -316,12 +320,32 @@ impl Session {
         let lease = match self.host_for(&sv.vg)? {
             Some(h) => {
                 h.check_joined(&sv.vg, &at)?;
-                let (_, r) = covering_lease(&sv.vg, &at, lv)?;
-                // Persistent, as lvmlockd takes it: should this process end while the LV
-                // is active, the host keeps the lease as an orphan and the LV stays
-                // protected; the next process adopts it here, or releases it on deactivation.
-                h.manager.acquire_persistent(&r, mode)?;
-                Some((h.clone(), r, mode))
+                let (owner, r) = covering_lease(&sv.vg, &at, lv)?;
+                let key = format!("{vg}/{owner}");
+                let mut pools = self.pool_leases.lock().unwrap_or_else(|p| p.into_inner());
+                // A thin pool's lease held for another of its thin LVs active here covers
+                // this one too (lvmlockd's lock of the pool, as a count).
+                let shared_hold = match (&placement.layout, pools.get(&key)) {
+                    (Layout::Thin { .. }, Some((m, w))) if *m == mode => w.upgrade(),
+                    _ => None,
+                };
+                let held = match shared_hold {
+                    Some(held) => held,
+                    None => {
+                        // Persistent, as lvmlockd takes it: should this process end while
+                        // the LV is active, the host keeps the lease as an orphan and the LV
+                        // stays protected; the next process adopts it here, or releases it
+                        // on deactivation.
+                        h.manager.acquire_persistent(&r, mode)?;
+                        let held = Arc::new(lease::Held::new(h.clone(), r, "LV"));
+                        if matches!(placement.layout, Layout::Thin { .. }) {
+                            pools.retain(|_, (_, w)| w.strong_count() > 0);
+                            pools.insert(key, (mode, Arc::downgrade(&held)));
+                        }
+                        held
+                    }
+                };
+                Some((held, mode))
             }
             None => None,
         };
@@ -411,13 +435,19 @@ impl Session {
         Ok(backend.active(&self.placement(vg, lv)?)?)
     }
 
+    /// Whether LV `lv` is live in this host's kernel: active, or (a thin pool) up under an
+    /// active thin LV although the pool LV itself is not active, as lvm2 counts it.
+    pub fn live(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<bool, Error> {
+        live(backend, &self.placement(vg, lv)?)
+    }
+
     /// Brings an active LV's device up to the metadata (`lvchange --refresh`): its size after
     /// `lvextend`; for a thin LV also its pool's size and the pool's queued messages, which
     /// are then cleared. The caller holds the LV's lease (a thin LV's: its pool's).
     pub fn refresh(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Placement, Error> {
         let placement = self.placement(vg, lv)?;
-        // Not active here: nothing to bring up to date, and no queue delivered to clear.
-        if backend.active(&placement)?.is_none() {
+        // Not live here: nothing to bring up to date, and no queue delivered to clear.
+        if !live(backend, &placement)? {
             return Ok(placement);
         }
         backend.refresh(&placement)?;
@@ -1218,6 +1248,9 @@ impl<T> Edited for (Vg, T) {
 /// An area a commit wrote: its device, its index on the device, its new header.
 type Written = (String, usize, MdaHeader);
 
+/// See `Session::pool_leases`.
+type PoolLeases = std::collections::HashMap<String, (lease::Mode, std::sync::Weak<lease::Held>)>;
+
 /// The VG `name`, refusing to change one whose PVs are not all present.
 fn writable<'s>(scan: &'s Scan, name: &str) -> Result<&'s ScannedVg, Error> {
     let sv = scan.vg(name)?;
@@ -1300,4 +1333,9 @@ fn describe(vg: &mut Vg, verb: &str) {
     vg.header.description = Some(format!("Write from lvmeta {verb}."));
     vg.header.creation_host = Some(stamp.host);
     vg.header.creation_time = i64::try_from(stamp.time).ok();
+}
+
+/// See [`Session::live`].
+fn live(backend: &dyn Backend, p: &Placement) -> Result<bool, Error> {
+    Ok(backend.active(p)?.is_some() || backend.pool_status(p)?.is_some())
 }

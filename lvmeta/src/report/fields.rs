@@ -117,25 +117,47 @@ pub enum Cell {
 pub enum DmState {
     /// No device-mapper here: state and open columns show `X`, as lvm2 does without it.
     Unknown,
-    /// The dm uuids of the active devices (`LVM-<vg uuid><lv uuid>` for LVs).
-    Known(std::collections::HashSet<String>),
+    /// The device-mapper devices: dm uuid (`LVM-<vg uuid><lv uuid>[-<layer>]` for LVs) ->
+    /// open count.
+    Known(std::collections::HashMap<String, i32>),
 }
 
 impl DmState {
-    /// Reads the dm uuids from sysfs; `Unknown` when the kernel has no device-mapper.
+    /// Asks device-mapper; `Unknown` when the kernel has none.
     pub fn probe() -> Self {
-        if !std::path::Path::new("/sys/class/misc/device-mapper").exists() {
-            return DmState::Unknown;
+        match crate::activate::dm::device_opens() {
+            Some(m) => DmState::Known(m),
+            None => DmState::Unknown,
         }
-        let mut set = std::collections::HashSet::new();
-        if let Ok(dir) = std::fs::read_dir("/sys/block") {
-            for e in dir.flatten() {
-                if let Ok(u) = std::fs::read_to_string(e.path().join("dm/uuid")) {
-                    set.insert(u.trim().to_owned());
-                }
-            }
-        }
-        DmState::Known(set)
+    }
+
+    /// lvm2's state and open columns of the LV with dm uuid `uuid`:
+    /// - active: a device with that uuid, or with it and a layer suffix (a pool's `_tdata`
+    ///   is `<uuid>-tdata`); a thin pool only with its own device, not by its `-tpool`;
+    /// - open: the device's open count, a pool's from its `-tpool` when that is up.
+    fn columns(&self, uuid: &str, pool: bool) -> (char, char) {
+        let DmState::Known(devices) = self else {
+            return ('X', 'X');
+        };
+        let mine = |u: &str| {
+            u == uuid
+                || (!pool
+                    && u.strip_prefix(uuid)
+                        .is_some_and(|rest| rest.starts_with('-')))
+        };
+        let Some(open) = devices
+            .iter()
+            .filter(|(u, _)| mine(u))
+            .map(|(_, &o)| o)
+            .max()
+        else {
+            return ('-', '-');
+        };
+        let open = match devices.get(&format!("{uuid}-tpool")) {
+            Some(&o) if pool => o,
+            _ => open,
+        };
+        ('a', if open > 0 { 'o' } else { '-' })
     }
 }
 
@@ -452,21 +474,12 @@ pub fn lv_attr(lv: &Lv, uses: &LvUses<'_>, vg: &Vg, dm: &DmState) -> String {
     } else {
         '-'
     };
-    let (c4, c5) = match dm {
-        DmState::Unknown => ('X', 'X'),
-        DmState::Known(set) => {
-            let uuid = format!(
-                "LVM-{}{}",
-                String::from_utf8_lossy(vg.id.raw()),
-                String::from_utf8_lossy(lv.id.raw())
-            );
-            if set.iter().any(|u| u.starts_with(&uuid)) {
-                ('a', 'X')
-            } else {
-                ('-', '-')
-            }
-        }
-    };
+    let uuid = format!(
+        "LVM-{}{}",
+        String::from_utf8_lossy(vg.id.raw()),
+        String::from_utf8_lossy(lv.id.raw())
+    );
+    let (c4, c5) = dm.columns(&uuid, matches!(kind, SegKind::ThinPool(_)));
     let c6 = match kind {
         SegKind::Thin(_) | SegKind::ThinPool(_) => 't',
         SegKind::Mirror(_) => 'm',

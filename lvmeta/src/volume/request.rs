@@ -55,6 +55,12 @@ pub enum Request {
         /// The size asked for.
         size: SizeRange,
     },
+    /// [`Volumes::delete`] of thin volume `name` (a pool shared with a staged volume, as a
+    /// restore or a clone shares its source's).
+    Delete {
+        /// The volume.
+        name: String,
+    },
     /// [`Volumes::tune`]: new settings for thin volume `name`'s pool.
     Tune {
         /// The volume.
@@ -100,6 +106,7 @@ impl Request {
         let body = match self {
             Self::Snapshot { name, source } => format!("snapshot:{name}:{source}"),
             Self::DeleteSnapshot { name } => format!("delete-snapshot:{name}"),
+            Self::Delete { name } => format!("delete:{name}"),
             Self::Copy {
                 name,
                 source,
@@ -140,6 +147,7 @@ impl Request {
                 source: name(s)?,
             }),
             ["delete-snapshot", n] => Some(Self::DeleteSnapshot { name: name(n)? }),
+            ["delete", n] => Some(Self::Delete { name: name(n)? }),
             ["copy", n, s, kind, required, limit] => Some(Self::Copy {
                 name: name(n)?,
                 source: name(s)?,
@@ -182,7 +190,7 @@ impl Request {
     pub fn subject(&self) -> &str {
         match self {
             Self::Snapshot { source, .. } | Self::Copy { source, .. } => source,
-            Self::DeleteSnapshot { name } | Self::Tune { name, .. } => name,
+            Self::DeleteSnapshot { name } | Self::Delete { name } | Self::Tune { name, .. } => name,
         }
     }
 
@@ -252,6 +260,7 @@ impl Volumes<'_> {
         match r {
             Request::Snapshot { name, source } => self.snapshot(name, source).map(drop),
             Request::DeleteSnapshot { name } => self.delete_snapshot(name).map(drop),
+            Request::Delete { name } => self.delete(name).map(drop),
             Request::Copy {
                 name,
                 source,
@@ -270,6 +279,53 @@ impl Volumes<'_> {
         }
     }
 
+    /// [`Volumes::delete`] of `name`, by the node where its thin pool is live when it is
+    /// (a restore or clone beside its staged source); a volume in use on this host is
+    /// refused here, before anything is posted.
+    pub fn delete_through_holder(&self, name: &str, wait: Duration) -> Result<bool, VolumeError> {
+        if self.get(name)?.is_none() {
+            return Ok(false);
+        }
+        self.check_unmapped(name)?;
+        let r = Request::Delete {
+            name: name.to_owned(),
+        };
+        self.through_holder(&r, wait, |v| v.delete(name))
+    }
+
+    /// Undoes what serving `r` made when the node could not deliver it to its kernel pool:
+    /// a snapshot or copy never cut in the kernel must not stand as made (its queued
+    /// `create_snap` would cut it later, from other data). Other requests leave nothing
+    /// that a later delivery makes wrong.
+    pub fn undo(&self, r: &Request) -> Result<(), VolumeError> {
+        match r {
+            Request::Snapshot { name, .. } => self.delete_snapshot(name).map(drop),
+            Request::Copy { name, .. } => self.delete(name).map(drop),
+            Request::DeleteSnapshot { .. } | Request::Delete { .. } | Request::Tune { .. } => {
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether what `r` asks for is there: what the node makes is undone when it fails
+    /// ([`Volumes::undo`]), so a thing there after its request was taken away was made.
+    fn is_done(&self, r: &Request) -> Result<bool, VolumeError> {
+        Ok(match r {
+            Request::Snapshot { name, source } => self
+                .get_snapshot(name)?
+                .is_some_and(|s| s.source == *source),
+            Request::Copy { name, .. } => self.get(name)?.is_some(),
+            Request::DeleteSnapshot { name } => self.get_snapshot(name)?.is_none(),
+            Request::Delete { name } => self.get(name)?.is_none(),
+            Request::Tune { name, options } => {
+                let vg = self.vg()?;
+                super::pool_of(&vg, name)
+                    .and_then(|p| vg.lv(&p).and_then(|l| l.pool()).cloned())
+                    .is_some_and(|p| options.met_by(&p))
+            }
+        })
+    }
+
     /// Removes request `r` (every posting of it) from pool `pool`: done, or given up.
     pub fn finish(&self, pool: &str, r: &Request) -> Result<(), VolumeError> {
         self.update("lvchange --deltag", |mut vg| {
@@ -282,8 +338,12 @@ impl Volumes<'_> {
     }
 
     /// Runs `op` (the call `r` stands for); when `r`'s pool is active on a host (its lease
-    /// held), posts `r` for that host, waits up to `wait` for it to be served, and runs `op`
-    /// again. [`VolumeError::Pending`] when the host does not serve it in time, or drops it.
+    /// held elsewhere, or live in this host's kernel, [`Volumes::on_host`]), posts `r` for
+    /// that host's node, waits up to `wait` for it to be served, and runs `op` again.
+    /// [`VolumeError::Pending`] when the node does not serve it in time, or drops it.
+    /// - a pool live here is changed by the node, never by `op` beside it: only the node
+    ///   freezes the filesystem and sends the change to the kernel pool at once (a snapshot
+    ///   queued for the next activation would not hold the data at the call).
     pub fn through_holder<T>(
         &self,
         r: &Request,
@@ -298,15 +358,22 @@ impl Volumes<'_> {
             matches!(e, VolumeError::Lvmeta(crate::Error::Lease(LeaseError::InUse { lv }))
                 if *lv == format!("{}/{pool}", self.vg))
         };
-        match op(self) {
-            Err(e) if in_use(&e) => {}
-            done => {
-                // Made here after all (the pool came free): a request posted by an earlier
-                // attempt must not be served later, when the name may mean something else.
-                if done.is_ok() && self.posted(&pool, r)? {
-                    self.finish(&pool, r)?;
+        let live_here = match self.host {
+            Some(h) => self.session.live(&self.vg, &pool, h)?,
+            None => false,
+        };
+        if !live_here {
+            match op(self) {
+                Err(e) if in_use(&e) => {}
+                done => {
+                    // Made here after all (the pool came free): a request posted by an
+                    // earlier attempt must not be served later, when the name may mean
+                    // something else.
+                    if done.is_ok() && self.posted(&pool, r)? {
+                        self.finish(&pool, r)?;
+                    }
+                    return done;
                 }
-                return done;
             }
         }
         let tag = r.tag_at(now_secs());
@@ -337,6 +404,15 @@ impl Volumes<'_> {
                 )));
             }
             std::thread::sleep(POLL);
+        }
+        // A pool live here: only a change the node made (and delivered) counts; `op` might
+        // otherwise make it beside the kernel.
+        if live_here && !self.is_done(r)? {
+            return Err(VolumeError::Pending(format!(
+                "the node where thin pool {}/{pool} is live dropped the request {tag:?} (its \
+                 log says why); retry",
+                self.vg
+            )));
         }
         match op(self) {
             Err(e) if in_use(&e) => Err(VolumeError::Pending(format!(
@@ -383,6 +459,9 @@ mod tests {
                 name: "pvc-a".into(),
                 options: PoolOptions::default(),
             },
+            Request::Delete {
+                name: "pvc-c".into(),
+            },
         ];
         for r in &all {
             let tag = r.tag_at(1_800_000_000);
@@ -399,6 +478,8 @@ mod tests {
         assert_eq!(all[1].subject(), "snap-1");
         assert_eq!(all[3].subject(), "pvc-a");
         assert_eq!(all[3].reads_volume(), None);
+        assert_eq!(all[5].subject(), "pvc-c");
+        assert_eq!(all[5].reads_volume(), None);
         for bad in [
             "lvmeta.csi/request=snapshot:a:b",
             "lvmeta.csi/request=snapshot:a:b#x",

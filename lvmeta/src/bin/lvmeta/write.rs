@@ -994,9 +994,9 @@ fn refuse_live_discard_switch(s: &Session, vg: &str, lv: &str, opts: &PoolOption
     let Some(backend) = lvmeta::activate::best() else {
         return Ok(());
     };
-    match s.active_device(vg, lv, backend.as_ref()) {
-        Ok(None) => Ok(()),
-        Ok(Some(_)) => Err(failed(format!(
+    match s.live(vg, lv, backend.as_ref()) {
+        Ok(false) => Ok(()),
+        Ok(true) => Err(failed(format!(
             "Cannot change support for discards while pool volume {vg}/{lv} is active."
         ))),
         Err(e) => Err(failed(format!(
@@ -1013,14 +1013,8 @@ fn deliver_if_active(s: &Session, vg: &str, pool: &str) {
     let Some(backend) = lvmeta::activate::best() else {
         return;
     };
-    match s.active_device(vg, pool, backend.as_ref()) {
-        Ok(Some(_)) => {
-            if let Err(e) = s.refresh(vg, pool, backend.as_ref()) {
-                eprintln!("  WARNING: thin pool {vg}/{pool} is active here but did not take its messages: {e}");
-            }
-        }
-        Ok(None) => {}
-        Err(e) => eprintln!("  WARNING: cannot tell whether thin pool {vg}/{pool} is active: {e}"),
+    if let Err(e) = s.refresh(vg, pool, backend.as_ref()) {
+        eprintln!("  WARNING: thin pool {vg}/{pool} did not take its messages now: {e}");
     }
 }
 
