@@ -1,9 +1,10 @@
 //! Needs root and a kernel with device-mapper and dm-thin-pool (CI's VM stage, `tests/vm/run`;
 //! elsewhere it skips with a message): the device-mapper backend on loop devices, judged by
-//! stock lvm2 with activation on. It checks what the unit tests cannot: that the kernel takes lvmeta's tables, that
-//! lvm2 sees lvmeta's devices as its own (names and uuids), that a thin pool's queued
-//! messages reach the kernel by lvm2's transaction rule, and that lvm2 activates the pool
-//! lvmeta left (the transaction ids agree).
+//! stock lvm2 with activation on. It checks what the unit tests cannot: that the kernel
+//! takes lvmeta's tables, that lvm2 sees lvmeta's devices as its own (names and uuids),
+//! that a thin pool's queued messages reach the kernel by lvm2's transaction rule, that
+//! lvm2 activates the pool lvmeta left (the transaction ids agree) and reads its data, and
+//! that lvmeta activates a pool lvm2 made and reads what lvm2 wrote.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
@@ -258,8 +259,57 @@ fn device_mapper_tables_work_beside_lvm2() {
     );
     snap.deactivate(&backend).expect("deactivate snapshot");
 
-    // Stock lvm2 activates what lvmeta left: the pool's transaction ids agree.
+    // Stock lvm2 activates what lvmeta left: the pool's transaction ids agree, and it reads
+    // the snapshot's data.
     sb.lvm_ok(&["lvchange", "-ay", "-K", "vg/snap"], Some(ACTIVE));
+    dmsetup(&["mknodes"]);
+    assert_eq!(
+        read_at(Path::new("/dev/mapper/vg-snap"), MIB, pattern.len()),
+        pattern,
+        "lvm2 reads the snapshot lvmeta left"
+    );
     sb.lvm_ok(&["lvchange", "-an", "vg/snap", "vg/pool"], Some(ACTIVE));
+    sb.vgck_clean("vg", None);
+
+    // And lvmeta activates a pool stock lvm2 made, with a thin LV lvm2 wrote.
+    sb.lvm_ok(
+        &[
+            "lvcreate",
+            "--type",
+            "thin-pool",
+            "-L",
+            "16m",
+            "-n",
+            "lp",
+            "vg",
+        ],
+        Some(ACTIVE),
+    );
+    sb.lvm_ok(
+        &[
+            "lvcreate",
+            "-V",
+            "32m",
+            "--thinpool",
+            "lp",
+            "-n",
+            "lt",
+            "vg",
+        ],
+        Some(ACTIVE),
+    );
+    dmsetup(&["mknodes"]);
+    write_at(Path::new("/dev/mapper/vg-lt"), 3 * MIB, &pattern);
+    sb.lvm_ok(&["lvchange", "-an", "vg/lt", "vg/lp"], Some(ACTIVE));
+    let lt = s
+        .activate("vg", "lt", false, false, &backend)
+        .expect("lvm2's thin LV");
+    assert_eq!(
+        read_at(&lt.device, 3 * MIB, pattern.len()),
+        pattern,
+        "lvmeta reads what lvm2 wrote"
+    );
+    sb.reports_match("lvm2's pool active through lvmeta", Some(ACTIVE));
+    lt.deactivate(&backend).expect("deactivate lvm2's thin LV");
     sb.vgck_clean("vg", None);
 }
