@@ -225,7 +225,13 @@ took=$(( ($(date +%s%N) - start) / 1000000 ))
 say "D: lvm2's lvcreate waited $took ms for the kept VG lease"
 wait "$keeper" || { cat "$WORK/kept.err" >&2; exit 1; }
 for lv in kept-1 kept-2 kept-3 afterkept; do
-    lvm_has_lv vga "$lv" || { say "lvm2 does not see $lv"; exit 1; }
+    lvm_has_lv vga "$lv" || {
+        # Seen once (2026-12-04, not reproduced): say what lvm2 and lvmeta read then.
+        lvm1 lvs -a -o lv_name,seg_count vga >&2 || true
+        lvmeta_on 2 lvs -a vga >&2 || true
+        say "lvm2 does not see $lv"
+        exit 1
+    }
 done
 same vga
 
