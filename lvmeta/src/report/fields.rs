@@ -123,12 +123,14 @@ pub enum DmState {
 }
 
 impl DmState {
-    /// Asks device-mapper; `Unknown` when the kernel has none.
+    /// Asks device-mapper; `Unknown` when the kernel has none (or lvmeta is built without
+    /// its `dm` feature).
     pub fn probe() -> Self {
-        match crate::activate::dm::device_opens() {
-            Some(m) => DmState::Known(m),
-            None => DmState::Unknown,
+        #[cfg(feature = "dm")]
+        if let Some(m) = crate::activate::dm::device_opens() {
+            return DmState::Known(m);
         }
+        DmState::Unknown
     }
 
     /// lvm2's state and open columns of the LV with dm uuid `uuid`:
