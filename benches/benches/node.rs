@@ -18,10 +18,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::{NodeStageVolumeRequest, NodeUnstageVolumeRequest};
 use lvmeta_tests::csi_hosts::{cap, create, lvmeta_as, node_host, paths, sanlock, MIB};
-use lvmeta_tests::sandbox::Sandbox;
-
-/// lvm2 with activation on and no udev, as lvmeta makes its nodes itself.
-const ACTIVE: &str = "global/activation=1 activation/udev_sync=0 activation/udev_rules=0";
+use lvmeta_tests::sandbox::{Sandbox, LVM2_ACTIVE as ACTIVE};
 
 fn ready() -> bool {
     lvmeta_tests::privileged("node benchmark", &["losetup", "lvchange", "sanlock"])

@@ -205,6 +205,31 @@ pub fn cap(access: volume_capability::access_mode::Mode, fs: Option<&str>) -> Vo
     }
 }
 
+/// The CreateVolume request for `name` in VG `vg` with `mode` (linear or thin), `bytes`,
+/// capability `c` and, when given, a snapshot or volume to copy.
+pub fn create_request(
+    name: &str,
+    mode: &str,
+    bytes: i64,
+    c: &VolumeCapability,
+    source: Option<volume_content_source::Type>,
+) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![c.clone()],
+        parameters: HashMap::from([
+            ("vg".to_owned(), "vg".to_owned()),
+            ("mode".to_owned(), mode.to_owned()),
+        ]),
+        volume_content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
+        ..Default::default()
+    }
+}
+
 /// CreateVolume `name` in VG `vg` with `mode` (linear or thin); returns its id.
 pub async fn create(
     h: &mut NodeHost,
@@ -214,19 +239,7 @@ pub async fn create(
     c: &VolumeCapability,
 ) -> String {
     h.controller
-        .create_volume(CreateVolumeRequest {
-            name: name.into(),
-            capacity_range: Some(CapacityRange {
-                required_bytes: bytes,
-                limit_bytes: 0,
-            }),
-            volume_capabilities: vec![c.clone()],
-            parameters: HashMap::from([
-                ("vg".to_owned(), "vg".to_owned()),
-                ("mode".to_owned(), mode.to_owned()),
-            ]),
-            ..Default::default()
-        })
+        .create_volume(create_request(name, mode, bytes, c, None))
         .await
         .expect("CreateVolume")
         .into_inner()

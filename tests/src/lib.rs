@@ -424,6 +424,43 @@ pub fn device_mapper(test: &str) -> bool {
     false
 }
 
+/// Writes `data` at byte `at` of `path` (a device or a file, made if missing), synced.
+pub fn write_at(path: &Path, at: u64, data: &[u8]) {
+    use std::io::{Seek, SeekFrom};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .expect("open for writing");
+    f.seek(SeekFrom::Start(at)).expect("seek");
+    f.write_all(data).expect("write");
+    f.sync_all().expect("fsync");
+}
+
+/// `n` bytes at byte `at` of `path`.
+pub fn read_at(path: &Path, at: u64, n: usize) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).expect("open");
+    f.seek(SeekFrom::Start(at)).expect("seek");
+    let mut buf = vec![0u8; n];
+    f.read_exact(&mut buf).expect("read");
+    buf
+}
+
+/// The kernel's transaction id of thin pool device `tpool` (`dmsetup status`, the
+/// `-tpool` device's name), `None` when it is not up.
+pub fn kernel_pool_tid(tpool: &str) -> Option<u64> {
+    let out = Command::new("dmsetup")
+        .args(["status", tpool])
+        .output()
+        .expect("dmsetup");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(3)
+        .and_then(|w| w.parse().ok())
+}
+
 /// Prints `SKIPPED <why>` where it shows: straight to the process's stderr, since the test
 /// harness captures `eprintln!` of a passing test and would hide the skip.
 pub fn skipped(why: &str) {

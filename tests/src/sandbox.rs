@@ -16,6 +16,10 @@ pub struct Sandbox {
     pub loops: Vec<String>,
 }
 
+/// lvm2 with activation on and no udev (lvmeta makes its device nodes itself, and lvm2
+/// then does too): `--config` for lvm2 commands that activate or report active LVs.
+pub const LVM2_ACTIVE: &str = "global/activation=1 activation/udev_sync=0 activation/udev_rules=0";
+
 fn check(what: &str, out: &Output) {
     assert!(
         out.status.success(),
@@ -166,10 +170,7 @@ impl Sandbox {
     ///   sandbox's activation off (with it on, lvm2 prints `--` for a thin pool only).
     pub fn reports_match(&self, what: &str, extra: Option<&str>) {
         let config = match crate::has_device_mapper() {
-            true => format!(
-                "{} global/activation=1 activation/udev_sync=0 activation/udev_rules=0",
-                extra.unwrap_or("")
-            ),
+            true => format!("{} {LVM2_ACTIVE}", extra.unwrap_or("")),
             false => extra.unwrap_or("").to_owned(),
         };
         let extra = (!config.is_empty()).then_some(config.as_str());

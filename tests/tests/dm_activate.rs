@@ -6,49 +6,21 @@
 //! lvm2 activates the pool lvmeta left (the transaction ids agree) and reads its data, and
 //! that lvmeta activates a pool lvm2 made and reads what lvm2 wrote.
 
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use lvmeta::activate::dm::DmBackend;
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::ops::Session;
-use lvmeta_tests::privileged;
 use lvmeta_tests::sandbox::Sandbox;
+use lvmeta_tests::sandbox::LVM2_ACTIVE as ACTIVE;
+use lvmeta_tests::{privileged, read_at, write_at};
 
 const MIB: u64 = 1 << 20;
 
-/// lvm2 with activation on, without udev (as lvmeta makes its nodes itself).
-const ACTIVE: &str = "global/activation=1 activation/udev_sync=0 activation/udev_rules=0";
-
-fn write_at(dev: &Path, at: u64, data: &[u8]) {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(dev)
-        .expect("open for writing");
-    f.seek(SeekFrom::Start(at)).expect("seek");
-    f.write_all(data).expect("write");
-    f.sync_all().expect("sync");
-}
-
-fn read_at(dev: &Path, at: u64, n: usize) -> Vec<u8> {
-    let mut f = std::fs::File::open(dev).expect("open");
-    f.seek(SeekFrom::Start(at)).expect("seek");
-    let mut buf = vec![0u8; n];
-    f.read_exact(&mut buf).expect("read");
-    buf
-}
-
-/// The kernel's transaction id of pool `vg/pool` (`dmsetup status`).
+/// `vg/pool`'s kernel transaction id.
 fn pool_tid() -> Option<u64> {
-    let out = std::process::Command::new("dmsetup")
-        .args(["status", "vg-pool-tpool"])
-        .output()
-        .expect("dmsetup");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .nth(3)
-        .and_then(|w| w.parse().ok())
+    lvmeta_tests::kernel_pool_tid("vg-pool-tpool")
 }
 
 /// Whether device-mapper has a device named `name`.

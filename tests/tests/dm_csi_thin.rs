@@ -10,32 +10,21 @@
 //! finds the VG clean with lvmeta's reports.
 
 use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
 use std::process::Command;
 
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::*;
 use lvmeta_tests::csi_hosts::*;
 use lvmeta_tests::sandbox::Sandbox;
-use lvmeta_tests::{privileged, UnbindOver};
+use lvmeta_tests::{privileged, read_at, write_at, UnbindOver};
 use tonic::Code;
 
 /// lvm2 reading the shared VG (no lvmlockd running: reads only).
 const LOCKD: &str = "global/use_lvmlockd=1";
 
-/// The kernel's transaction id of the pool of thin volume `lv` (`dmsetup status` of its
-/// tpool), `None` when the pool is not up.
+/// The kernel's transaction id of the pool of thin volume `lv`, `None` when it is not up.
 fn kernel_tid(lv: &str) -> Option<u64> {
-    let tpool = format!("vg-{}--pool-tpool", lv.replace('-', "--"));
-    let out = Command::new("dmsetup")
-        .args(["status", &tpool])
-        .output()
-        .expect("dmsetup");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .nth(3)
-        .and_then(|w| w.parse().ok())
+    lvmeta_tests::kernel_pool_tid(&format!("vg-{}--pool-tpool", lv.replace('-', "--")))
 }
 
 /// Checks the VG with stock lvm2 and, where the pool of `lv` is up, that the kernel's
@@ -54,26 +43,6 @@ fn judge(sb: &Sandbox, what: &str, lv: &str) {
     }
 }
 
-fn write_synced(path: &Path, at: u64, data: &[u8]) {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .expect("open for writing");
-    f.seek(SeekFrom::Start(at)).expect("seek");
-    f.write_all(data).expect("write");
-    f.sync_all().expect("fsync");
-}
-
-fn read(path: &Path, at: u64, n: usize) -> Vec<u8> {
-    let mut f = std::fs::File::open(path).expect("open");
-    f.seek(SeekFrom::Start(at)).expect("seek");
-    let mut buf = vec![0u8; n];
-    f.read_exact(&mut buf).expect("read");
-    buf
-}
-
 /// A MiB of bytes no other call gives (`seed`).
 fn pattern(seed: u8) -> Vec<u8> {
     (0..MIB as usize)
@@ -84,22 +53,7 @@ fn pattern(seed: u8) -> Vec<u8> {
 async fn create_from(h: &mut NodeHost, name: &str, source: volume_content_source::Type) -> String {
     let c = cap(Access::SingleNodeWriter, Some("ext4"));
     h.controller
-        .create_volume(CreateVolumeRequest {
-            name: name.into(),
-            capacity_range: Some(CapacityRange {
-                required_bytes: 64 * MIB,
-                limit_bytes: 0,
-            }),
-            volume_capabilities: vec![c],
-            parameters: HashMap::from([
-                ("vg".to_owned(), "vg".to_owned()),
-                ("mode".to_owned(), "thin".to_owned()),
-            ]),
-            volume_content_source: Some(VolumeContentSource {
-                r#type: Some(source),
-            }),
-            ..Default::default()
-        })
+        .create_volume(create_request(name, "thin", 64 * MIB, &c, Some(source)))
         .await
         .unwrap_or_else(|e| panic!("CreateVolume {name}: {e}"))
         .into_inner()
@@ -166,7 +120,7 @@ fn scenario(test: &str, shared: bool) {
         let t = publish(&mut a, &src, "pod-a", &rwo4).await;
         let file = t.join("data.bin");
         let (before, after) = (pattern(1), pattern(2));
-        write_synced(&file, 0, &before);
+        write_at(&file, 0, &before);
         judge(&sb, "staged thin ext4", "pvc-src");
 
         // A snapshot while staged, then 4 KiB of the file overwritten: the snapshot keeps
@@ -179,7 +133,7 @@ fn scenario(test: &str, shared: bool) {
             })
             .await
             .expect("CreateSnapshot of a staged thin volume");
-        write_synced(&file, 0, &after[..4096]);
+        write_at(&file, 0, &after[..4096]);
         judge(&sb, "snapshot while staged", "pvc-src");
         let restored = create_from(
             &mut a,
@@ -194,7 +148,7 @@ fn scenario(test: &str, shared: bool) {
             .expect("stage restore");
         let tr = publish(&mut a, &restored, "pod-r", &rwo4).await;
         assert!(
-            read(&tr.join("data.bin"), 0, before.len()) == before,
+            read_at(&tr.join("data.bin"), 0, before.len()) == before,
             "the restored volume does not show the data at the snapshot's cut"
         );
         // A clone of the staged volume: its data at the call, overwrite included.
@@ -208,8 +162,8 @@ fn scenario(test: &str, shared: bool) {
         .await;
         stage(&mut a, &clone, &rwo4).await.expect("stage clone");
         let tc = publish(&mut a, &clone, "pod-c", &rwo4).await;
-        assert!(read(&tc.join("data.bin"), 0, 4096) == after[..4096]);
-        assert!(read(&tc.join("data.bin"), 4096, 4096) == before[4096..8192]);
+        assert!(read_at(&tc.join("data.bin"), 0, 4096) == after[..4096]);
+        assert!(read_at(&tc.join("data.bin"), 4096, 4096) == before[4096..8192]);
         judge(&sb, "restore and clone staged", "pvc-src");
 
         // A staged restore is not deleted; unstaged, it is, while its source (same pool)
@@ -279,7 +233,7 @@ fn scenario(test: &str, shared: bool) {
             "{table}"
         );
         judge(&sb, "modified while staged", "pvc-src");
-        assert!(read(&file, 4096, 4096) == before[4096..8192]);
+        assert!(read_at(&file, 4096, 4096) == before[4096..8192]);
         unpublish_unstage(&mut a, &src, "pod-a").await;
 
         // xfs and block thin volumes keep their data across unstage and stage.
@@ -297,9 +251,9 @@ fn scenario(test: &str, shared: bool) {
                     target.join("data.bin")
                 };
                 if round == 0 {
-                    write_synced(&at, 8 * MIB as u64, &pattern(seed));
+                    write_at(&at, 8 * MIB as u64, &pattern(seed));
                 } else {
-                    assert!(read(&at, 8 * MIB as u64, MIB as usize) == pattern(seed));
+                    assert!(read_at(&at, 8 * MIB as u64, MIB as usize) == pattern(seed));
                 }
                 unpublish_unstage(&mut a, id, "pod-x").await;
             }

@@ -14,7 +14,6 @@
 //! Runs on a machine with QEMU (not inside a VM); needs qemu-system-x86, busybox-static,
 //! kmod and apt-get (the kernel package), and prints SKIPPED without them.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -22,7 +21,7 @@ use csi_shim::csi::controller_client::ControllerClient;
 use csi_shim::csi::node_client::NodeClient;
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::*;
-use lvmeta_tests::csi_hosts::{cap, MIB};
+use lvmeta_tests::csi_hosts::{cap, create_request, MIB};
 use lvmeta_tests::vm::Vm;
 use lvmeta_tests::{lvmeta_bin, privileged, workspace_bin};
 use tonic::transport::{Channel, Endpoint};
@@ -126,20 +125,7 @@ async fn create_from(
     source: Option<volume_content_source::Type>,
 ) -> String {
     h.controller
-        .create_volume(CreateVolumeRequest {
-            name: name.into(),
-            capacity_range: Some(CapacityRange {
-                required_bytes: 64 * MIB,
-                limit_bytes: 0,
-            }),
-            volume_capabilities: vec![c.clone()],
-            parameters: HashMap::from([
-                ("vg".to_owned(), "vg".to_owned()),
-                ("mode".to_owned(), mode.to_owned()),
-            ]),
-            volume_content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
-            ..Default::default()
-        })
+        .create_volume(create_request(name, mode, 64 * MIB, c, source))
         .await
         .unwrap_or_else(|e| panic!("CreateVolume {name}: {e}"))
         .into_inner()

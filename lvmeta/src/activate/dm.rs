@@ -273,14 +273,9 @@ impl DmBackend {
     /// when a device of that name has another uuid (another VG's LV, a tool's device): it
     /// is never used, changed or removed as this LV's.
     fn mine(&self, name: &str, uuid: &str) -> Result<Option<(u32, u32)>, ActivateError> {
-        let Some(devnum) = self.find(name)? else {
+        let Some(info) = self.info(name)? else {
             return Ok(None);
         };
-        let n = dm_name_of(name)?;
-        let info = self
-            .dm
-            .device_info(&DevId::Name(n))
-            .map_err(|e| dm_err(&format!("info of {name}"), e))?;
         let found = info.uuid().map(|u| u.to_string()).unwrap_or_default();
         if found != uuid {
             return Err(ActivateError::Io {
@@ -292,7 +287,22 @@ impl DmBackend {
                 ),
             });
         }
-        Ok(Some(devnum))
+        let dev = info.device();
+        Ok(Some((dev.major, dev.minor)))
+    }
+
+    /// Device-mapper's information on device `name` (uuid, number, open count), when it has
+    /// such a device.
+    fn info(&self, name: &str) -> Result<Option<devicemapper::DeviceInfo>, ActivateError> {
+        if self.find(name)?.is_none() {
+            return Ok(None);
+        }
+        let n = dm_name_of(name)?;
+        let info = self
+            .dm
+            .device_info(&DevId::Name(n))
+            .map_err(|e| dm_err(&format!("info of {name}"), e))?;
+        Ok(Some(info))
     }
 
     /// Makes the node of `p` for `devnum`: an existing node is kept only when it is a block
@@ -385,15 +395,7 @@ impl DmBackend {
 
     /// Open count of device `name` (0 when device-mapper has no such device).
     fn open_count(&self, name: &str) -> Result<i32, ActivateError> {
-        if self.find(name)?.is_none() {
-            return Ok(0);
-        }
-        let n = dm_name_of(name)?;
-        let info = self
-            .dm
-            .device_info(&DevId::Name(n))
-            .map_err(|e| dm_err(&format!("info of {name}"), e))?;
-        Ok(info.open_count())
+        Ok(self.info(name)?.map_or(0, |i| i.open_count()))
     }
 
     /// Loads `table` into device `name` and makes it live: suspending first flushes what is
@@ -449,11 +451,16 @@ impl DmBackend {
         }
     }
 
-    /// A pool's sub-LV device: lvm2 gives it the sub-LV's uuid with a `-tmeta`/`-tdata`
-    /// suffix, so that lvm2 finds it as its own.
+    /// A pool's sub-LV device's name and uuid: lvm2 gives it the sub-LV's uuid with a
+    /// `-tmeta`/`-tdata` suffix, so that lvm2 finds it as its own.
+    fn sub_id(p: &Placement, suffix: &str) -> (String, String) {
+        (dm_name(&p.vg, &p.lv), format!("{}-{suffix}", p.dm_uuid))
+    }
+
+    /// A pool's sub-LV device (see [`DmBackend::sub_id`]).
     fn sub_dev(p: &Placement, suffix: &str) -> Result<Dev, ActivateError> {
         let mut d = Self::mapped_dev(p)?;
-        d.uuid = format!("{}-{suffix}", d.uuid);
+        d.uuid = Self::sub_id(p, suffix).1;
         Ok(d)
     }
 
@@ -617,10 +624,10 @@ impl DmBackend {
             return Ok(());
         }
         self.remove(&tpool, &format!("{}-tpool", pool.dm_uuid))?;
-        let data = Self::sub_dev(&pool.data, "tdata")?;
-        self.remove(&data.name, &data.uuid)?;
-        let meta = Self::sub_dev(&pool.metadata, "tmeta")?;
-        self.remove(&meta.name, &meta.uuid)
+        let (name, uuid) = Self::sub_id(&pool.data, "tdata");
+        self.remove(&name, &uuid)?;
+        let (name, uuid) = Self::sub_id(&pool.metadata, "tmeta");
+        self.remove(&name, &uuid)
     }
 
     fn unsupported(p: &Placement, t: &str) -> ActivateError {
