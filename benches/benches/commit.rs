@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use criterion::{criterion_group, criterion_main, Criterion};
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::edit::{self, LvSpec, PoolSpec, ThinSpec};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use lvmeta_tests::sandbox::Sandbox;
 
 const MIB: u64 = 1 << 20;

@@ -19,7 +19,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::lease::{self, sanlock::SanlockLeases, Host};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 
 fn bench(c: &mut Criterion) {
     let (Ok(lun), Ok(h1), Ok(h2)) = (

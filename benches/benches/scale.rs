@@ -31,11 +31,11 @@ use csi_shim::csi::{
 };
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::edit::{self, LvSpec, PoolSpec, ThinSpec};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use lvmeta::volume::{Mode, MODE_TAG};
 use lvmeta_tests::csi_hosts::{cap, create_request, Killed, MIB};
-use lvmeta_tests::workspace_bin;
 use lvmeta_tests::sandbox::Sandbox;
+use lvmeta_tests::workspace_bin;
 use tonic::transport::Channel;
 
 type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;
@@ -210,8 +210,8 @@ fn one_mode(c: &mut Criterion, mode: Mode, count: usize) {
     let t = Instant::now();
     {
         let dev = FileDevice::open_rw(std::path::Path::new(&sb.loops[0])).expect("open loop");
-        let s = Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>])
-            .with_lock_dir(sb.lock_dir());
+        let s =
+            Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]).with_lock_dir(sb.lock_dir());
         fill(&s, "vg", mode, count);
     }
     eprintln!(
@@ -232,7 +232,10 @@ fn one_mode(c: &mut Criterion, mode: Mode, count: usize) {
         mode.as_str()
     );
     drop(d);
-    for args in [&["vgck", "vg"][..], &["lvs", "-a", "--reportformat", "json", "vg"]] {
+    for args in [
+        &["vgck", "vg"][..],
+        &["lvs", "-a", "--reportformat", "json", "vg"],
+    ] {
         let t = Instant::now();
         let out = sb.lvm(args, None);
         eprintln!(
@@ -369,11 +372,11 @@ fn reads(g: &mut Group<'_>, d: &Driver, count: usize) {
     let id = format!("vg/{}", pvc(0xf111, count / 2));
     g.bench_function("get-volume", |b| {
         b.iter(|| {
-            d.rt.block_on(cl.controller_get_volume(
-                csi_shim::csi::ControllerGetVolumeRequest {
+            d.rt.block_on(
+                cl.controller_get_volume(csi_shim::csi::ControllerGetVolumeRequest {
                     volume_id: id.clone(),
-                },
-            ))
+                }),
+            )
             .expect("ControllerGetVolume")
         })
     });

@@ -21,7 +21,7 @@ use std::process::Command;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::ops::{Erase, EraseWith, Session};
+use lvmeta::session::{Erase, EraseWith, Session};
 use lvmeta::volume::{Mode, SizeRange, Volumes};
 use lvmeta_tests::sandbox::Sandbox;
 

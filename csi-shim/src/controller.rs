@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use lvmeta::ops::{Erase, Session};
+use lvmeta::session::{Erase, Session};
 use lvmeta::volume::{
     Condition, Content, Mode, Request as VolumeRequest, SizeRange, Snapshot, Volume, VolumeError,
     Volumes,

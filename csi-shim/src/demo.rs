@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use lvmeta::activate::loopdev::{self, LoopBackend};
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::edit::{SharedVg, VgSpec};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use tonic::transport::Channel;
 
 use crate::controller::Backend;

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use clap::Parser;
 use csi_shim::controller::Backend;
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 
 /// Command line of the driver: serve (the default), or a subcommand.
 #[derive(Debug, Parser)]
@@ -171,7 +171,7 @@ fn run(args: Args) -> Result<(), String> {
             ),
         );
     }
-    let erase = lvmeta::ops::Erase::parse(&args.wipe);
+    let erase = lvmeta::session::Erase::parse(&args.wipe);
     if erase.is_none() {
         tracing::warn!("--wipe none: deleted volumes' extents are freed without erasing them");
     }

@@ -22,20 +22,27 @@ pub fn from_volume(e: VolumeError) -> Status {
 
 /// The CSI code for a failed lvmeta call.
 pub fn from_lvmeta(e: lvmeta::Error) -> Status {
+    Status::new(code_of(&e), e.to_string())
+}
+
+fn code_of(e: &lvmeta::Error) -> tonic::Code {
     use lvmeta::lease::LeaseError;
     use lvmeta::Error as E;
+    use tonic::Code;
     match e {
-        E::VgNotFound(_) | E::LvNotFound { .. } => Status::not_found(e.to_string()),
+        E::VgNotFound(_) | E::LvNotFound { .. } => Code::NotFound,
         // In use on a node: waiting does not help until it is unstaged there.
         E::Lease(LeaseError::InUse { .. } | LeaseError::Orphan { .. })
-        | E::Activate(lvmeta::activate::ActivateError::InUse { .. }) => {
-            Status::failed_precondition(e.to_string())
-        }
+        | E::Activate(lvmeta::activate::ActivateError::InUse { .. }) => Code::FailedPrecondition,
         // Leases and lock files are contended or the lockspace is not started yet: retry.
         E::Lease(_) | E::Lock { .. } | E::SharedWithoutLeases(_) | E::MissingPvs { .. } => {
-            Status::unavailable(e.to_string())
+            Code::Unavailable
         }
-        e => Status::internal(e.to_string()),
+        // No room for the text: not until volumes are deleted or the areas are larger.
+        E::MetadataFull { .. } => Code::ResourceExhausted,
+        // The group commit this change joined failed: as its cause.
+        E::Group(cause) => code_of(cause),
+        _ => Code::Internal,
     }
 }
 

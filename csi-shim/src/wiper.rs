@@ -2,7 +2,7 @@
 //!
 //! DeleteVolume only hands a volume's extents to a wipe LV ([`lvmeta::volume`], "wipe"), so
 //! it answers at once whatever the volume's size. This thread finds every wipe LV of the
-//! served VGs, erases it ([`lvmeta::ops::Erase`]) and removes it: when kicked by a
+//! served VGs, erases it ([`lvmeta::session::Erase`]) and removes it: when kicked by a
 //! deletion, at start (wipes a crash or a failover left behind) and every [`POLL`]
 //! (another controller's leftovers). A wipe that fails (its LV mapped on this host, its
 //! lease held) is logged and tried again at the next pass.
@@ -80,7 +80,7 @@ pub fn pass(backend: &Backend, stop: &dyn Fn() -> bool) -> (usize, usize) {
             if stop() {
                 return (done, failed);
             }
-            let with = lvmeta::ops::EraseWith { how, host, stop };
+            let with = lvmeta::session::EraseWith { how, host, stop };
             match vols.wipe(&name, with) {
                 Ok(_) => done += 1,
                 Err(e) => {

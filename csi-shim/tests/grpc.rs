@@ -14,7 +14,7 @@ use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::volume_capability::{AccessMode, AccessType, MountVolume};
 use csi_shim::csi::*;
 use lvmeta::dev::{BlockDevice, MemDevice};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use tonic::Code;
 
 #[tokio::test]
@@ -428,7 +428,7 @@ async fn bad_requests() {
 
 /// The zeroing and discards of pool `pool` as the metadata on the LUN says.
 fn pool_options(d: &Driver, pool: &str) -> (bool, Option<String>) {
-    let s = lvmeta::ops::Session::new(vec![
+    let s = lvmeta::session::Session::new(vec![
         Box::new(d.lun.clone()) as Box<dyn lvmeta::dev::BlockDevice>
     ]);
     let vg = s.vg("vg").expect("vg");
@@ -544,7 +544,7 @@ async fn volume_condition_shows_an_unfinished_copy() {
         .await
         .expect("source");
     // What a controller that crashed in the middle of a linear clone leaves behind.
-    let s = lvmeta::ops::Session::new(vec![
+    let s = lvmeta::session::Session::new(vec![
         Box::new(d.lun.clone()) as Box<dyn lvmeta::dev::BlockDevice>
     ]);
     s.update("vg", "lvcreate", |vg| {

@@ -11,7 +11,7 @@ use common::*;
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::*;
 use lvmeta::dev::BlockDevice;
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 
 /// What the metadata on the LUN says: the pool's transaction id, queue length and tags.
 fn pool_state(d: &Driver, pool: &str) -> (u64, usize, Vec<String>, String) {

@@ -351,7 +351,7 @@ mod tests {
         }
         let mut lv = crate::edit::lv::new_lv(name, &LvSpec::linear(name, 1, stamp()), true);
         lv.segments = segs;
-        vg.lvs.push(lv);
+        vg.lvs.push(std::sync::Arc::new(lv));
     }
 
     fn create(vg: &mut Vg, name: &str, n: u32) -> Vec<Vec<Extents>> {

@@ -110,6 +110,23 @@ pub enum Error {
     /// Several VGs carry the requested name.
     #[error("Multiple VGs found with the same name \"{0}\"; rename one of them")]
     VgAmbiguous(String),
+    /// The VG's new text does not fit its metadata areas (lvm2 keeps the committed copy and
+    /// the new one both in an area, so a text may use about half of it).
+    #[error("VG {vg}: metadata area on {device} is full: the new text needs {size} bytes, the area takes at most {max}; make the VG's PVs with a larger --metadatasize (about 1.6 KB per thin volume, 0.35 KB per linear one, twice over), or remove LVs")]
+    MetadataFull {
+        /// VG name.
+        vg: String,
+        /// The device of the area.
+        device: String,
+        /// Bytes the new text needs, NUL included.
+        size: u64,
+        /// The largest text the area takes.
+        max: u64,
+    },
+    /// The group commit this change was part of failed (every change of the group shares
+    /// the error).
+    #[error("{0}")]
+    Group(std::sync::Arc<Error>),
 }
 
 /// Shorthand for results of this crate.

@@ -4,7 +4,7 @@
 //! (fixed binary headers and where they go, pure), [`text`] (generic config tree), [`model`]
 //! (typed VG and its validation), [`alloc`] and [`edit`] (what each verb changes, pure),
 //! [`scan`] (devices to VGs), [`history`] (older copies), [`commit`] (the write protocol),
-//! [`lockfile`] (lvm2's host-local locks), [`ops`] (the verbs with their I/O) and [`report`]
+//! [`lockfile`] (lvm2's host-local locks), [`session`] (the verbs with their I/O, and the commit pipeline) and [`report`]
 //! (lvm2-style `pvs`/`vgs`/`lvs`).
 
 pub mod activate;
@@ -24,9 +24,9 @@ pub mod lockfile;
 pub mod mda;
 pub mod model;
 pub mod names;
-pub mod ops;
 pub mod report;
 pub mod scan;
+pub mod session;
 #[cfg(test)]
 mod testing;
 pub mod text;

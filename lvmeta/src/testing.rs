@@ -2,7 +2,7 @@
 
 use crate::dev::{BlockDevice, MemDevice};
 use crate::edit::{Stamp, VgSpec};
-use crate::ops::Session;
+use crate::session::Session;
 
 /// A fixed creation stamp.
 pub fn stamp() -> Stamp {

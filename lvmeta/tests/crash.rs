@@ -16,7 +16,7 @@ use lvmeta::dev::{BlockDevice, Fault, FaultyDevice, MemDevice};
 use lvmeta::edit::{self, LvChange, LvSpec, PoolSpec, Stamp, ThinSpec, VgSpec};
 use lvmeta::layout::PvOptions;
 use lvmeta::model::Vg;
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use lvmeta::Error;
 
 const SIZE: u64 = 12 << 20;
@@ -260,7 +260,7 @@ fn normalise(vg: &Vg) -> Vg {
     v.id = fixed;
     v.header = lvmeta::model::Header::default();
     for lv in &mut v.lvs {
-        lv.id = fixed;
+        std::sync::Arc::make_mut(lv).id = fixed;
     }
     v
 }

@@ -7,7 +7,7 @@ use lvmeta::dev::{BlockDevice, MemDevice};
 use lvmeta::edit::{self, EditError, LvSpec, NewPv, PoolSpec, SharedVg, Stamp, ThinSpec, VgSpec};
 use lvmeta::layout::PvOptions;
 use lvmeta::model::{SegKind, ThinMessage, Vg};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use lvmeta::Error;
 
 fn stamp() -> Stamp {
@@ -202,18 +202,11 @@ fn metadata_that_does_not_fit_writes_nothing() {
         assert!(made < 1000, "the area never filled");
     };
     assert!(
-        matches!(
-            &err,
-            Error::Mda {
-                source: lvmeta::mda::MdaError::TooLarge { max: 29952, .. },
-                ..
-            }
-        ),
+        matches!(&err, Error::MetadataFull { max: 29952, size, .. } if *size > 29952),
         "{err}"
     );
     assert!(
-        err.to_string()
-            .contains("exceeds the maximum metadata size"),
+        err.to_string().contains("is full") && err.to_string().contains("--metadatasize"),
         "{err}"
     );
     // The VG is still the last good version.

@@ -10,7 +10,7 @@ use lvmeta::activate::Backend;
 use lvmeta::dev::{BlockDevice, MemDevice};
 use lvmeta::edit::{self, LvSpec, SharedVg, Stamp, VgSpec};
 use lvmeta::lease::{layout, FakeLeases, Host, LeaseError, LeaseManager, Mode, VgPlaces};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use lvmeta::Error;
 
 fn stamp() -> Stamp {
@@ -862,7 +862,7 @@ fn a_pool_held_by_a_node_is_changed_through_a_request() {
         name: "snap2".into(),
     };
     s.update("vg", "lvchange --addtag", |mut v| {
-        if let Some(l) = v.lvs.iter_mut().find(|l| l.name == "src-pool") {
+        if let Some(l) = v.lv_mut("src-pool") {
             l.tags.push(old.tag_at(1_000_000_000));
         }
         Ok(v)
@@ -878,7 +878,7 @@ fn a_pool_held_by_a_node_is_changed_through_a_request() {
 /// pool as its holder (the change, its delivery, the tag's removal), as csi-shim's node
 /// does.
 fn while_node_serves<T: Send>(
-    s: &lvmeta::ops::Session,
+    s: &lvmeta::session::Session,
     backend: &lvmeta::activate::FakeBackend,
     lv: &str,
     call: impl FnOnce() -> T + Send,

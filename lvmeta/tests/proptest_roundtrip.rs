@@ -266,14 +266,14 @@ proptest! {
         let template = vg.lvs[0].clone();
         vg.lvs.clear();
         for (i, n) in names.iter().enumerate() {
-            let mut lv = template.clone();
+            let mut lv = (*template).clone();
             lv.name = n.clone();
             lv.id = Uuid::random();
             lv.tags = vg.tags.clone();
             if let SegKind::Striped(s) = &mut lv.segments[0].kind {
                 s.areas = vec![Area::Pv { pv: 0, pe: i as u32 * 2 }];
             }
-            vg.lvs.push(lv);
+            vg.lvs.push(std::sync::Arc::new(lv));
         }
         for style in [Style::Raw, Style::File] {
             let text = vg.to_text(style, "proptest");

@@ -109,7 +109,7 @@ fn every_type_round_trips_and_unknown_stays_verbatim() {
         // lvm2's writer order puts hidden LVs last; every LV itself is unchanged.
         assert_eq!(back.lvs.len(), vg.lvs.len());
         for lv in &vg.lvs {
-            assert_eq!(back.lv(&lv.name), Some(lv), "{style:?}: {}", lv.name);
+            assert_eq!(back.lv(&lv.name), Some(&**lv), "{style:?}: {}", lv.name);
         }
         let again = Vg::from_text(&back.to_text(style, "test"))
             .expect("re-parses")

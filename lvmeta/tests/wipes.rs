@@ -9,7 +9,7 @@ use lvmeta::activate::{self, FakeBackend, Piece};
 use lvmeta::dev::{BlockDevice, MemDevice};
 use lvmeta::edit::{SharedVg, VgSpec};
 use lvmeta::lease::{layout, FakeLeases, Host, LeaseError, LeaseManager, Mode};
-use lvmeta::ops::{Erase, EraseWith, Session, END_BYTES};
+use lvmeta::session::{Erase, EraseWith, Session, END_BYTES};
 use lvmeta::volume::{Mode as VolMode, SizeRange, Volumes, WIPE_PREFIX, WIPE_TAG};
 use lvmeta::Error;
 

@@ -523,34 +523,36 @@ pub fn synthetic_vg_text(lvs: usize) -> String {
             ba: None,
         }],
         lvs: (0..lvs)
-            .map(|i| Lv {
-                name: format!("pvc-{i:08}-volume"),
-                id: Uuid::random(),
-                status: vec!["READ".into(), "WRITE".into(), "VISIBLE".into()],
-                flags: vec![],
-                tags: vec![format!("csi.volume={i}")],
-                creation: Some((1_796_208_360 + i as u64, "node-1".into())),
-                lock_args: None,
-                allocation_policy: None,
-                profile: None,
-                read_ahead: None,
-                major: None,
-                minor: None,
-                segments: vec![Segment {
-                    start_extent: 0,
-                    extent_count: 1,
-                    reshape_count: None,
-                    data_copies: None,
-                    type_flags: vec![],
-                    tags: vec![],
-                    kind: SegKind::Striped(Striped {
-                        stripe_size: None,
-                        areas: vec![Area::Pv {
-                            pv: 0,
-                            pe: u32::try_from(i).expect("index"),
-                        }],
-                    }),
-                }],
+            .map(|i| {
+                std::sync::Arc::new(Lv {
+                    name: format!("pvc-{i:08}-volume"),
+                    id: Uuid::random(),
+                    status: vec!["READ".into(), "WRITE".into(), "VISIBLE".into()],
+                    flags: vec![],
+                    tags: vec![format!("csi.volume={i}")],
+                    creation: Some((1_796_208_360 + i as u64, "node-1".into())),
+                    lock_args: None,
+                    allocation_policy: None,
+                    profile: None,
+                    read_ahead: None,
+                    major: None,
+                    minor: None,
+                    segments: vec![Segment {
+                        start_extent: 0,
+                        extent_count: 1,
+                        reshape_count: None,
+                        data_copies: None,
+                        type_flags: vec![],
+                        tags: vec![],
+                        kind: SegKind::Striped(Striped {
+                            stripe_size: None,
+                            areas: vec![Area::Pv {
+                                pv: 0,
+                                pe: u32::try_from(i).expect("index"),
+                            }],
+                        }),
+                    }],
+                })
             })
             .collect(),
         historical_lvs: Default::default(),
@@ -574,7 +576,7 @@ pub fn bench_stamp() -> lvmeta::edit::Stamp {
 
 /// One LV create + remove through the library (two commits): the step the commit and lease
 /// benchmarks time.
-pub fn create_remove_lv(s: &lvmeta::ops::Session, vg: &str, extents: u32) {
+pub fn create_remove_lv(s: &lvmeta::session::Session, vg: &str, extents: u32) {
     use lvmeta::edit::{self, LvSpec};
     s.update(vg, "lvcreate", |v| {
         edit::lv::create(v, &LvSpec::linear("bench", extents, bench_stamp())).map(|x| x.0)

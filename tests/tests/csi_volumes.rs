@@ -3,7 +3,7 @@
 //! reports equal to lvmeta's, the LVs and tags where the driver says).
 
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use lvmeta::volume::{Content, Mode, PoolOptions, SizeRange, Volumes};
 use lvmeta_tests::privileged;
 use lvmeta_tests::sandbox::Sandbox;
@@ -181,7 +181,7 @@ fn lvm2_judges_csi_volumes() {
     for w in &wipes {
         vols.wipe(
             w,
-            lvmeta::ops::EraseWith::plain(lvmeta::ops::Erase::ZeroOut),
+            lvmeta::session::EraseWith::plain(lvmeta::session::Erase::ZeroOut),
         )
         .expect("erase");
     }

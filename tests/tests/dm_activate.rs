@@ -11,7 +11,7 @@ use std::path::Path;
 
 use lvmeta::activate::dm::DmBackend;
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use lvmeta_tests::sandbox::Sandbox;
 use lvmeta_tests::sandbox::LVM2_ACTIVE as ACTIVE;
 use lvmeta_tests::{privileged, read_at, write_at};

@@ -11,7 +11,7 @@ use std::process::Command;
 use lvmeta::activate::loopdev::LoopBackend;
 use lvmeta::activate::{ActivateError, Backend};
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use lvmeta::Error;
 use lvmeta_tests::sandbox::Sandbox;
 use lvmeta_tests::{privileged, UnbindOver};

@@ -26,7 +26,7 @@ use csi_shim::csi::*;
 use csi_shim::node::{Node, NodeConfig};
 use lvmeta::activate::Piece;
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use lvmeta::volume::Volumes;
 use lvmeta_tests::sandbox::Sandbox;
 use lvmeta_tests::{privileged, UnbindOver};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use lvmeta::dev::{BlockDevice, Fault, FaultyDevice, MemDevice};
 use lvmeta::edit::{self, LvSpec, PoolSpec, Stamp, ThinSpec, VgSpec};
 use lvmeta::layout::PvOptions;
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use lvmeta::Error;
 use lvmeta_tests::privileged;
 use lvmeta_tests::sandbox::Sandbox;

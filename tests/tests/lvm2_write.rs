@@ -251,7 +251,7 @@ fn lvm2_reads_a_pool_whose_messages_were_delivered() {
     let tid = |sb: &Sandbox| sb.report_words("lvs", "transaction_id", &["vg/pool"]);
     assert_eq!(tid(&sb), ["1"]);
     let dev = FileDevice::open_rw(std::path::Path::new(a)).expect("open loop");
-    let s = lvmeta::ops::Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>])
+    let s = lvmeta::session::Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>])
         .with_lock_dir(sb.lock_dir());
     let backend = lvmeta::activate::FakeBackend::with_thin();
     let act = s

@@ -13,7 +13,7 @@ use lvmeta::activate::{self, Piece};
 use lvmeta::dev::{BlockDevice, Fault, FaultyDevice, MemDevice};
 use lvmeta::edit::VgSpec;
 use lvmeta::layout::PvOptions;
-use lvmeta::ops::{Erase, EraseWith, Session};
+use lvmeta::session::{Erase, EraseWith, Session};
 use lvmeta::volume::{Mode, SizeRange, Volumes};
 use lvmeta_tests::privileged;
 use lvmeta_tests::sandbox::Sandbox;

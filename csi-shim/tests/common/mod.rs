@@ -19,7 +19,7 @@ use lvmeta::activate::FakeBackend;
 use lvmeta::dev::{BlockDevice, MemDevice};
 use lvmeta::edit::VgSpec;
 use lvmeta::layout::PvOptions;
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 use tonic::transport::Channel;
 
 pub const MIB: i64 = 1 << 20;

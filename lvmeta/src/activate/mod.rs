@@ -5,7 +5,7 @@
 //! LVs of any shape; [`loopdev::LoopBackend`] exposes one-piece linear LVs as
 //! loop devices over the PV's device (offset and size limit, direct I/O, read-only when
 //! asked), for kernels without device-mapper; [`FakeBackend`] keeps activations in memory for
-//! tests. Leases are not taken here: [`crate::ops::Session::activate`] takes the LV's lease
+//! tests. Leases are not taken here: [`crate::session::Session::activate`] takes the LV's lease
 //! around a backend call.
 
 #[cfg(feature = "dm")]
@@ -411,8 +411,8 @@ impl Activation {
 
     /// Forgets the activation without releasing its lease, for a process about to end with
     /// the LV still in use: the host keeps the (persistent) lease as an orphan, so no other
-    /// host can take the LV, and [`crate::ops::Session::activate`] or
-    /// [`crate::ops::Session::deactivate`] of the next process adopts or releases it.
+    /// host can take the LV, and [`crate::session::Session::activate`] or
+    /// [`crate::session::Session::deactivate`] of the next process adopts or releases it.
     pub fn keep_lease(mut self) {
         // Shared with another activation of the pool: the last one to go keeps it.
         if let Some(Ok(l)) = self.lease.take().map(std::sync::Arc::try_unwrap) {

@@ -295,7 +295,7 @@ pub fn parse_pool_status(device: &str, line: &str) -> Result<PoolStatus, Activat
 mod tests {
     use super::*;
     use crate::edit::{self, LvSpec, PoolSpec, ThinSpec};
-    use crate::ops::Session;
+    use crate::session::Session;
     use crate::testing::{session_with_vg, stamp};
 
     fn thin(name: &str, origin: Option<&str>) -> ThinSpec {

@@ -1,6 +1,7 @@
 //! LV edits: create (linear, striped), remove, resize, rename, change.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use super::{finish, refused, EditError, Stamp};
 use crate::alloc::{Extents, FreeMap};
@@ -265,7 +266,7 @@ pub(crate) fn assign_lease(
             .take_while(|o| o + align <= size)
             .find(|o| used.binary_search(o).is_err());
         if let Some(offset) = free {
-            vg.lvs[index].lock_args = Some(format!("1.0.0:{offset}"));
+            Arc::make_mut(&mut vg.lvs[index]).lock_args = Some(format!("1.0.0:{offset}"));
             return Ok(());
         }
         let more = u32::try_from(LOCK_LV_EXTEND / 512 / u64::from(vg.extent_size))
@@ -291,7 +292,7 @@ pub(crate) fn create_in(vg: &mut Vg, spec: &LvSpec) -> Result<usize, EditError> 
     )?;
     let mut lv = new_lv(&name, spec, true);
     lv.segments = segments_of(&pieces, 0, stripe_size);
-    vg.lvs.push(lv);
+    vg.lvs.push(Arc::new(lv));
     let index = vg.lvs.len() - 1;
     if vg.is_shared() && !spec.internal {
         assign_lease(vg, index, spec.lease_align, &[])?;
@@ -348,7 +349,7 @@ pub fn hold(
     let linear: Vec<Vec<Extents>> = pieces.iter().map(|e| vec![*e]).collect();
     let mut lv = new_lv(&name, spec, true);
     lv.segments = segments_of(&linear, 0, None);
-    out.lvs.push(lv);
+    out.lvs.push(Arc::new(lv));
     let index = out.lvs.len() - 1;
     if out.is_shared() && !spec.internal {
         assign_lease(&mut out, index, spec.lease_align, avoid_leases)?;
@@ -405,7 +406,7 @@ pub(crate) fn grow(
         if room > 0 {
             let piece: Vec<Extents> = ends.iter().map(|e| Extents { len: room, ..*e }).collect();
             free.reserve(&piece);
-            if let Some(seg) = vg.lvs[index].segments.last_mut() {
+            if let Some(seg) = Arc::make_mut(&mut vg.lvs[index]).segments.last_mut() {
                 seg.extent_count += room * stripes;
             }
             per_stripe -= room;
@@ -413,7 +414,7 @@ pub(crate) fn grow(
     }
     if per_stripe > 0 {
         let pieces = free.allocate(&vg.name, &lv_name, stripes, per_stripe, pvs)?;
-        let lv = &mut vg.lvs[index];
+        let lv = Arc::make_mut(&mut vg.lvs[index]);
         let start = u32::try_from(lv.extents()).unwrap_or(u32::MAX);
         lv.segments.extend(segments_of(&pieces, start, stripe_size));
     }
@@ -422,7 +423,7 @@ pub(crate) fn grow(
 
 /// Cuts `vg.lvs[index]` down to `keep` extents (from the end).
 pub(crate) fn shrink(vg: &mut Vg, index: usize, keep: u32) {
-    let lv = &mut vg.lvs[index];
+    let lv = Arc::make_mut(&mut vg.lvs[index]);
     lv.segments.retain(|s| s.start_extent < keep);
     if let Some(last) = lv.segments.last_mut() {
         let end = last.start_extent + last.extent_count;
@@ -469,7 +470,7 @@ pub fn resize(
     }
     match out.lvs[i].segments.first().map(|s| &s.kind) {
         Some(SegKind::Thin(_)) => {
-            out.lvs[i].segments[0].extent_count = extents;
+            Arc::make_mut(&mut out.lvs[i]).segments[0].extent_count = extents;
         }
         Some(SegKind::ThinPool(_)) => super::thin::resize_pool(&mut out, i, extents, pvs)?,
         Some(SegKind::Striped(_)) if extents > current => {
@@ -540,11 +541,16 @@ pub(crate) fn rename_refs(vg: &mut Vg, from: &str, to: &str) {
         }
     };
     for lv in &mut vg.lvs {
-        if lv.name == from {
-            lv.name = to.to_owned();
+        // Only the LVs the rename touches are copied (the others stay shared).
+        let mut renamed = (**lv).clone();
+        if renamed.name == from {
+            renamed.name = to.to_owned();
         }
-        for seg in &mut lv.segments {
+        for seg in &mut renamed.segments {
             seg.kind.rename_lv(fix);
+        }
+        if renamed != **lv {
+            *lv = Arc::new(renamed);
         }
     }
 }
@@ -593,7 +599,7 @@ pub fn rename(vg: Vg, from: &str, to: &str) -> Result<Vg, EditError> {
 pub fn change(vg: Vg, name: &str, c: &LvChange) -> Result<Vg, EditError> {
     let mut out = vg;
     let i = lv_index(&out, name)?;
-    let lv = &mut out.lvs[i];
+    let lv = Arc::make_mut(&mut out.lvs[i]);
     apply_tags(&mut lv.tags, &c.add_tags, &c.del_tags)?;
     if let Some(p) = c.permission {
         let visible = lv.is_visible();

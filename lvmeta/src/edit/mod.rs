@@ -1,6 +1,6 @@
 //! Changes to a VG, as pure functions over the model: what `vgcreate`, `lvcreate`, `lvremove`
 //! and the other verbs decide before anything is written. Each takes a [`Vg`] and returns it
-//! changed (or an [`EditError`], the VG untouched); [`crate::ops`] adds the I/O around them.
+//! changed (or an [`EditError`], the VG untouched); [`crate::session`] adds the I/O around them.
 //!
 //! Every edit ends in [`finish`]: seqno + 1 and every check lvm2 makes on write.
 

@@ -6,6 +6,8 @@
 //! delivers the queue (`create_thin`, `create_snap`, `delete`, `set_transaction_id`) and
 //! clears it. lvmeta leaves the queue exactly as lvm2 leaves it when no pool is active.
 
+use std::sync::Arc;
+
 use super::lv::{assign_lease, create_in, grow, lv_index, new_lv, new_name, users};
 use super::{finish, refused, EditError, LvSpec, Stamp};
 use crate::model::{
@@ -100,7 +102,7 @@ pub fn change_pool(vg: Vg, name: &str, opts: &PoolOptions) -> Result<Vg, EditErr
     let mut out = vg;
     let vg_name = out.name.clone();
     let i = lv_index(&out, name)?;
-    let Some(p) = pool_mut(&mut out.lvs[i]) else {
+    let Some(p) = pool_mut(Arc::make_mut(&mut out.lvs[i])) else {
         return Err(refused(format!("{vg_name}/{name}"), "is not a thin pool"));
     };
     if let Some(z) = opts.zero {
@@ -160,7 +162,9 @@ fn spare(vg: &Vg) -> Option<usize> {
 }
 
 fn hidden(vg: &mut Vg, index: usize) {
-    vg.lvs[index].status.retain(|s| s != "VISIBLE");
+    Arc::make_mut(&mut vg.lvs[index])
+        .status
+        .retain(|s| s != "VISIBLE");
 }
 
 /// `lvcreate --type thin-pool`. Returns the VG and the pool's name.
@@ -237,7 +241,7 @@ pub fn create_pool(vg: Vg, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
             messages: Vec::new(),
         }),
     });
-    out.lvs.push(pool);
+    out.lvs.push(Arc::new(pool));
     let pi = out.lvs.len() - 1;
     if out.is_shared() {
         assign_lease(&mut out, pi, spec.data.lease_align, &[])?;
@@ -322,7 +326,7 @@ fn add_thin(out: &mut Vg, spec: &ThinSpec) -> Result<String, EditError> {
     let max_id = out
         .lvs
         .iter()
-        .filter_map(thin_of)
+        .filter_map(|l| thin_of(l))
         .filter(|t| t.thin_pool == spec.pool)
         .map(|t| t.device_id)
         .max()
@@ -354,8 +358,8 @@ fn add_thin(out: &mut Vg, spec: &ThinSpec) -> Result<String, EditError> {
             merge: None,
         }),
     });
-    out.lvs.push(lv);
-    if let Some(p) = pool_mut(&mut out.lvs[pi]) {
+    out.lvs.push(Arc::new(lv));
+    if let Some(p) = pool_mut(Arc::make_mut(&mut out.lvs[pi])) {
         queue(p, ThinMessage::Create(name.clone()));
     }
     Ok(name)
@@ -369,15 +373,19 @@ pub(crate) fn remove_thin(vg: &mut Vg, name: &str) -> Result<(), EditError> {
     };
     // Snapshots of it keep their data (the pool shares blocks); only the reference goes.
     for lv in &mut vg.lvs {
-        if let Some(SegKind::Thin(s)) = lv.segments.first_mut().map(|s| &mut s.kind) {
-            if s.origin.as_deref() == Some(name) {
-                s.origin = None;
-            }
+        let of_it = matches!(lv.segments.first().map(|s| &s.kind),
+            Some(SegKind::Thin(s)) if s.origin.as_deref() == Some(name));
+        if !of_it {
+            continue;
+        }
+        if let Some(SegKind::Thin(s)) = Arc::make_mut(lv).segments.first_mut().map(|s| &mut s.kind)
+        {
+            s.origin = None;
         }
     }
     vg.lvs.remove(i);
     let pi = lv_index(vg, &t.thin_pool)?;
-    if let Some(p) = pool_mut(&mut vg.lvs[pi]) {
+    if let Some(p) = pool_mut(Arc::make_mut(&mut vg.lvs[pi])) {
         let queued = p
             .messages
             .iter()
@@ -401,7 +409,7 @@ pub fn delivered(vg: Vg, name: &str, transaction_id: u64) -> Result<Vg, EditErro
     let mut out = vg;
     let vg_name = out.name.clone();
     let i = lv_index(&out, name)?;
-    let Some(p) = pool_mut(&mut out.lvs[i]) else {
+    let Some(p) = pool_mut(Arc::make_mut(&mut out.lvs[i])) else {
         return Err(refused(format!("{vg_name}/{name}"), "is not a thin pool"));
     };
     if p.transaction_id != transaction_id {
@@ -482,6 +490,6 @@ pub(crate) fn resize_pool(
     }
     let di = lv_index(vg, &p.pool)?;
     grow(vg, di, extents - current, pvs)?;
-    vg.lvs[index].segments[0].extent_count = extents;
+    Arc::make_mut(&mut vg.lvs[index]).segments[0].extent_count = extents;
     Ok(())
 }

@@ -161,7 +161,7 @@ pub fn create(spec: &VgSpec, pvs: &[NewPv], stamp: &Stamp) -> Result<Vg, EditErr
         let mut lv = LvSpec::linear("lvmlock", extents, stamp.clone());
         lv.internal = true;
         super::lv::create_in(&mut vg, &lv)?;
-        if let Some(l) = vg.lvs.iter_mut().find(|l| l.name == "lvmlock") {
+        if let Some(l) = vg.lv_mut("lvmlock") {
             l.status.retain(|s| s != "VISIBLE");
             l.read_ahead = Some(-1);
         }
@@ -209,7 +209,7 @@ pub fn reduce(vg: Vg, remove: &[usize]) -> Result<Vg, EditError> {
     let keep: Vec<usize> = (0..out.pvs.len()).filter(|i| !remove.contains(i)).collect();
     let new_index = |old: usize| keep.iter().position(|&k| k == old);
     for lv in &mut out.lvs {
-        for seg in &mut lv.segments {
+        for seg in &mut std::sync::Arc::make_mut(lv).segments {
             for a in seg.kind.areas_mut() {
                 if let crate::model::Area::Pv { pv, .. } = a {
                     *pv = new_index(*pv).unwrap_or(*pv);

@@ -449,11 +449,11 @@ impl LeaseRef {
         layout::lease_offset(&self.lock_args)
     }
 
-    /// The same LV in `new`, under the same lease.
-    fn kept_in<'a>(&self, new: &'a crate::model::Vg) -> Option<&'a crate::model::Lv> {
-        new.lvs
-            .iter()
-            .find(|l| l.id == self.id && l.lock_args.as_ref() == Some(&self.lock_args))
+    /// The same LV in `new` (by id), under the same lease.
+    fn kept_in<'a>(&self, new: &ById<'a>) -> Option<&'a crate::model::Lv> {
+        new.get(&self.id)
+            .copied()
+            .filter(|l| l.lock_args.as_ref() == Some(&self.lock_args))
     }
 }
 
@@ -698,8 +698,10 @@ impl Host {
         new: &crate::model::Vg,
         at: &VgPlaces,
     ) -> Result<(), LeaseError> {
+        let old: HashMap<crate::uuid::Uuid, &String> =
+            old.iter().map(|o| (o.id, &o.lock_args)).collect();
         for lv in &new.lvs {
-            let before = old.iter().find(|o| o.id == lv.id).map(|o| &o.lock_args);
+            let before = old.get(&lv.id).copied();
             if lv.lock_args.is_some() && before != lv.lock_args.as_ref() {
                 if let Some(r) = layout::lv_lease(new, &at.paths, &lv.name, at.geometry) {
                     self.manager.init_resource(&r)?;
@@ -794,10 +796,18 @@ fn gone<'a>(
     old: &'a [LeaseRef],
     new: &'a crate::model::Vg,
 ) -> impl Iterator<Item = (&'a LeaseRef, u64)> + 'a {
-    old.iter().filter_map(move |lv| match lv.kept_in(new) {
+    let new = by_id(new);
+    old.iter().filter_map(move |lv| match lv.kept_in(&new) {
         Some(_) => None,
         None => Some((lv, lv.offset()?)),
     })
+}
+
+/// The LVs of a VG by id.
+type ById<'a> = HashMap<crate::uuid::Uuid, &'a crate::model::Lv>;
+
+fn by_id(vg: &crate::model::Vg) -> ById<'_> {
+    vg.lvs.iter().map(|l| (l.id, &**l)).collect()
 }
 
 /// The thin pools of `old` still in `new`, under the same lease, whose [`PoolState`]
@@ -808,9 +818,10 @@ fn changed_pools<'a>(
     new: &'a crate::model::Vg,
     owned: &'a [crate::uuid::Uuid],
 ) -> impl Iterator<Item = (&'a LeaseRef, u64)> + 'a {
+    let new = by_id(new);
     old.iter().filter_map(move |lv| {
         let before = lv.pool.as_ref()?;
-        let now = lv.kept_in(new)?;
+        let now = lv.kept_in(&new)?;
         if pool_state(now).as_ref() == Some(before) || owned.contains(&lv.id) {
             return None;
         }

@@ -9,6 +9,8 @@ mod read;
 mod segment;
 pub mod validate;
 
+use std::sync::Arc;
+
 use crate::names;
 use crate::text::{self, Emitter, Style, Tree};
 use crate::uuid::Uuid;
@@ -193,8 +195,9 @@ pub struct Vg {
     pub metadata_copies: Option<u32>,
     /// PVs in VG order.
     pub pvs: Vec<Pv>,
-    /// LVs in text order.
-    pub lvs: Vec<Lv>,
+    /// LVs in text order; shared between versions of the VG (an edit copies only the LVs
+    /// it changes, see [`Vg::lv_mut`]).
+    pub lvs: Vec<Arc<Lv>>,
     /// `historical_logical_volumes`, kept verbatim.
     pub historical_lvs: Tree<'static>,
     /// The top-level fields of the text this VG was read from.
@@ -271,7 +274,15 @@ impl Vg {
 
     /// The LV named `name`.
     pub fn lv(&self, name: &str) -> Option<&Lv> {
-        self.lvs.iter().find(|l| l.name == name)
+        self.lvs.iter().find(|l| l.name == name).map(|l| &**l)
+    }
+
+    /// The LV named `name`, to change (copied first when another version shares it).
+    pub fn lv_mut(&mut self, name: &str) -> Option<&mut Lv> {
+        self.lvs
+            .iter_mut()
+            .find(|l| l.name == name)
+            .map(Arc::make_mut)
     }
 
     /// Reads a VG from a parsed text (a metadata copy or a backup file).
@@ -506,7 +517,7 @@ fn read_lvs(
             ));
         }
         segments.sort_by_key(|s| s.start_extent);
-        vg.lvs.push(Lv {
+        vg.lvs.push(Arc::new(Lv {
             name: lv_sec.tree.key(n).to_owned(),
             id: parse_id(&ls, id)?,
             status,
@@ -520,7 +531,7 @@ fn read_lvs(
             major: ls.opt_int(major)?,
             minor: ls.opt_int(minor)?,
             segments,
-        });
+        }));
     }
     Ok(())
 }
@@ -582,7 +593,8 @@ fn export(vg: &Vg, mut e: Emitter, generator: &str) -> String {
         e.open("logical_volumes");
         // Visible LVs first, then hidden ones, each in model order (one pass over the status
         // lists).
-        let (visible, hidden): (Vec<&Lv>, Vec<&Lv>) = vg.lvs.iter().partition(|l| l.is_visible());
+        let (visible, hidden): (Vec<&Lv>, Vec<&Lv>) =
+            vg.lvs.iter().map(|l| &**l).partition(|l| l.is_visible());
         for lv in visible.into_iter().chain(hidden) {
             e.blank();
             write_lv(&mut e, lv, locked, &pv_keys);

@@ -97,7 +97,7 @@ pub fn check_write(vg: &Vg) -> Result<(), ModelError> {
         .lvs
         .iter()
         .filter_map(|l| match &l.segments.first()?.kind {
-            SegKind::Thin(t) => Some((t.thin_pool.as_str(), t.device_id, l)),
+            SegKind::Thin(t) => Some((t.thin_pool.as_str(), t.device_id, &**l)),
             _ => None,
         })
         .collect();
@@ -191,7 +191,7 @@ impl<'v> ByName<'v> {
             foldhash::fast::RandomState::default(),
         );
         let mut duplicate = None;
-        for l in &vg.lvs {
+        for l in vg.lvs.iter().map(|l| &**l) {
             if map.insert(l.name.as_str(), l).is_some() && duplicate.is_none() {
                 duplicate = Some(l);
             }

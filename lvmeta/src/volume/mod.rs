@@ -22,7 +22,7 @@ use crate::alloc::UsedMap;
 pub use crate::edit::thin::PoolOptions;
 use crate::edit::{self, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
 use crate::model::{SegKind, Vg};
-use crate::ops::Session;
+use crate::session::Session;
 
 /// The tag prefix marking a volume's LV and telling its mode.
 pub const MODE_TAG: &str = "lvmeta.csi/mode=";
@@ -288,7 +288,7 @@ impl<'s> Volumes<'s> {
     }
 
     /// One commit of `edit` (see [`Session::update`]), as the holder of `self.holding`.
-    fn update<R: crate::ops::Edited>(
+    fn update<R: crate::session::Edited>(
         &self,
         verb: &str,
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
@@ -298,7 +298,7 @@ impl<'s> Volumes<'s> {
 
     /// [`Volumes::update`] that also clears the ends of the new LVs named in `clear` (see
     /// [`Session::update_clearing`]).
-    fn update_clearing<R: crate::ops::Edited>(
+    fn update_clearing<R: crate::session::Edited>(
         &self,
         verb: &str,
         clear: &[&str],
@@ -454,7 +454,7 @@ impl<'s> Volumes<'s> {
 
     /// A linear clone: the new linear volume `name` is made tagged [`CLONE_PENDING_TAG`],
     /// the bytes of the linear volume `src` are copied into it through the session's
-    /// devices ([`crate::ops::Session::copy_lv`], under both LV leases), and the tag is
+    /// devices ([`crate::session::Session::copy_lv`], under both LV leases), and the tag is
     /// removed. A copy that fails removes the new volume again; a request that finds the
     /// volume still pending (an earlier attempt was cut short by a crash) copies again; one
     /// whose pending clone has another source is refused.

@@ -329,7 +329,7 @@ impl Volumes<'_> {
     /// Removes request `r` (every posting of it) from pool `pool`: done, or given up.
     pub fn finish(&self, pool: &str, r: &Request) -> Result<(), VolumeError> {
         self.update("lvchange --deltag", |mut vg| {
-            if let Some(l) = vg.lvs.iter_mut().find(|l| l.name == pool) {
+            if let Some(l) = vg.lv_mut(pool) {
                 l.tags.retain(|t| !r.is_posted_by(t));
             }
             Ok(vg)
@@ -379,14 +379,10 @@ impl Volumes<'_> {
         let tag = r.tag_at(now_secs());
         self.update("lvchange --addtag", |mut vg| {
             let name = vg.name.clone();
-            let l = vg
-                .lvs
-                .iter_mut()
-                .find(|l| l.name == pool)
-                .ok_or_else(|| EditError::NoLv {
-                    vg: name,
-                    lv: pool.clone(),
-                })?;
+            let l = vg.lv_mut(&pool).ok_or_else(|| EditError::NoLv {
+                vg: name,
+                lv: pool.clone(),
+            })?;
             if !l.tags.iter().any(|t| r.is_posted_by(t)) {
                 l.tags.push(tag.clone());
             }

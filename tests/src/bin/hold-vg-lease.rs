@@ -17,7 +17,7 @@ use std::time::Duration;
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::edit::{self, LvSpec, Stamp};
 use lvmeta::lease::{sanlock::SanlockLeases, Geometry, Host, Mode, VgPlaces};
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

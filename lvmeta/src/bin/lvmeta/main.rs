@@ -185,7 +185,7 @@ fn report_cmd(kind: Kind, a: &ReportArgs, segments: bool) -> CmdResult {
         .iter()
         .map(|n| n.split('/').next().unwrap_or(n))
         .collect();
-    let mut session = lvmeta::ops::Session::new(open_devices(&a.dev));
+    let mut session = lvmeta::session::Session::new(open_devices(&a.dev));
     if let Some(h) = a.lock.host()? {
         session = session.with_host(h);
     }

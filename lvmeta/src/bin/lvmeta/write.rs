@@ -1,4 +1,4 @@
-//! The verbs that change metadata: argument parsing in lvm2's style, then one `ops` call.
+//! The verbs that change metadata: argument parsing in lvm2's style, then one `session` call.
 
 use std::path::PathBuf;
 
@@ -11,7 +11,7 @@ use lvmeta::edit::{
 };
 use lvmeta::layout::PvOptions;
 use lvmeta::model::Vg;
-use lvmeta::ops::Session;
+use lvmeta::session::Session;
 
 use super::{failed, system_block_devices, CmdResult, DeviceArgs, EINVALID_CMD_LINE};
 

@@ -13,7 +13,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{covering_lease, places, Session, COPY_CHUNK};
+use super::activation::covering_lease;
+use super::{places, Session, COPY_CHUNK};
 use crate::activate::{self, Backend, Layout, Piece};
 use crate::commit::{flush, io_err, write};
 use crate::lease;
@@ -243,23 +244,30 @@ impl Session {
         Ok(true)
     }
 
-    /// Before the commit that adds them: zeroes the metadata LV of every thin pool of `out`
-    /// not among the `old` pools, as lvm2 does (`allocation/zero_metadata`), so that the kernel
-    /// formats fresh pool metadata at the first activation instead of finding a deleted
-    /// pool's. The extents are still free in the committed VG, so a crash here loses nothing.
-    /// Not for a restore: a restored pool's metadata holds its thin devices.
-    pub(super) fn zero_new_pool_metadata(
+    /// Before the commit that adds them, zeroes (all with one flush per device):
+    /// - the metadata LV of every thin pool of `out` whose id is in `new_pools`, as lvm2
+    ///   does (`allocation/zero_metadata`), so that the kernel formats fresh pool metadata at
+    ///   the first activation instead of finding a deleted pool's (never for a restore: a
+    ///   restored pool's metadata holds its thin devices);
+    /// - the first and last [`END_BYTES`] of the linear LVs named in `clears` that `out` has
+    ///   under another id than the one given (new LVs; an LV that was there already is never
+    ///   touched), so that no stale filesystem or partition signature shows through (lvm2's
+    ///   `wipe_signatures_when_zeroing_new_lvs`).
+    ///
+    /// The extents are still free in the committed VG, so a crash here loses nothing.
+    pub(super) fn zero_new_lvs(
         &self,
         out: &Vg,
-        old: &[Uuid],
+        new_pools: &[Uuid],
+        clears: &[(String, Option<Uuid>)],
         paths: &[Option<String>],
     ) -> Result<(), Error> {
-        let new_meta: Vec<&str> = out
+        let mut runs = Vec::new();
+        let new_meta = out
             .lvs
             .iter()
-            .filter(|l| l.pool().is_some() && !old.contains(&l.id))
-            .filter_map(|l| Some(l.pool()?.metadata.as_str()))
-            .collect();
+            .filter(|l| new_pools.contains(&l.id))
+            .filter_map(|l| Some(l.pool()?.metadata.as_str()));
         for meta in new_meta {
             let Layout::Linear(pieces) = activate::place(out, meta, paths)?.layout else {
                 return Err(Error::Device {
@@ -267,25 +275,10 @@ impl Session {
                     why: "thin pool metadata LVs are linear".into(),
                 });
             };
-            self.zero_runs(&pieces)?;
-            tracing::debug!(vg = %out.name, lv = meta, "zeroed new thin pool metadata");
+            runs.extend(pieces);
+            tracing::debug!(vg = %out.name, lv = meta, "zeroing new thin pool metadata");
         }
-        Ok(())
-    }
-
-    /// Before the commit that adds them: zeroes the first and last [`END_BYTES`] of the
-    /// linear LVs named in `names` that `out` has under another id than `before` gave (new
-    /// LVs; an LV that was there already is never touched), so that no stale filesystem or
-    /// partition signature shows through (lvm2's `wipe_signatures_when_zeroing_new_lvs`).
-    /// The extents are still free in the committed VG, so a crash here loses nothing.
-    pub(super) fn clear_new_ends(
-        &self,
-        out: &Vg,
-        names: &[&str],
-        before: &[Option<Uuid>],
-        paths: &[Option<String>],
-    ) -> Result<(), Error> {
-        for (name, old) in names.iter().zip(before) {
+        for (name, old) in clears {
             let Some(lv) = out.lv(name) else { continue };
             if Some(lv.id) == *old {
                 continue;
@@ -298,12 +291,11 @@ impl Session {
                 });
             };
             let n = p.bytes.min(END_BYTES);
-            let mut runs = activate::plan::byte_runs(pieces, 0, n);
+            runs.extend(activate::plan::byte_runs(pieces, 0, n));
             runs.extend(activate::plan::byte_runs(pieces, p.bytes - n, n));
-            self.zero_runs(&runs)?;
-            tracing::debug!(vg = %out.name, lv = name, "cleared the ends of a new LV");
+            tracing::debug!(vg = %out.name, lv = %name, "clearing the ends of a new LV");
         }
-        Ok(())
+        self.zero_runs(&runs)
     }
 
     /// Zeroes every run, durably.
@@ -340,7 +332,6 @@ impl Session {
                 _ => check_unmapped(host, &name, &placement.pieces()),
             }
         });
-        self.keep(scan);
         result
     }
 }

@@ -1,0 +1,196 @@
+//! Activation on this host: an LV's device brought up, refreshed and taken down through an
+//! [`activate::Backend`], under the LV's lease (a thin LV's: its pool's) in a shared VG.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{places, Session};
+use crate::activate::{self, Activation, Backend, Layout, Placement};
+use crate::edit;
+use crate::lease;
+use crate::model::Vg;
+use crate::Error;
+
+impl Session {
+    /// Activates LV `lv` of `vg` on this host through `backend`, as `lvchange -ay` (`-asy`
+    /// with `shared`) does with lvmlockd: the VG read under its lease shared, the LV's lease
+    /// (a thin LV's: its pool's) taken exclusively, or shared for shared activation, and held
+    /// by the returned [`Activation`] for as long as it lives. A lease another host holds in a
+    /// conflicting mode fails at once with [`lease::LeaseError::Busy`].
+    pub fn activate(
+        &self,
+        vg: &str,
+        lv: &str,
+        shared: bool,
+        read_only: bool,
+        backend: &dyn Backend,
+    ) -> Result<Activation, Error> {
+        let (scan, locks) = self.read_locked(&[vg])?;
+        let sv = scan.vg(vg)?;
+        let at = places(&scan, sv);
+        let placement = activate::place(&sv.vg, lv, &at.paths)?;
+        let mode = if shared {
+            lease::Mode::Shared
+        } else {
+            lease::Mode::Exclusive
+        };
+        let lease = match self.host_for(&sv.vg)? {
+            Some(h) => {
+                h.check_joined(&sv.vg, &at)?;
+                let (owner, r) = covering_lease(&sv.vg, &at, lv)?;
+                let key = format!("{vg}/{owner}");
+                let mut pools = self.pool_leases.lock().unwrap_or_else(|p| p.into_inner());
+                // A thin pool's lease held for another of its thin LVs active here covers
+                // this one too (lvmlockd's lock of the pool, as a count).
+                let shared_hold = match (&placement.layout, pools.get(&key)) {
+                    (Layout::Thin { .. }, Some((m, w))) if *m == mode => w.upgrade(),
+                    _ => None,
+                };
+                let held = match shared_hold {
+                    Some(held) => held,
+                    None => {
+                        // Persistent, as lvmlockd takes it: should this process end while
+                        // the LV is active, the host keeps the lease as an orphan and the LV
+                        // stays protected; the next process adopts it here, or releases it
+                        // on deactivation.
+                        h.manager.acquire_persistent(&r, mode)?;
+                        let held = Arc::new(lease::Held::new(h.clone(), r, "LV"));
+                        if matches!(placement.layout, Layout::Thin { .. }) {
+                            pools.retain(|_, (_, w)| w.strong_count() > 0);
+                            pools.insert(key, (mode, Arc::downgrade(&held)));
+                        }
+                        held
+                    }
+                };
+                Some((held, mode))
+            }
+            None => None,
+        };
+        drop(locks);
+        // Without leases, this session's count of the pool stands in for its lease.
+        let local = match (&lease, &placement.layout) {
+            (None, Layout::Thin { pool, .. } | Layout::Pool(pool)) => {
+                Some(self.local_pools.hold(vg, &pool.name))
+            }
+            _ => None,
+        };
+        // The activation owns the lease from here: a backend failure releases it.
+        let mut held = Activation::new(placement, PathBuf::new(), lease);
+        if let Some(h) = local {
+            held = held.with_local_hold(h);
+        }
+        held.device = backend.activate(&held.placement, read_only)?;
+        self.clear_delivered(&held.placement, "lvchange -ay")?;
+        Ok(held)
+    }
+
+    /// After the backend brought `p`'s kernel pool to the metadata's transaction id: clears
+    /// the pool's queue, or the next change would join messages already sent without a new
+    /// transaction id (lvm2's `update_pool_lv`). The caller holds the pool's lease.
+    fn clear_delivered(&self, p: &Placement, verb: &str) -> Result<(), Error> {
+        if let Layout::Thin { pool, .. } | Layout::Pool(pool) = &p.layout {
+            if !pool.messages.is_empty() {
+                let (name, tid) = (pool.name.as_str(), pool.transaction_id);
+                self.update_holding(&p.vg, verb, &[name], |v| {
+                    edit::thin::delivered(v, name, tid)
+                })?;
+                tracing::info!(vg = %p.vg, pool = name, transaction_id = tid, "cleared the delivered thin pool messages");
+            }
+        }
+        Ok(())
+    }
+
+    /// Where LV `lv` of `vg` is on this host's devices, from a fresh scan.
+    fn placement(&self, vg: &str, lv: &str) -> Result<Placement, Error> {
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        Ok(activate::place(&sv.vg, lv, &places(&scan, sv).paths)?)
+    }
+
+    /// Removes LV `lv`'s device on this host, found from the metadata (an activation whose
+    /// [`Activation`] is gone, as after a restart), then releases the orphan of its lease
+    /// (a thin LV's: its pool's, unless another thin LV of the pool is still active here)
+    /// that the ended process left.
+    pub fn deactivate(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<(), Error> {
+        let scan = self.scan();
+        let sv = scan.vg(vg)?;
+        let at = places(&scan, sv);
+        backend.deactivate(&activate::place(&sv.vg, lv, &at.paths)?)?;
+        let Some(h) = self.host_for(&sv.vg)? else {
+            return Ok(());
+        };
+        let Ok((owner, r)) = covering_lease(&sv.vg, &at, lv) else {
+            return Ok(());
+        };
+        // Another active thin LV of the pool still needs the pool's lease.
+        for other in sv.vg.lvs.iter().filter(|l| l.name != lv) {
+            if other.thin_pool() == Some(owner) {
+                if let Ok(p) = activate::place(&sv.vg, &other.name, &at.paths) {
+                    if backend.active(&p)?.is_some() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        if h.manager.release_orphans(&r)? > 0 {
+            tracing::info!(
+                vg,
+                lv = owner,
+                "released the orphan lease an ended process left"
+            );
+        }
+        Ok(())
+    }
+
+    /// The device of LV `lv` when it is active on this host.
+    pub fn active_device(
+        &self,
+        vg: &str,
+        lv: &str,
+        backend: &dyn Backend,
+    ) -> Result<Option<PathBuf>, Error> {
+        Ok(backend.active(&self.placement(vg, lv)?)?)
+    }
+
+    /// Whether LV `lv` is live in this host's kernel: active, or (a thin pool) up under an
+    /// active thin LV although the pool LV itself is not active, as lvm2 counts it.
+    pub fn live(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<bool, Error> {
+        live(backend, &self.placement(vg, lv)?)
+    }
+
+    /// Brings an active LV's device up to the metadata (`lvchange --refresh`): its size after
+    /// `lvextend`; for a thin LV also its pool's size and the pool's queued messages, which
+    /// are then cleared. The caller holds the LV's lease (a thin LV's: its pool's).
+    pub fn refresh(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Placement, Error> {
+        let placement = self.placement(vg, lv)?;
+        // Not live here: nothing to bring up to date, and no queue delivered to clear.
+        if !live(backend, &placement)? {
+            return Ok(placement);
+        }
+        backend.refresh(&placement)?;
+        self.clear_delivered(&placement, "lvchange --refresh")?;
+        Ok(placement)
+    }
+}
+
+/// The LV whose lease covers LV `lv` of `vg` (a thin LV's pool; any other LV itself), with
+/// that lease.
+pub(super) fn covering_lease<'a>(
+    vg: &'a Vg,
+    at: &lease::VgPlaces,
+    lv: &'a str,
+) -> Result<(&'a str, lease::ResourceSpec), lease::LeaseError> {
+    let owner = vg.lv(lv).and_then(|l| l.thin_pool()).unwrap_or(lv);
+    let r = lease::layout::lv_lease(vg, &at.paths, owner, at.geometry).ok_or_else(|| {
+        lease::LeaseError::Manager {
+            what: format!("LV {}/{owner}", vg.name),
+            why: "has no lease (lock_args) in a shared VG".into(),
+        }
+    })?;
+    Ok((owner, r))
+}
+
+/// See [`Session::live`].
+fn live(backend: &dyn Backend, p: &Placement) -> Result<bool, Error> {
+    Ok(backend.active(p)?.is_some() || backend.pool_status(p)?.is_some())
+}

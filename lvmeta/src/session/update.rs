@@ -1,0 +1,505 @@
+//! The commit pipeline: every change of a VG's LVs goes through [`Session::update`] (or a
+//! variant of it) and reads top to bottom in [`Session::change`]:
+//! 1. the caller's turn (`group.rs`): lead the VG's next group, or join the open one;
+//! 2. the leader takes lvm2's VG file lock and the [`Guard`] (a shared VG's lease, or this
+//!    session's pool holds in a VG without leases), and reads the VG under it
+//!    ([`Session::begin`]);
+//! 3. each edit of the group applied in turn ([`Session::apply`]): pure ([`crate::edit`],
+//!    which validates), then checked by the guard (an LV removed or a pool changed that
+//!    another holder uses); a failing edit fails its caller alone;
+//! 4. the group written ([`Session::write_group`]): new LV leases, new pools' metadata
+//!    zeroed, new LVs' ends cleared, ONE commit (two ordered writes per area: `write.rs`),
+//!    the leases of removed LVs released and freed, the new VG published to readers, the
+//!    guard released with the new seqno.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::group::{Outcome, Turn};
+use super::{members, places, writable, Session};
+use crate::edit::{self, EditError};
+use crate::lease;
+use crate::lockfile::{FileLock, Resource};
+use crate::model::Vg;
+use crate::scan::Scan;
+use crate::uuid::Uuid;
+use crate::Error;
+
+pub(super) use super::write::metadata_use;
+pub use super::write::MetadataUse;
+
+/// What an edit passed to [`Session::update`] returns: the changed VG, alone or with a
+/// value for the caller (the edit functions of [`crate::edit`] return one or the other).
+pub trait Edited {
+    /// What the caller gets back.
+    type Value;
+    /// The VG and the value.
+    fn split(self) -> (Vg, Self::Value);
+}
+
+impl Edited for Vg {
+    type Value = ();
+    fn split(self) -> (Vg, ()) {
+        (self, ())
+    }
+}
+
+impl<T> Edited for (Vg, T) {
+    type Value = T;
+    fn split(self) -> (Vg, T) {
+        self
+    }
+}
+
+/// How a change is made.
+struct Change<'a> {
+    /// Its verb, in the metadata's description.
+    verb: &'a str,
+    /// Thin pools whose leases the caller holds (where they are active).
+    owned: &'a [&'a str],
+    /// Pools the VG did not have are new (their metadata LV is zeroed), not restored from a
+    /// backup (left as they are).
+    new_pools_are_new: bool,
+    /// New linear LVs whose ends are cleared.
+    clear_ends: &'a [&'a str],
+    /// Written as a group of its own (a restore or repair replaces the whole VG).
+    alone: bool,
+}
+
+impl<'a> Change<'a> {
+    fn new(verb: &'a str, owned: &'a [&'a str], clear_ends: &'a [&'a str]) -> Self {
+        Self {
+            verb,
+            owned,
+            new_pools_are_new: true,
+            clear_ends,
+            alone: false,
+        }
+    }
+}
+
+/// What guards a VG while a group of its changes is formed and written.
+enum Guard {
+    /// A shared VG: its VG lease, held exclusively by this host.
+    Leased(VgHold),
+    /// A VG without leases (local, or `--nolocking`): lvm2's file lock alone; this session's
+    /// thin pool activations stand in for pool leases.
+    Local,
+}
+
+/// A shared VG's lease, held exclusively; dropped unreleased (an error path), it is
+/// released unchanged.
+struct VgHold {
+    host: lease::Host,
+    lease: Option<lease::ResourceSpec>,
+    at: lease::VgPlaces,
+}
+
+impl Guard {
+    /// Releases the VG lease; lvmlockd hosts learn a committed seqno from its value block.
+    fn release(self, seqno: Option<u32>) -> Result<(), Error> {
+        if let Guard::Leased(mut h) = self {
+            if let Some(r) = h.lease.take() {
+                h.host.unlock_vg(&r, seqno.map(lease::Lvb::for_seqno))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for VgHold {
+    fn drop(&mut self) {
+        if let Some(r) = self.lease.take() {
+            self.host.release_or_warn(&r, "VG");
+        }
+    }
+}
+
+/// A group being formed: the VG as its edits leave it, and what they need written.
+pub(super) struct Bench {
+    /// The scan the group started from, read under the guard.
+    scan: Arc<Scan>,
+    /// The VG as the group's edits leave it.
+    vg: Vg,
+    guard: Guard,
+    /// Edits that went in.
+    edits: usize,
+    /// Their verbs, each once.
+    verbs: Vec<String>,
+    /// Ids of the VG's thin pools, at the start or made by the group's edits.
+    pools: HashSet<Uuid>,
+    /// Pools the group's edits made new: their metadata LVs are zeroed.
+    new_pools: Vec<Uuid>,
+    /// LVs whose ends are cleared if new: the name, and the id an LV of that name had
+    /// before the edit.
+    clears: Vec<(String, Option<Uuid>)>,
+    /// Leases the guard took for removed LVs or changed pools: released after the commit.
+    locked: lease::Locked,
+}
+
+impl Session {
+    /// Applies `edit` to the VG under its lock (and, in a shared VG, its VG lease) and commits
+    /// the VG it returns; `verb` names the change in the metadata's description. The edit gets
+    /// the VG by value (a copy that shares its LVs with the cached one: an edit copies only
+    /// the LVs it changes) and returns the changed VG with whatever the caller wants back
+    /// (a new LV's name, say). Concurrent changes of one VG are committed together.
+    pub fn update<R: Edited>(
+        &self,
+        vg: &str,
+        verb: &str,
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, Error> {
+        self.change(vg, &Change::new(verb, &[], &[]), edit)
+    }
+
+    /// [`Session::update`] by the holder of the leases of the thin pools named in `owned`
+    /// (the host where they are active), whose changes then need no lease of their own.
+    pub fn update_holding<R: Edited>(
+        &self,
+        vg: &str,
+        verb: &str,
+        owned: &[&str],
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, Error> {
+        self.change(vg, &Change::new(verb, owned, &[]), edit)
+    }
+
+    /// [`Session::update_holding`] that also zeroes the first and last MiB
+    /// ([`super::END_BYTES`]) of the linear LVs named in `clear` that the edit creates,
+    /// before the commit that adds them (an LV of that name that was there already is left
+    /// alone).
+    pub fn update_clearing<R: Edited>(
+        &self,
+        vg: &str,
+        verb: &str,
+        owned: &[&str],
+        clear: &[&str],
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, Error> {
+        self.change(vg, &Change::new(verb, owned, clear), edit)
+    }
+
+    /// `vgck --updatemetadata`: writes the VG's newest version again, as a new seqno, to
+    /// every area, repairing areas left behind by a crash or holding a damaged header.
+    pub fn repair(&self, vg: &str) -> Result<Vg, Error> {
+        self.forget();
+        let how = Change {
+            alone: true,
+            ..Change::new("vgck --updatemetadata", &[], &[])
+        };
+        self.change(vg, &how, |mut out| {
+            edit::finish(&mut out)?;
+            Ok(out)
+        })?;
+        self.vg(vg)
+    }
+
+    /// `vgcfgrestore`: writes `from` (a backup or an older copy) as the VG's next version.
+    /// Its PVs must be the VG's PVs.
+    pub fn restore(&self, vg: &str, from: &Vg) -> Result<Vg, Error> {
+        let how = Change {
+            new_pools_are_new: false,
+            alone: true,
+            ..Change::new("vgcfgrestore", &[], &[])
+        };
+        self.change(vg, &how, |cur| {
+            let mut out = from.clone();
+            let mut ids: Vec<_> = out.pvs.iter().map(|p| p.id).collect();
+            let mut cur_ids: Vec<_> = cur.pvs.iter().map(|p| p.id).collect();
+            ids.sort_unstable();
+            cur_ids.sort_unstable();
+            if ids != cur_ids || out.name != cur.name {
+                return Err(EditError::Refused {
+                    object: vg.to_owned(),
+                    why: "the backup names other PVs or another VG".into(),
+                });
+            }
+            out.seqno = out.seqno.max(cur.seqno);
+            edit::finish(&mut out)?;
+            Ok(out)
+        })?;
+        self.vg(vg)
+    }
+
+    /// [`Session::update`] as `how` says: the pipeline, top to bottom.
+    fn change<R: Edited>(
+        &self,
+        vg: &str,
+        how: &Change<'_>,
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, Error> {
+        let mut member = match self.groups.turn(vg, how.alone) {
+            Turn::Lead => return self.lead(vg, how, edit),
+            Turn::Join(m) => m,
+        };
+        let value = self.apply(member.bench(), how, edit);
+        let group = member.applied(value.is_ok());
+        let value = value?;
+        let Some(group) = group else {
+            return Err(Error::Device {
+                device: vg.to_owned(),
+                why: "internal: the group commit closed before this change joined it".into(),
+            });
+        };
+        match self.groups.outcome(vg, group) {
+            Ok(_) => Ok(value),
+            Err(e) => Err(Error::Group(e)),
+        }
+    }
+
+    /// Leads a group: begins it, applies the leader's own edit, gathers the members' edits,
+    /// writes the group and posts the outcome to the members.
+    fn lead<R: Edited>(
+        &self,
+        vg: &str,
+        how: &Change<'_>,
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, Error> {
+        let mut leading = Leading {
+            session: self,
+            vg,
+            group: None,
+            posted: false,
+        };
+        let (mut bench, file) = self.begin(vg)?;
+        let mine = self.apply(&mut bench, how, edit);
+        let bench = match how.alone {
+            true => bench,
+            false => {
+                let (bench, group) = self.groups.gather(vg, bench);
+                leading.group = group;
+                bench
+            }
+        };
+        let outcome: Outcome = self.write_group(vg, bench).map_err(Arc::new);
+        // The next leader may take the file lock at once.
+        drop(file);
+        leading.finish(&outcome);
+        let value = mine?;
+        match outcome {
+            Ok(_) => Ok(value),
+            // The members' share of the error may still be held: the leader shares it too.
+            Err(e) => Err(Arc::try_unwrap(e).unwrap_or_else(Error::Group)),
+        }
+    }
+
+    /// Takes lvm2's VG file lock and the guard, and reads the VG under them.
+    fn begin(&self, vg: &str) -> Result<(Bench, Option<FileLock>), Error> {
+        let file = self.lock(Resource::Vg(vg.to_owned()))?;
+        let first = self.current();
+        let sv = writable(&first, vg)?;
+        let (guard, scan) = match self.host_for(&sv.vg)? {
+            Some(h) => {
+                let at = places(&first, sv);
+                let (lease, kept) = h.lock_vg(&sv.vg, &at, lease::Mode::Exclusive)?;
+                let guard = Guard::Leased(VgHold {
+                    host: h.clone(),
+                    lease: Some(lease),
+                    at,
+                });
+                // A lease kept since before `first` was read: nobody can have changed the
+                // VG. Otherwise another host may have: read again under the lease.
+                (guard, if kept { first } else { self.current() })
+            }
+            None => (Guard::Local, first),
+        };
+        let vg = writable(&scan, vg)?.vg.clone();
+        let pools = vg
+            .lvs
+            .iter()
+            .filter(|l| l.pool().is_some())
+            .map(|l| l.id)
+            .collect();
+        let bench = Bench {
+            scan,
+            vg,
+            guard,
+            edits: 0,
+            verbs: Vec::new(),
+            pools,
+            new_pools: Vec::new(),
+            clears: Vec::new(),
+            locked: lease::Locked::default(),
+        };
+        Ok((bench, file))
+    }
+
+    /// Applies one change's edit to the group's VG; on any error the bench is left as it was.
+    fn apply<R: Edited>(
+        &self,
+        b: &mut Bench,
+        how: &Change<'_>,
+        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+    ) -> Result<R::Value, Error> {
+        let owned: Vec<Uuid> = how
+            .owned
+            .iter()
+            .filter_map(|n| b.vg.lv(n).map(|l| l.id))
+            .collect();
+        let clears: Vec<(String, Option<Uuid>)> = how
+            .clear_ends
+            .iter()
+            .map(|n| ((*n).to_owned(), b.vg.lv(n).map(|l| l.id)))
+            .collect();
+        let (out, value) = edit(b.vg.clone())?.split();
+        // Before anything is written: refused when a removed LV (or a changed thin pool) is
+        // in use; what the check takes is held until the commit is done (or failed).
+        let locked = match &b.guard {
+            Guard::Leased(h) => {
+                h.host
+                    .lock_changed_lvs(&lease::LeaseRef::of(&b.vg), &out, &h.at, &owned)?
+            }
+            Guard::Local => {
+                self.check_local_pools(&self.local_pool_states(&b.vg), &out, &owned)?;
+                lease::Locked::default()
+            }
+        };
+        b.locked.held.extend(locked.held);
+        b.locked.seen.extend(locked.seen);
+        for l in out.lvs.iter().filter(|l| l.pool().is_some()) {
+            // A restored pool's metadata holds its thin devices: never zeroed.
+            if b.pools.insert(l.id) && how.new_pools_are_new {
+                b.new_pools.push(l.id);
+            }
+        }
+        b.clears.extend(clears);
+        if !b.verbs.iter().any(|v| v == how.verb) {
+            b.verbs.push(how.verb.to_owned());
+        }
+        b.edits += 1;
+        b.vg = out;
+        Ok(value)
+    }
+
+    /// Writes a group: what its edits need before the commit, the commit, then lease
+    /// bookkeeping. Returns the committed seqno (the start's when no edit went in).
+    fn write_group(&self, vg: &str, bench: Bench) -> Result<u32, Error> {
+        let Bench {
+            scan,
+            vg: mut out,
+            guard,
+            edits,
+            verbs,
+            new_pools,
+            clears,
+            locked,
+            ..
+        } = bench;
+        let start = writable(&scan, vg)?;
+        if edits == 0 {
+            guard.release(None)?;
+            return Ok(start.vg.seqno);
+        }
+        // One new version, whatever the number of edits.
+        out.seqno = start.vg.seqno.saturating_add(1);
+        describe(&mut out, &verbs.join(", "));
+        let before = lease::LeaseRef::of(&start.vg);
+        let paths = places(&scan, start).paths;
+        let committed = match &guard {
+            Guard::Leased(h) => h
+                .host
+                .init_new_lvs(&before, &out, &h.at)
+                .map_err(Error::from),
+            Guard::Local => Ok(()),
+        }
+        .and_then(|()| self.zero_new_lvs(&out, &new_pools, &clears, &paths))
+        .and_then(|()| {
+            let pvs = members(&scan, start)?;
+            self.commit_and_publish(&scan, vg, out, &pvs)
+        });
+        if let Guard::Leased(h) = &guard {
+            for r in &locked.held {
+                h.host.release_or_warn(r, "removed LV");
+            }
+        }
+        let now = match committed {
+            Ok(now) => now,
+            Err(e) => {
+                guard.release(None)?;
+                return Err(e);
+            }
+        };
+        let out = &now.vgs.iter().find(|v| v.vg.name == vg).map(|v| &v.vg);
+        let seqno = out.map_or(0, |v| v.seqno);
+        tracing::info!(vg, verb = %verbs.join(", "), edits, seqno, "committed");
+        if let (Guard::Leased(h), Some(out)) = (&guard, out) {
+            h.host.free_old_lvs(&before, out, &h.at, &locked.seen)?;
+        }
+        guard.release(Some(seqno))?;
+        Ok(seqno)
+    }
+
+    /// The thin pools of `vg` active through this session (in a VG without leases), with
+    /// their id and pool state.
+    fn local_pool_states(&self, vg: &Vg) -> Vec<(Uuid, String, lease::PoolState)> {
+        if self.local_pools.is_empty() {
+            return Vec::new();
+        }
+        vg.lvs
+            .iter()
+            .filter(|l| self.local_pools.held(&vg.name, &l.name))
+            .filter_map(|l| Some((l.id, l.name.clone(), lease::pool_state(l)?)))
+            .collect()
+    }
+
+    /// In a VG without leases: refuses a change to a pool active through this session
+    /// (other than by its holder, `owned`), as [`lease::Host::lock_changed_lvs`] does with
+    /// leases.
+    fn check_local_pools(
+        &self,
+        before: &[(Uuid, String, lease::PoolState)],
+        out: &Vg,
+        owned: &[Uuid],
+    ) -> Result<(), Error> {
+        for (id, name, state) in before {
+            let now = out.lvs.iter().find(|l| l.id == *id);
+            let same = now.and_then(|l| lease::pool_state(l)).as_ref() == Some(state);
+            if !same && !owned.contains(id) {
+                return Err(lease::LeaseError::InUse {
+                    lv: format!("{}/{name}", out.name),
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The leader's duty to post its group's outcome and step down, also when it fails or
+/// panics before writing (its members then get an error instead of waiting forever).
+struct Leading<'s> {
+    session: &'s Session,
+    vg: &'s str,
+    group: Option<u64>,
+    posted: bool,
+}
+
+impl Leading<'_> {
+    fn finish(mut self, outcome: &Outcome) {
+        self.session.groups.finish(self.vg, self.group, outcome);
+        self.posted = true;
+    }
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if self.posted {
+            return;
+        }
+        let abandoned = Err(Arc::new(Error::Device {
+            device: self.vg.to_owned(),
+            why: "the change leading this group commit ended before writing it".into(),
+        }));
+        self.session
+            .groups
+            .finish(self.vg, self.group.take(), &abandoned);
+    }
+}
+
+/// The metadata's description of a change: `Write from lvmeta <verbs>.`, this host, now.
+pub(super) fn describe(vg: &mut Vg, verb: &str) {
+    let stamp = edit::Stamp::now();
+    vg.header.description = Some(format!("Write from lvmeta {verb}."));
+    vg.header.creation_host = Some(stamp.host);
+    vg.header.creation_time = i64::try_from(stamp.time).ok();
+}

@@ -1,0 +1,178 @@
+//! The write step of a commit: the VG's text printed once into reused buffers, put onto
+//! every metadata area by [`crate::commit`] (text, flush, headers, flush), and the scan the
+//! session's readers share replaced by one that holds the new VG.
+
+use std::sync::Arc;
+
+use super::pv::with_used;
+use super::{Session, GENERATOR};
+use crate::commit::{self, Area, LabelWrite};
+use crate::mda::{self, MdaError, MdaHeader};
+use crate::model::Vg;
+use crate::scan::{Scan, ScannedPv, ScannedVg};
+use crate::text::Style;
+use crate::Error;
+
+/// An area a commit wrote: its device, its index on the device, its new header.
+pub(super) type Written = (String, usize, MdaHeader);
+
+/// How full a VG's metadata areas are: the committed text against the largest text its
+/// smallest area takes (lvm2 keeps the committed copy and the next one both in an area).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetadataUse {
+    /// Bytes of the committed text, NUL included.
+    pub used: u64,
+    /// The largest text every area of the VG takes (0: no area).
+    pub max: u64,
+}
+
+impl MetadataUse {
+    /// Whether `more` bytes of text still fit.
+    pub fn fits(&self, more: u64) -> bool {
+        self.used.saturating_add(more) <= self.max
+    }
+
+    /// The share of the room used, in percent.
+    pub fn percent(&self) -> f64 {
+        match self.max {
+            0 => 100.0,
+            m => self.used as f64 * 100.0 / m as f64,
+        }
+    }
+}
+
+/// How full the metadata areas of `sv` are.
+pub(in crate::session) fn metadata_use(scan: &Scan, sv: &ScannedVg) -> MetadataUse {
+    let max = sv
+        .pv_devices
+        .iter()
+        .flatten()
+        .flat_map(|&i| &scan.pvs[i].mdas)
+        .filter(|m| !m.header.as_ref().is_some_and(|h| h.committed.is_ignored()))
+        .map(|m| mda::max_text_size(m.locn.size))
+        .min()
+        .unwrap_or(0);
+    MetadataUse {
+        used: sv.text.len() as u64 + 1,
+        max,
+    }
+}
+
+impl Session {
+    /// Writes `vg` to the areas of `pvs`; the PVs in `joining` get `PV_EXT_USED` and fresh
+    /// area headers first. Returns the text and each written area's new header (device,
+    /// index of the area on it, header). A text too large for an area is
+    /// [`Error::MetadataFull`], and nothing is written.
+    pub(super) fn commit(
+        &self,
+        vg: &Vg,
+        pvs: &[&ScannedPv],
+        joining: &[&ScannedPv],
+    ) -> Result<(Arc<str>, Vec<Written>), Error> {
+        // The text and the sector-padded copy reuse the last commit's allocations.
+        let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        let printed = vg.write_text(Style::Raw, GENERATOR, std::mem::take(&mut scratch.0));
+        let text = commit::Text::new(printed.as_bytes(), std::mem::take(&mut scratch.1));
+        let mut labels = Vec::new();
+        let mut areas = Vec::new();
+        let mut at = Vec::new();
+        for p in pvs {
+            let dev = self.dev(&p.device)?;
+            let joins = joining.iter().any(|j| j.device == p.device);
+            if joins {
+                labels.push(LabelWrite {
+                    dev,
+                    label: with_used(&p.label, true),
+                });
+            }
+            for (i, m) in p.mdas.iter().enumerate() {
+                let header = match &m.header {
+                    Some(h) if !joins => h.clone(),
+                    _ => commit::empty_header(m.locn.offset, m.locn.size),
+                };
+                if header.committed.is_ignored() {
+                    continue;
+                }
+                let fresh = joins || m.header.is_none();
+                areas.push(Area { dev, header, fresh });
+                at.push((p.device.clone(), i));
+            }
+        }
+        if areas.is_empty() {
+            return Err(Error::Device {
+                device: vg.name.clone(),
+                why: "no metadata area to write to (every PV has --pvmetadatacopies 0 or ignored areas)".into(),
+            });
+        }
+        let result = commit::commit(&labels, &areas, &text).map_err(|e| match e {
+            Error::Mda {
+                device,
+                source: MdaError::TooLarge { size, max, .. },
+            } => Error::MetadataFull {
+                vg: vg.name.clone(),
+                device,
+                size,
+                max,
+            },
+            e => e,
+        });
+        let kept: Arc<str> = Arc::from(printed.as_str());
+        *scratch = (printed, text.into_scratch());
+        let written = at
+            .into_iter()
+            .zip(result?)
+            .map(|((d, i), h)| (d, i, h))
+            .collect();
+        Ok((kept, written))
+    }
+
+    /// Commits `out` (VG `vg` of `from`) to the areas of `pvs`, then makes the scan readers
+    /// share one that holds it: readers wait meanwhile, so none of them sees the new headers
+    /// before the new VG and rescans. Returns that scan.
+    pub(super) fn commit_and_publish(
+        &self,
+        from: &Scan,
+        vg: &str,
+        out: Vg,
+        pvs: &[&ScannedPv],
+    ) -> Result<Arc<Scan>, Error> {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let (text, written) = match self.commit(&out, pvs, &[]) {
+            Ok(w) => w,
+            Err(e) => {
+                // What the devices hold now is for the next reader to find out.
+                *cache = None;
+                return Err(e);
+            }
+        };
+        let mut next = Scan {
+            pvs: from.pvs.clone(),
+            vgs: Vec::with_capacity(from.vgs.len()),
+            warnings: Vec::new(),
+        };
+        for (device, mda, header) in written {
+            if let Some(p) = next.pvs.iter_mut().find(|p| p.device == device) {
+                if let Some(m) = p.mdas.get_mut(mda) {
+                    m.header = Some(header);
+                }
+            }
+        }
+        let mut out = Some(out);
+        for sv in &from.vgs {
+            next.vgs.push(match (sv.vg.name == vg, out.take()) {
+                (true, Some(vg)) => ScannedVg {
+                    vg,
+                    text: text.clone(),
+                    pv_devices: sv.pv_devices.clone(),
+                },
+                (_, o) => {
+                    out = o;
+                    sv.clone()
+                }
+            });
+        }
+        let next = Arc::new(next);
+        *cache = Some(next.clone());
+        Ok(next)
+    }
+}
