@@ -32,6 +32,7 @@ use crate::csi::{
     ValidateVolumeCapabilitiesResponse, VolumeContentSource,
 };
 use crate::inflight::InFlight;
+use crate::listing::{Listing, Listings};
 use crate::params::{self, Class};
 use crate::status::from_volume;
 
@@ -49,7 +50,17 @@ pub struct Backend {
     wiper: Arc<crate::wiper::Wiper>,
     /// This process runs the wiper (the controller does; node plugins need not).
     runs_wiper: bool,
+    /// ListVolumes' snapshots of the served volumes.
+    listings: Listings,
+    /// When the last warning about a filling metadata area was logged.
+    warned_full: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// A metadata area fuller than this (percent) is warned about.
+pub const METADATA_WARN_PERCENT: f64 = 80.0;
+
+/// How often, at most, the driver warns about a filling metadata area.
+const METADATA_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long a controller call waits for the node where a thin pool is active to make the
 /// change asked of it (see [`lvmeta::volume::Request`]) before answering UNAVAILABLE.
@@ -67,6 +78,8 @@ impl Backend {
             host: None,
             wiper: Arc::default(),
             runs_wiper: true,
+            listings: Listings::default(),
+            warned_full: std::sync::Mutex::new(None),
         }
     }
 
@@ -198,6 +211,40 @@ impl Backend {
             .get_with_condition(name)
             .map_err(from_volume)?
             .ok_or_else(|| volume_not_found(vg, name))
+    }
+
+    /// The snapshot of every served volume for a new listing (see [`crate::listing`]).
+    fn listing(&self) -> Result<Arc<Listing>, VolumeError> {
+        let versions = self
+            .vgs
+            .iter()
+            .map(|vg| Ok(Volumes::new(&self.session, vg).view()?.seqno))
+            .collect::<Result<Vec<u32>, VolumeError>>()?;
+        self.listings.current(versions, || self.all())
+    }
+
+    /// Logs a warning (once a minute at most) when the metadata areas of `vg` are more than
+    /// [`METADATA_WARN_PERCENT`] full: a full area refuses new volumes.
+    fn warn_if_filling(&self, vg: &str) {
+        let Ok(view) = self.session.view(vg) else {
+            return;
+        };
+        let m = view.metadata();
+        if m.percent() <= METADATA_WARN_PERCENT {
+            return;
+        }
+        let mut last = self.warned_full.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|t| t.elapsed() < METADATA_WARN_EVERY) {
+            return;
+        }
+        *last = Some(std::time::Instant::now());
+        tracing::warn!(
+            vg,
+            used = m.used,
+            max = m.max,
+            percent = format!("{:.1}", m.percent()),
+            "metadata area filling: new volumes are refused once it is full (README, \"Sizing the metadata area\")"
+        );
     }
 
     /// Every volume of every VG served with its condition, ordered by id.
@@ -385,7 +432,7 @@ impl Controller for ControllerService {
                 };
                 let create =
                     |v: &Volumes<'_>| v.create_from(&lv, class.mode, size, content, &class.options);
-                match (&source, class.mode) {
+                let v = match (&source, class.mode) {
                     // A thin copy goes into the source's pool: its node makes it, if active.
                     (Some(Source::Snapshot(src) | Source::Volume(src)), Mode::Thin) => {
                         let r = VolumeRequest::Copy {
@@ -398,7 +445,9 @@ impl Controller for ControllerService {
                     }
                     _ => create(&vols),
                 }
-                .map_err(from_volume)
+                .map_err(from_volume)?;
+                b.warn_if_filling(&class.vg);
+                Ok(v)
             })
             .await?;
         let mut volume = csi_volume(&v);
@@ -517,9 +566,15 @@ impl Controller for ControllerService {
         request: Request<ListVolumesRequest>,
     ) -> Result<Response<ListVolumesResponse>, Status> {
         let req = request.into_inner();
-        let all = self.blocking(|b| b.all().map_err(from_volume)).await?;
-        let (range, next_token) = page(all.len(), req.max_entries, &req.starting_token)?;
-        let entries = all[range]
+        let (listing, start) = match req.starting_token.is_empty() {
+            true => (
+                self.blocking(|b| b.listing().map_err(from_volume)).await?,
+                0,
+            ),
+            false => self.backend.listings.resume(&req.starting_token)?,
+        };
+        let (range, next_token) = listing.page(start, req.max_entries)?;
+        let entries = listing.entries[range]
             .iter()
             .map(|(v, c)| list_volumes_response::Entry {
                 volume: Some(csi_volume(v)),
@@ -568,8 +623,10 @@ impl Controller for ControllerService {
                     });
                 }
                 let (mut sum, mut largest) = (0u64, 0u64);
+                // A VG whose metadata cannot take one more volume of the mode offers none.
+                let mode = class.as_ref().map_or(Mode::Linear, |c| c.mode);
                 for vg in vgs {
-                    let f = b.volumes(&vg)?.free_bytes().map_err(from_volume)?;
+                    let f = b.volumes(&vg)?.room(mode).map_err(from_volume)?;
                     sum += f;
                     largest = largest.max(f);
                 }

@@ -13,6 +13,7 @@ pub mod demo;
 pub mod identity;
 pub mod inflight;
 pub mod kubelet;
+pub mod listing;
 pub mod mount;
 pub mod node;
 pub mod params;

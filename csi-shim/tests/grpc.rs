@@ -153,7 +153,7 @@ async fn volume_lifecycle() {
         .filter_map(|e| e.volume.as_ref().map(|v| v.volume_id.clone()))
         .collect();
     assert_eq!(ids, ["vg/pvc-a", "vg/pvc-rwx"]);
-    assert_eq!(page.next_token, "2");
+    assert!(page.next_token.ends_with(".2"), "{}", page.next_token);
     for e in &page.entries {
         let c = e.status.as_ref().and_then(|s| s.volume_condition.as_ref());
         assert!(c.is_some_and(|c| !c.abnormal), "{e:?}");

@@ -26,6 +26,17 @@ use read::{fields, Lookup, Section};
 /// Largest thin device id (2^24 - 1).
 pub const MAX_THIN_DEVICE_ID: u32 = 0xFF_FFFF;
 
+/// A VG's LVs by name (see [`Vg::by_name`]); the first of duplicate names wins, as
+/// [`Vg::lv`] finds it.
+pub struct LvIndex<'v>(std::collections::HashMap<&'v str, &'v Lv>);
+
+impl<'v> LvIndex<'v> {
+    /// The LV named `name`.
+    pub fn get(&self, name: &str) -> Option<&'v Lv> {
+        self.0.get(name).copied()
+    }
+}
+
 /// A model error: which section, which field, what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {field}: {why}")]
@@ -275,6 +286,11 @@ impl Vg {
     /// The LV named `name`.
     pub fn lv(&self, name: &str) -> Option<&Lv> {
         self.lvs.iter().find(|l| l.name == name).map(|l| &**l)
+    }
+
+    /// The LVs by name, for callers that look up many (built once: O(number of LVs)).
+    pub fn by_name(&self) -> LvIndex<'_> {
+        LvIndex(self.lvs.iter().rev().map(|l| (l.name.as_str(), &**l)).collect())
     }
 
     /// The LV named `name`, to change (copied first when another version shares it).

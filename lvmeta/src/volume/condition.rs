@@ -5,8 +5,8 @@
 
 use std::collections::HashSet;
 
-use super::{clone_source, volume_of, volumes_in, Volume, VolumeError, Volumes};
-use crate::model::{Area, Vg};
+use super::{clone_source_of, volume_in, Volume, VolumeError, Volumes};
+use crate::model::{Area, Lv, Vg};
 
 /// A volume's health.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,16 +18,22 @@ pub struct Condition {
 }
 
 impl Volumes<'_> {
-    /// Every volume, by name, with its condition (one read of the VG).
+    /// Every volume, by name, with its condition (one read of the VG, one index of its LVs).
     pub fn list_with_condition(&self) -> Result<Vec<(Volume, Condition)>, VolumeError> {
-        let (vg, missing) = self.session.vg_and_missing(&self.vg)?;
-        Ok(volumes_in(&vg)
-            .into_iter()
-            .map(|v| {
-                let c = condition(&vg, &v.name, &missing);
-                (v, c)
+        let vg = self.view()?;
+        let missing = vg.missing();
+        let index = vg.by_name();
+        let find = |n: &str| index.get(n);
+        let mut out: Vec<(Volume, Condition)> = vg
+            .lvs
+            .iter()
+            .filter_map(|l| {
+                let v = volume_in(&vg, l, find)?;
+                Some((v, condition_in(&vg, l, &missing, find)))
             })
-            .collect())
+            .collect();
+        out.sort_by(|(a, _), (b, _)| a.name.cmp(&b.name));
+        Ok(out)
     }
 
     /// Volume `name` with its condition, or `None` when there is no such volume.
@@ -35,18 +41,41 @@ impl Volumes<'_> {
         &self,
         name: &str,
     ) -> Result<Option<(Volume, Condition)>, VolumeError> {
-        let (vg, missing) = self.session.vg_and_missing(&self.vg)?;
-        Ok(volume_of(&vg, name).map(|v| {
-            let c = condition(&vg, name, &missing);
-            (v, c)
-        }))
+        let vg = self.view()?;
+        let Some(lv) = vg.lv(name) else {
+            return Ok(None);
+        };
+        let find = |n: &str| vg.lv(n);
+        Ok(volume_in(&vg, lv, find).map(|v| (v, condition_in(&vg, lv, &vg.missing(), find))))
     }
 }
 
 /// The condition of volume `name` of `vg`, whose PVs `missing` (indexes in `vg.pvs`) have
 /// no device.
 pub fn condition(vg: &Vg, name: &str, missing: &[usize]) -> Condition {
-    let lost: Vec<String> = pvs_under(vg, name)
+    match vg.lv(name) {
+        Some(lv) => condition_in(vg, lv, missing, |n| vg.lv(n)),
+        None => Condition {
+            abnormal: true,
+            message: format!("volume {}/{name} does not exist", vg.name),
+        },
+    }
+}
+
+/// The condition of volume `lv` of `vg`; `find` looks up other LVs of `vg` by name.
+fn condition_in<'a>(
+    vg: &Vg,
+    lv: &'a Lv,
+    missing: &[usize],
+    find: impl Fn(&str) -> Option<&'a Lv>,
+) -> Condition {
+    let name = &lv.name;
+    // Without missing PVs nothing is lost: the walk down the LV's stack is skipped.
+    let under = match missing.is_empty() {
+        true => Vec::new(),
+        false => pvs_under(lv, find),
+    };
+    let lost: Vec<String> = under
         .into_iter()
         .filter(|i| missing.contains(i))
         .map(|i| {
@@ -68,7 +97,7 @@ pub fn condition(vg: &Vg, name: &str, missing: &[usize]) -> Condition {
             ),
         };
     }
-    if let Some(src) = clone_source(vg, name) {
+    if let Some(src) = clone_source_of(lv) {
         return Condition {
             abnormal: true,
             message: format!(
@@ -84,17 +113,16 @@ pub fn condition(vg: &Vg, name: &str, missing: &[usize]) -> Condition {
     }
 }
 
-/// The PVs (indexes in `vg.pvs`) holding LV `name` and every LV it rests on (a thin LV's
-/// pool, a pool's metadata and data LVs, a thin snapshot's origin).
-fn pvs_under(vg: &Vg, name: &str) -> Vec<usize> {
+/// The PVs (indexes in the VG's PVs) holding `lv` and every LV it rests on (a thin LV's
+/// pool, a pool's metadata and data LVs, a thin snapshot's origin); `find` looks up LVs.
+fn pvs_under<'a>(lv: &'a Lv, find: impl Fn(&str) -> Option<&'a Lv>) -> Vec<usize> {
     let mut pvs = Vec::new();
     let mut seen: HashSet<&str> = HashSet::new();
-    let mut todo = vec![name];
-    while let Some(n) = todo.pop() {
-        if !seen.insert(n) {
+    let mut todo = vec![lv];
+    while let Some(lv) = todo.pop() {
+        if !seen.insert(lv.name.as_str()) {
             continue;
         }
-        let Some(lv) = vg.lv(n) else { continue };
         for seg in &lv.segments {
             for a in seg.kind.areas() {
                 if let Area::Pv { pv, .. } = a {
@@ -103,7 +131,7 @@ fn pvs_under(vg: &Vg, name: &str) -> Vec<usize> {
                     }
                 }
             }
-            seg.kind.each_lv_ref(|_, l| todo.push(l));
+            seg.kind.each_lv_ref(|_, l| todo.extend(find(l)));
         }
     }
     pvs.sort_unstable();
@@ -132,7 +160,7 @@ mod tests {
         vols.create("t", super::super::Mode::Thin, size(4))
             .expect("t");
         let vg = s.vg("vg").expect("vg");
-        let on = |lv: &str| pvs_under(&vg, lv);
+        let on = |lv: &str| pvs_under(vg.lv(lv).expect("lv"), |n| vg.lv(n));
         assert_eq!(on("a"), [0]);
         assert!(on("b").contains(&1), "{:?}", on("b"));
         // A thin volume rests on its pool's data and metadata LVs.

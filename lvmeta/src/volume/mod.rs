@@ -21,8 +21,8 @@ use crate::activate::Backend;
 use crate::alloc::UsedMap;
 pub use crate::edit::thin::PoolOptions;
 use crate::edit::{self, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
-use crate::model::{SegKind, Vg};
-use crate::session::Session;
+use crate::model::{Lv, SegKind, Vg};
+use crate::session::{Session, VgView};
 
 /// The tag prefix marking a volume's LV and telling its mode.
 pub const MODE_TAG: &str = "lvmeta.csi/mode=";
@@ -48,6 +48,16 @@ impl Mode {
         match self {
             Mode::Linear => "linear",
             Mode::Thin => "thin",
+        }
+    }
+
+    /// Metadata text one more volume of this mode adds, with a margin for names of up to
+    /// 63 characters and the wipe LV its deletion holds: measured, a thin volume (thin LV,
+    /// pool, its data and metadata LVs) takes about 1.6 KB and a linear one about 0.35 KB.
+    pub fn text_bytes(self) -> u64 {
+        match self {
+            Mode::Linear => 1024,
+            Mode::Thin => 3072,
         }
     }
 
@@ -309,24 +319,40 @@ impl<'s> Volumes<'s> {
             .update_clearing(&self.vg, verb, &pools, clear, edit)
     }
 
-    /// The VG as last read or written.
+    /// The VG as last read or written (a copy that shares its LVs).
     pub fn vg(&self) -> Result<Vg, VolumeError> {
         Ok(self.session.vg(&self.vg)?)
     }
 
+    /// The VG as last read or written, shared with other readers: no copy.
+    pub fn view(&self) -> Result<VgView, VolumeError> {
+        Ok(self.session.view(&self.vg)?)
+    }
+
     /// Every volume, by name.
     pub fn list(&self) -> Result<Vec<Volume>, VolumeError> {
-        Ok(volumes_in(&self.vg()?))
+        Ok(volumes_in(self.view()?.vg()))
     }
 
     /// The volume `name`, if it exists.
     pub fn get(&self, name: &str) -> Result<Option<Volume>, VolumeError> {
-        Ok(volume_of(&self.vg()?, name))
+        Ok(volume_of(self.view()?.vg(), name))
     }
 
     /// Bytes a new volume can take at most (the VG's free extents).
     pub fn free_bytes(&self) -> Result<u64, VolumeError> {
-        let vg = self.vg()?;
+        let vg = self.view()?;
+        Ok(vg.free_count() * extent_bytes(&vg))
+    }
+
+    /// Bytes a new volume of `mode` can take at most: the VG's free extents, or 0 when its
+    /// metadata areas cannot take the text of one more such volume (see
+    /// [`Mode::text_bytes`]).
+    pub fn room(&self, mode: Mode) -> Result<u64, VolumeError> {
+        let vg = self.view()?;
+        if !vg.metadata().fits(mode.text_bytes()) {
+            return Ok(0);
+        }
         Ok(vg.free_count() * extent_bytes(&vg))
     }
 
@@ -538,11 +564,12 @@ impl<'s> Volumes<'s> {
 
     /// Every snapshot, by name.
     pub fn snapshots(&self) -> Result<Vec<Snapshot>, VolumeError> {
-        let vg = self.vg()?;
+        let vg = self.view()?;
+        let index = vg.by_name();
         let mut out: Vec<Snapshot> = vg
             .lvs
             .iter()
-            .filter_map(|l| snapshot_of(&vg, &l.name))
+            .filter_map(|l| snapshot_in(&vg, l, |n| index.get(n)))
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -550,7 +577,7 @@ impl<'s> Volumes<'s> {
 
     /// The snapshot `name`, if it exists.
     pub fn get_snapshot(&self, name: &str) -> Result<Option<Snapshot>, VolumeError> {
-        Ok(snapshot_of(&self.vg()?, name))
+        Ok(snapshot_of(self.view()?.vg(), name))
     }
 
     /// Takes snapshot `name` of thin volume `source` (a thin snapshot in its pool, which grows
@@ -813,16 +840,20 @@ fn snapshot_in_pool(
 
 /// The snapshot `name` of `vg`: a thin LV carrying the snapshot tag.
 fn snapshot_of(vg: &Vg, name: &str) -> Option<Snapshot> {
-    let lv = vg.lv(name)?;
+    snapshot_in(vg, vg.lv(name)?, |n| vg.lv(n))
+}
+
+/// LV `lv` of `vg` as a snapshot, if it is one; `find` looks up other LVs of `vg` by name.
+fn snapshot_in<'a>(vg: &Vg, lv: &Lv, find: impl Fn(&str) -> Option<&'a Lv>) -> Option<Snapshot> {
     let source = lv
         .tags
         .iter()
         .find_map(|t| t.strip_prefix(SNAPSHOT_TAG))?
         .to_owned();
-    pool_of(vg, name)?;
+    find(lv.thin_pool()?)?;
     Some(Snapshot {
         vg: vg.name.clone(),
-        name: name.to_owned(),
+        name: lv.name.clone(),
         source,
         bytes: lv.extents() * extent_bytes(vg),
         created: lv.creation.as_ref().map(|c| c.0),
@@ -833,32 +864,37 @@ fn extent_bytes(vg: &Vg) -> u64 {
     u64::from(vg.extent_size) * 512
 }
 
-/// The volume `name` of `vg`: an LV carrying the mode tag (a thin one in its own pool).
-/// The volumes of `vg`, by name.
+/// The volumes of `vg`, by name (one index of the LVs, then one pass).
 fn volumes_in(vg: &Vg) -> Vec<Volume> {
+    let index = vg.by_name();
     let mut out: Vec<Volume> = vg
         .lvs
         .iter()
-        .filter_map(|l| volume_of(vg, &l.name))
+        .filter_map(|l| volume_in(vg, l, |n| index.get(n)))
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }
 
+/// The volume `name` of `vg`: an LV carrying the mode tag (a thin one in its own pool).
 fn volume_of(vg: &Vg, name: &str) -> Option<Volume> {
-    let lv = vg.lv(name)?;
+    volume_in(vg, vg.lv(name)?, |n| vg.lv(n))
+}
+
+/// LV `lv` of `vg` as a volume, if it is one; `find` looks up other LVs of `vg` by name.
+fn volume_in<'a>(vg: &Vg, lv: &Lv, find: impl Fn(&str) -> Option<&'a Lv>) -> Option<Volume> {
     let mode = lv
         .tags
         .iter()
         .find_map(|t| Mode::parse(t.strip_prefix(MODE_TAG)?))?;
     let shape_ok = match (mode, &lv.segments.first()?.kind) {
         (Mode::Linear, SegKind::Striped(_)) => true,
-        (Mode::Thin, SegKind::Thin(t)) => vg.lv(&t.thin_pool).is_some(),
+        (Mode::Thin, SegKind::Thin(t)) => find(&t.thin_pool).is_some(),
         _ => false,
     };
     shape_ok.then(|| Volume {
         vg: vg.name.clone(),
-        name: name.to_owned(),
+        name: lv.name.clone(),
         mode,
         bytes: lv.extents() * extent_bytes(vg),
     })
@@ -866,8 +902,12 @@ fn volume_of(vg: &Vg, name: &str) -> Option<Volume> {
 
 /// The source named by the pending-clone tag of LV `name`, if it has one.
 fn clone_source<'a>(vg: &'a Vg, name: &str) -> Option<&'a str> {
-    vg.lv(name)?
-        .tags
+    clone_source_of(vg.lv(name)?)
+}
+
+/// The source named by the pending-clone tag of `lv`, if it has one.
+fn clone_source_of(lv: &Lv) -> Option<&str> {
+    lv.tags
         .iter()
         .find_map(|t| t.strip_prefix(CLONE_PENDING_TAG))
 }
