@@ -222,8 +222,17 @@ fn one_mode(c: &mut Criterion, mode: Mode, count: usize) {
     let d = Driver::start(&sb, "vg");
     let mut g = c.benchmark_group(format!("{}-{count}", mode.as_str()));
     g.sample_size(20).warm_up_time(Duration::from_secs(1));
+    let phase = |what: &str| {
+        let (now, peak) = d.memory();
+        eprintln!("csi-shim after {what}: resident {now:.1} MB, peak {peak:.1} MB");
+    };
+    d.rt.block_on(d.client().get_capacity(GetCapacityRequest::default()))
+        .expect("GetCapacity");
+    phase("its first read");
     one_at_a_time(&mut g, &d, mode);
+    phase("one at a time");
     eight_clients(&mut g, &d, mode);
+    phase("eight clients");
     reads(&mut g, &d, count);
     g.finish();
     let (now, peak) = d.memory();

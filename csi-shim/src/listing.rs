@@ -65,7 +65,10 @@ impl Listings {
     pub fn resume(&self, token: &str) -> Result<(Arc<Listing>, usize), Status> {
         let bad = || Status::aborted(format!("starting_token {token:?} is not valid"));
         let (id, pos) = token.split_once('.').ok_or_else(bad)?;
-        let (id, pos): (u64, usize) = (id.parse().map_err(|_| bad())?, pos.parse().map_err(|_| bad())?);
+        let (id, pos): (u64, usize) = (
+            id.parse().map_err(|_| bad())?,
+            pos.parse().map_err(|_| bad())?,
+        );
         let l = self
             .lock()
             .1
@@ -142,7 +145,10 @@ mod tests {
         let (r, next) = l.page(0, 2).expect("page");
         assert_eq!((r, next.as_str()), (0..2, "1.2"));
         // Same versions: the same snapshot, not rebuilt.
-        assert!(Arc::ptr_eq(&l, &ls.current(vec![7], || build(5)).expect("list")));
+        assert!(Arc::ptr_eq(
+            &l,
+            &ls.current(vec![7], || build(5)).expect("list")
+        ));
         assert_eq!(built.get(), 1);
         // The VG changed: a new snapshot for new listings, the old one for the token.
         let newer = ls.current(vec![8], || build(6)).expect("list");

@@ -84,6 +84,55 @@ impl Text {
         }
     }
 
+    /// A buffer to print a text into for [`Text::in_place`]: `scratch`'s allocation (a
+    /// former [`Text::into_scratch`]) holding zeroes up to the first 4 KiB-aligned address,
+    /// and where the text is to begin.
+    pub fn room(mut scratch: Vec<u8>) -> (String, usize) {
+        scratch.clear();
+        scratch.reserve(4096);
+        let start = scratch.as_ptr().align_offset(4096).min(4095);
+        scratch.resize(start, 0);
+        // Zeroes are UTF-8.
+        let buf = String::from_utf8(scratch).unwrap_or_default();
+        (buf, start)
+    }
+
+    /// Lays out the text printed into `buf` from `start` (see [`Text::room`]) where it is,
+    /// when it is still aligned (the buffer did not move while the text grew); else copies
+    /// it, as [`Text::new`].
+    pub fn in_place(mut buf: Vec<u8>, start: usize) -> Self {
+        let aligned = (buf.as_ptr() as usize + start).is_multiple_of(4096);
+        if !aligned || buf.len() < start {
+            let text = buf.get(start..).unwrap_or_default().to_vec();
+            return Self::new(&text, buf);
+        }
+        let len = buf.len() - start + 1;
+        let padded = len.div_ceil(SECTOR) * SECTOR + SECTOR;
+        if buf.capacity() < start + padded {
+            // Growing would move it: lay it out anew.
+            let text = buf[start..].to_vec();
+            return Self::new(&text, buf);
+        }
+        buf.resize(start + padded, 0);
+        let checksum = crc::calc(&buf[start..start + len]);
+        Self {
+            buf,
+            start,
+            len,
+            checksum,
+        }
+    }
+
+    /// Bytes of the text, NUL included.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the text is empty (it never is: it holds at least its NUL).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The whole buffer [`Write::range`]s index into.
     pub fn buffer(&self) -> &[u8] {
         &self.buf

@@ -40,8 +40,11 @@ pub struct ScannedPv {
 pub struct ScannedVg {
     /// The VG.
     pub vg: Vg,
-    /// The committed text it was read from (without the NUL).
+    /// The committed text it was read from (without the NUL); empty in a scan a session's
+    /// commit made (the session keeps no copy of what it wrote: see `text_bytes`).
     pub text: Arc<str>,
+    /// The size of the committed text (without the NUL).
+    pub text_bytes: usize,
     /// For each PV of the VG (same order as `vg.pvs`), its index in [`Scan::pvs`].
     pub pv_devices: Vec<Option<usize>>,
 }
@@ -417,6 +420,7 @@ fn choose(out: &mut Scan, copies: Vec<Copy>) {
         out.vgs.push(ScannedVg {
             vg,
             text: wcopy.text.clone(),
+            text_bytes: wcopy.text.len(),
             pv_devices,
         });
     }

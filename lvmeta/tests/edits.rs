@@ -277,3 +277,57 @@ fn a_restored_pool_keeps_its_metadata() {
         "restored pool metadata was wiped"
     );
 }
+
+/// Printing with the LV text cache gives exactly the text a full print gives, through
+/// creates, changes, renames and removals, and when the VG becomes write-locked.
+#[test]
+fn cached_printing_is_full_printing() {
+    use lvmeta::model::TextCache;
+    use lvmeta::text::Style;
+    let mut cache = TextCache::default();
+    let mut buf = String::new();
+    let mut check = |v: &Vg, what: &str| {
+        buf.clear();
+        buf = v.write_text_cached("t", std::mem::take(&mut buf), &mut cache);
+        assert_eq!(buf, v.to_text(Style::Raw, "t"), "{what}");
+    };
+    let mut v = vg(8, false);
+    for i in 0..5 {
+        v = edit::lv::create(v, &LvSpec::linear(&format!("lv{i}"), 2, stamp()))
+            .expect("create")
+            .0;
+    }
+    check(&v, "created");
+    let change = edit::lv::LvChange {
+        add_tags: vec!["x".into()],
+        ..Default::default()
+    };
+    v = edit::lv::change(v, "lv2", &change).expect("tag");
+    check(&v, "tagged");
+    v = edit::lv::rename(v, "lv3", "renamed").expect("rename");
+    check(&v, "renamed");
+    v = edit::lv::remove(v, "lv1", false).expect("remove");
+    check(&v, "removed");
+    let pool = PoolSpec {
+        data: LvSpec::linear("pool", 4, stamp()),
+        chunk_size: None,
+        metadata_extents: None,
+        discards: "passdown".into(),
+        zero: true,
+    };
+    let (w, p) = edit::thin::create_pool(v, &pool).expect("pool");
+    let thin = ThinSpec {
+        name: Some("thin".into()),
+        pool: p,
+        extents: 1,
+        origin: None,
+        tags: vec![],
+        activation_skip: None,
+        stamp: stamp(),
+    };
+    v = edit::thin::create_thin(w, &thin).expect("thin").0;
+    check(&v, "thin volume");
+    // The same LVs in a write-locked VG print WRITE as a flag.
+    v.system_id = Some("host".into());
+    check(&v, "write-locked");
+}

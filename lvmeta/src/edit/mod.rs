@@ -93,7 +93,8 @@ pub(crate) fn refused(object: impl Into<String>, why: impl Into<String>) -> Edit
     }
 }
 
-/// Ends every edit: seqno + 1, then every invariant lvm2 checks on read and on write.
+/// Ends every edit: seqno + 1, then every invariant lvm2 checks on read and on write
+/// (unless [`deferring_checks`] leaves them to its caller).
 pub fn finish(vg: &mut Vg) -> Result<(), EditError> {
     vg.seqno = vg.seqno.checked_add(1).ok_or_else(|| {
         refused(
@@ -101,7 +102,30 @@ pub fn finish(vg: &mut Vg) -> Result<(), EditError> {
             "seqno would overflow; run vgck --updatemetadata",
         )
     })?;
-    validate::check_read(vg)?;
-    validate::check_write(vg)?;
+    if !DEFERRED.get() {
+        validate::check_read(vg)?;
+        validate::check_write(vg)?;
+    }
     Ok(())
+}
+
+thread_local! {
+    /// Set while [`deferring_checks`] runs on this thread.
+    static DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, an edit, with the checks of [`finish`] left to the caller, which must check the
+/// VG `f` returns (the session does, once per change, with
+/// [`validate::check_change`]): an edit of several steps is checked once, in work
+/// proportional to what it changed.
+pub fn deferring_checks<T>(f: impl FnOnce() -> T) -> T {
+    /// Puts the flag back, also when `f` panics.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEFERRED.set(self.0);
+        }
+    }
+    let _restore = Restore(DEFERRED.replace(true));
+    f()
 }

@@ -7,6 +7,9 @@
 
 use super::{Area, Lv, ModelError, SegKind, Vg};
 
+mod change;
+pub use change::check_change;
+
 fn err(path: String, field: &str, why: impl Into<String>) -> ModelError {
     ModelError {
         path,
@@ -37,12 +40,8 @@ pub fn check_write(vg: &Vg) -> Result<(), ModelError> {
             if vg.lock_args.is_some() {
                 return vg_err("lock_args", "set without a lock_type".into());
             }
-            if let Some(lv) = vg.lvs.iter().find(|l| l.lock_args.is_some()) {
-                return Err(err(
-                    lv_path(vg, lv),
-                    "lock_args",
-                    "set in a VG without a lock_type",
-                ));
+            for lv in &vg.lvs {
+                lease_of(vg, lv)?;
             }
         }
         Some(t @ ("sanlock" | "dlm" | "idm")) => {
@@ -57,30 +56,8 @@ pub fn check_write(vg: &Vg) -> Result<(), ModelError> {
             }
             let mut offsets = Vec::new();
             for lv in &vg.lvs {
-                let Some(a) = lv.lock_args.as_deref() else {
-                    continue;
-                };
-                if t == "sanlock" {
-                    let off = a
-                        .split_once(':')
-                        .and_then(|(_, o)| o.parse::<u64>().ok())
-                        .filter(|_| valid_lock_args(a));
-                    match off {
-                        Some(o) => offsets.push((o, lv)),
-                        None => {
-                            return Err(err(
-                                lv_path(vg, lv),
-                                "lock_args",
-                                format!("{a:?} is not <version>:<offset>"),
-                            ))
-                        }
-                    }
-                } else if a != t {
-                    return Err(err(
-                        lv_path(vg, lv),
-                        "lock_args",
-                        format!("{a:?} must be {t:?}"),
-                    ));
+                if let Some(o) = lease_of(vg, lv)? {
+                    offsets.push((o, &**lv));
                 }
             }
             if let Some((o, lv)) = first_duplicate(&mut offsets, |(o, _)| *o) {
@@ -110,6 +87,39 @@ pub fn check_write(vg: &Vg) -> Result<(), ModelError> {
         ));
     }
     Ok(())
+}
+
+/// The `lock_args` of LV `lv` are what the VG's lock type wants: none without one, a
+/// `<version>:<offset>` with sanlock (returns the offset), the lock type's name otherwise.
+pub(super) fn lease_of(vg: &Vg, lv: &Lv) -> Result<Option<u64>, ModelError> {
+    let Some(a) = lv.lock_args.as_deref() else {
+        return Ok(None);
+    };
+    match vg.lock_type.as_deref() {
+        None | Some("none") => Err(err(
+            lv_path(vg, lv),
+            "lock_args",
+            "set in a VG without a lock_type",
+        )),
+        Some("sanlock") => a
+            .split_once(':')
+            .and_then(|(_, o)| o.parse::<u64>().ok())
+            .filter(|_| valid_lock_args(a))
+            .map(Some)
+            .ok_or_else(|| {
+                err(
+                    lv_path(vg, lv),
+                    "lock_args",
+                    format!("{a:?} is not <version>:<offset>"),
+                )
+            }),
+        Some(t) if a != t => Err(err(
+            lv_path(vg, lv),
+            "lock_args",
+            format!("{a:?} must be {t:?}"),
+        )),
+        Some(_) => Ok(None),
+    }
 }
 
 /// lvm2's lock_args charset (`A-Z a-z 0-9 . _ - + :`) with at most one colon.
@@ -155,9 +165,8 @@ fn check_ids(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
     }
     let mut spares = 0;
     for lv in &vg.lvs {
-        crate::names::check_lv_name_in_vg(&vg.name, &lv.name)
-            .map_err(|e| err(lv_path(vg, lv), "name", e.to_string()))?;
-        if !lv.is_visible() && lv.name.contains("_pmspare") {
+        check_lv_names(vg, lv)?;
+        if is_spare(lv) {
             spares += 1;
             if spares > 1 {
                 return Err(err(
@@ -167,14 +176,26 @@ fn check_ids(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
                 ));
             }
         }
-        for t in &lv.tags {
-            crate::names::check_tag(t).map_err(|e| err(lv_path(vg, lv), "tags", e.to_string()))?;
-        }
     }
     for t in &vg.tags {
         crate::names::check_tag(t).map_err(|e| err(vg.name.clone(), "tags", e.to_string()))?;
     }
     Ok(())
+}
+
+/// An LV's name and tags are ones lvm2 accepts.
+pub(super) fn check_lv_names(vg: &Vg, lv: &Lv) -> Result<(), ModelError> {
+    crate::names::check_lv_name_in_vg(&vg.name, &lv.name)
+        .map_err(|e| err(lv_path(vg, lv), "name", e.to_string()))?;
+    for t in &lv.tags {
+        crate::names::check_tag(t).map_err(|e| err(lv_path(vg, lv), "tags", e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// A pool metadata spare (lvm2 allows one per VG).
+pub(super) fn is_spare(lv: &Lv) -> bool {
+    lv.name.contains("_pmspare") && !lv.is_visible()
 }
 
 /// LVs by name (foldhash is seeded at random per process, so hostile names cannot aim at
@@ -205,98 +226,110 @@ impl<'v> ByName<'v> {
 
 fn check_lvs(vg: &Vg, by_name: &ByName<'_>) -> Result<(), ModelError> {
     for lv in &vg.lvs {
-        if lv.segments.is_empty() {
+        check_lv(vg, lv, |n| by_name.get(n))?;
+    }
+    Ok(())
+}
+
+/// One LV's segments: they begin where the previous one ends, the kinds that take one
+/// segment have one, a pool's metadata LV is named `*_tmeta`, the LVs they refer to exist
+/// (`find` looks them up by name), a thin LV's pool is a pool, mirror images have the
+/// mirror's size.
+pub(super) fn check_lv<'v>(
+    vg: &Vg,
+    lv: &Lv,
+    find: impl Fn(&str) -> Option<&'v Lv>,
+) -> Result<(), ModelError> {
+    if lv.segments.is_empty() {
+        return Err(err(
+            lv_path(vg, lv),
+            "segment_count",
+            "an LV needs at least one segment",
+        ));
+    }
+    let mut next = 0u64;
+    for (i, seg) in lv.segments.iter().enumerate() {
+        if u64::from(seg.start_extent) != next {
             return Err(err(
                 lv_path(vg, lv),
-                "segment_count",
-                "an LV needs at least one segment",
+                &format!("segment{}", i + 1),
+                format!(
+                    "segment {} should begin at LE {next} (found {})",
+                    i + 1,
+                    seg.start_extent
+                ),
             ));
         }
-        let mut next = 0u64;
-        for (i, seg) in lv.segments.iter().enumerate() {
-            if u64::from(seg.start_extent) != next {
-                return Err(err(
-                    lv_path(vg, lv),
-                    &format!("segment{}", i + 1),
-                    format!(
-                        "segment {} should begin at LE {next} (found {})",
-                        i + 1,
-                        seg.start_extent
-                    ),
-                ));
+        next += u64::from(seg.extent_count);
+        let mut unknown = None;
+        seg.kind.each_lv_ref(|field, target| {
+            if unknown.is_none() && (target == lv.name || find(target).is_none()) {
+                unknown = Some((field, target));
             }
-            next += u64::from(seg.extent_count);
-            let mut unknown = None;
-            seg.kind.each_lv_ref(|field, target| {
-                if unknown.is_none() && (target == lv.name || by_name.get(target).is_none()) {
-                    unknown = Some((field, target));
-                }
-            });
-            if let Some((field, target)) = unknown {
-                return Err(err(
-                    lv_path(vg, lv),
-                    field,
-                    format!("refers to unknown LV {target:?}"),
-                ));
-            }
-            if let SegKind::Mirror(m) = &seg.kind {
-                for a in &m.areas {
-                    if let Area::Lv { lv: image, .. } = a {
-                        let size = by_name.get(image).map_or(0, Lv::extents);
-                        if size != u64::from(seg.area_len()) {
-                            return Err(err(
-                                lv_path(vg, lv),
-                                "mirrors",
-                                format!("image {image} has {size} extents, not {}", seg.area_len()),
-                            ));
-                        }
+        });
+        if let Some((field, target)) = unknown {
+            return Err(err(
+                lv_path(vg, lv),
+                field,
+                format!("refers to unknown LV {target:?}"),
+            ));
+        }
+        if let SegKind::Mirror(m) = &seg.kind {
+            for a in &m.areas {
+                if let Area::Lv { lv: image, .. } = a {
+                    let size = find(image).map_or(0, Lv::extents);
+                    if size != u64::from(seg.area_len()) {
+                        return Err(err(
+                            lv_path(vg, lv),
+                            "mirrors",
+                            format!("image {image} has {size} extents, not {}", seg.area_len()),
+                        ));
                     }
                 }
             }
         }
-        let single = lv.segments.iter().any(|s| {
-            matches!(
-                s.kind,
-                SegKind::Thin(_)
-                    | SegKind::ThinPool(_)
-                    | SegKind::Snapshot(_)
-                    | SegKind::Raid { .. }
-                    | SegKind::Cache(_)
-                    | SegKind::CachePool(_)
-            )
-        });
-        if single && lv.segments.len() != 1 {
+    }
+    let single = lv.segments.iter().any(|s| {
+        matches!(
+            s.kind,
+            SegKind::Thin(_)
+                | SegKind::ThinPool(_)
+                | SegKind::Snapshot(_)
+                | SegKind::Raid { .. }
+                | SegKind::Cache(_)
+                | SegKind::CachePool(_)
+        )
+    });
+    if single && lv.segments.len() != 1 {
+        return Err(err(
+            lv_path(vg, lv),
+            "segment_count",
+            format!(
+                "{} LVs have exactly one segment",
+                lv.segments[0].kind.type_name()
+            ),
+        ));
+    }
+    match &lv.segments[0].kind {
+        SegKind::ThinPool(p) if !p.metadata.contains("_tmeta") => {
             return Err(err(
                 lv_path(vg, lv),
-                "segment_count",
-                format!(
-                    "{} LVs have exactly one segment",
-                    lv.segments[0].kind.type_name()
-                ),
+                "metadata",
+                format!("thin-pool metadata LV {:?} must contain _tmeta", p.metadata),
             ));
         }
-        match &lv.segments[0].kind {
-            SegKind::ThinPool(p) if !p.metadata.contains("_tmeta") => {
+        SegKind::Thin(t) => {
+            let pool_ok = find(&t.thin_pool)
+                .is_some_and(|p| matches!(p.segments[0].kind, SegKind::ThinPool(_)));
+            if !pool_ok {
                 return Err(err(
                     lv_path(vg, lv),
-                    "metadata",
-                    format!("thin-pool metadata LV {:?} must contain _tmeta", p.metadata),
+                    "thin_pool",
+                    format!("{:?} is not a thin pool", t.thin_pool),
                 ));
             }
-            SegKind::Thin(t) => {
-                let pool_ok = by_name
-                    .get(&t.thin_pool)
-                    .is_some_and(|p| matches!(p.segments[0].kind, SegKind::ThinPool(_)));
-                if !pool_ok {
-                    return Err(err(
-                        lv_path(vg, lv),
-                        "thin_pool",
-                        format!("{:?} is not a thin pool", t.thin_pool),
-                    ));
-                }
-            }
-            _ => {}
         }
+        _ => {}
     }
     Ok(())
 }

@@ -102,7 +102,7 @@ impl Session {
 
     /// Where LV `lv` of `vg` is on this host's devices, from a fresh scan.
     fn placement(&self, vg: &str, lv: &str) -> Result<Placement, Error> {
-        let scan = self.scan();
+        let scan = self.current();
         let sv = scan.vg(vg)?;
         Ok(activate::place(&sv.vg, lv, &places(&scan, sv).paths)?)
     }
@@ -112,7 +112,7 @@ impl Session {
     /// (a thin LV's: its pool's, unless another thin LV of the pool is still active here)
     /// that the ended process left.
     pub fn deactivate(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<(), Error> {
-        let scan = self.scan();
+        let scan = self.current();
         let sv = scan.vg(vg)?;
         let at = places(&scan, sv);
         backend.deactivate(&activate::place(&sv.vg, lv, &at.paths)?)?;

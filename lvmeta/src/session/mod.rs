@@ -49,8 +49,11 @@ pub struct Session {
     cache: Mutex<Option<Arc<Scan>>>,
     /// This host's lock manager for shared VGs.
     host: Option<lease::Host>,
-    /// Buffers of the last commit (printed text, padded copy), reused by the next one.
-    scratch: Mutex<(String, Vec<u8>)>,
+    /// Buffers of the last commit, reused by the next one.
+    scratch: Mutex<write::Scratch>,
+    /// The scan the last commit published, and the VG it committed (which passed every
+    /// check).
+    published: Mutex<(std::sync::Weak<Scan>, String)>,
     /// The groups of changes being formed and written, by VG.
     groups: group::Groups<update::Bench>,
     /// Change shared VGs without leases (lvm2's `--nolocking`).
@@ -72,9 +75,10 @@ impl Session {
             cache: Mutex::new(None),
             host: None,
             nolocking: false,
-            scratch: Mutex::new((String::new(), Vec::new())),
+            scratch: Mutex::default(),
             local_pools: activate::LocalPools::default(),
             pool_leases: Mutex::default(),
+            published: Mutex::default(),
             groups: group::Groups::default(),
         }
     }
@@ -109,7 +113,7 @@ impl Session {
     /// Succeeds when `vg` can be changed now: it reads, and when it is shared this host has
     /// joined its lockspace (a readiness probe).
     pub fn ready(&self, vg: &str) -> Result<(), Error> {
-        let scan = self.scan();
+        let scan = self.current();
         let sv = scan.vg(vg)?;
         match self.host_for(&sv.vg)? {
             None => Ok(()),
@@ -127,7 +131,7 @@ impl Session {
         vg: &str,
         f: fn(&lease::Host, &Vg, &lease::VgPlaces) -> Result<(), lease::LeaseError>,
     ) -> Result<(), Error> {
-        let scan = self.scan();
+        let scan = self.current();
         let sv = scan.vg(vg)?;
         let h = self
             .host
@@ -221,11 +225,12 @@ impl Session {
 
     /// Scans for a report the way lvmlockd's reporting commands read: the global lease shared
     /// when `vgs` is empty (every VG is read), each selected shared VG's lease shared where
-    /// this host has joined its lockspace, then a fresh scan under them. The returned
+    /// this host has joined its lockspace, then the metadata read again under them (the
+    /// cached scan while the devices' labels and area headers match it). The returned
     /// [`ReadLocks`] releases the leases when dropped and names the shared VGs read without
     /// one (lockspace not started, no lvmlock LV, or no lease manager).
-    pub fn read_locked(&self, vgs: &[&str]) -> Result<(Scan, ReadLocks), Error> {
-        let scan = self.scan();
+    pub fn read_locked(&self, vgs: &[&str]) -> Result<(Arc<Scan>, ReadLocks), Error> {
+        let scan = self.current();
         let mut locks = ReadLocks {
             held: Vec::new(),
             unlocked: Vec::new(),
@@ -263,7 +268,7 @@ impl Session {
         if locks.held.is_empty() {
             return Ok((scan, locks));
         }
-        Ok((self.scan(), locks))
+        Ok((self.current(), locks))
     }
 
     /// The VG as this session last read or wrote it (a copy that shares its LVs).

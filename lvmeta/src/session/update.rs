@@ -20,7 +20,7 @@ use super::{members, places, writable, Session};
 use crate::edit::{self, EditError};
 use crate::lease;
 use crate::lockfile::{FileLock, Resource};
-use crate::model::Vg;
+use crate::model::{validate, Vg};
 use crate::scan::Scan;
 use crate::uuid::Uuid;
 use crate::Error;
@@ -303,7 +303,14 @@ impl Session {
             }
             None => (Guard::Local, first),
         };
+        let name = vg;
         let vg = writable(&scan, vg)?.vg.clone();
+        // The edits are checked against this version: it must pass the write checks (a
+        // version read from disk passed only the read checks; one this session committed
+        // passed both).
+        if !self.published(&scan, name) {
+            validate::check_write(&vg).map_err(|e| Error::Edit(EditError::Invalid(e)))?;
+        }
         let pools = vg
             .lvs
             .iter()
@@ -341,7 +348,10 @@ impl Session {
             .iter()
             .map(|n| ((*n).to_owned(), b.vg.lv(n).map(|l| l.id)))
             .collect();
-        let (out, value) = edit(b.vg.clone())?.split();
+        let (out, value) = edit::deferring_checks(|| edit(b.vg.clone()))?.split();
+        // Every invariant lvm2 checks, looking only at what the edit changed: the group's VG
+        // before it passed them.
+        validate::check_change(&b.vg, &out).map_err(EditError::Invalid)?;
         // Before anything is written: refused when a removed LV (or a changed thin pool) is
         // in use; what the check takes is held until the commit is done (or failed).
         let locked = match &b.guard {

@@ -8,10 +8,18 @@ use super::pv::with_used;
 use super::{Session, GENERATOR};
 use crate::commit::{self, Area, LabelWrite};
 use crate::mda::{self, MdaError, MdaHeader};
-use crate::model::Vg;
+use crate::model::{TextCache, Vg};
 use crate::scan::{Scan, ScannedPv, ScannedVg};
-use crate::text::Style;
 use crate::Error;
+
+/// What a commit reuses from the last one: the text's allocation (printed in place, padded
+/// and aligned for the device: see [`commit::Text::in_place`]), and the text of every LV
+/// (printed again only when it changed).
+#[derive(Default)]
+pub(super) struct Scratch {
+    buf: Vec<u8>,
+    lvs: TextCache,
+}
 
 /// An area a commit wrote: its device, its index on the device, its new header.
 pub(super) type Written = (String, usize, MdaHeader);
@@ -53,26 +61,28 @@ pub(in crate::session) fn metadata_use(scan: &Scan, sv: &ScannedVg) -> MetadataU
         .min()
         .unwrap_or(0);
     MetadataUse {
-        used: sv.text.len() as u64 + 1,
+        used: sv.text_bytes as u64 + 1,
         max,
     }
 }
 
 impl Session {
     /// Writes `vg` to the areas of `pvs`; the PVs in `joining` get `PV_EXT_USED` and fresh
-    /// area headers first. Returns the text and each written area's new header (device,
-    /// index of the area on it, header). A text too large for an area is
+    /// area headers first. Returns the text's size and each written area's new header
+    /// (device, index of the area on it, header). A text too large for an area is
     /// [`Error::MetadataFull`], and nothing is written.
     pub(super) fn commit(
         &self,
         vg: &Vg,
         pvs: &[&ScannedPv],
         joining: &[&ScannedPv],
-    ) -> Result<(Arc<str>, Vec<Written>), Error> {
-        // The text and the sector-padded copy reuse the last commit's allocations.
+    ) -> Result<(usize, Vec<Written>), Error> {
         let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        let printed = vg.write_text(Style::Raw, GENERATOR, std::mem::take(&mut scratch.0));
-        let text = commit::Text::new(printed.as_bytes(), std::mem::take(&mut scratch.1));
+        let scratch = &mut *scratch;
+        let (buf, start) = commit::Text::room(std::mem::take(&mut scratch.buf));
+        let printed = vg.write_text_cached(GENERATOR, buf, &mut scratch.lvs);
+        let text = commit::Text::in_place(printed.into_bytes(), start);
+        let size = text.len() - 1;
         let mut labels = Vec::new();
         let mut areas = Vec::new();
         let mut at = Vec::new();
@@ -116,14 +126,13 @@ impl Session {
             },
             e => e,
         });
-        let kept: Arc<str> = Arc::from(printed.as_str());
-        *scratch = (printed, text.into_scratch());
+        scratch.buf = text.into_scratch();
         let written = at
             .into_iter()
             .zip(result?)
             .map(|((d, i), h)| (d, i, h))
             .collect();
-        Ok((kept, written))
+        Ok((size, written))
     }
 
     /// Commits `out` (VG `vg` of `from`) to the areas of `pvs`, then makes the scan readers
@@ -137,7 +146,7 @@ impl Session {
         pvs: &[&ScannedPv],
     ) -> Result<Arc<Scan>, Error> {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        let (text, written) = match self.commit(&out, pvs, &[]) {
+        let (text_bytes, written) = match self.commit(&out, pvs, &[]) {
             Ok(w) => w,
             Err(e) => {
                 // What the devices hold now is for the next reader to find out.
@@ -162,7 +171,8 @@ impl Session {
             next.vgs.push(match (sv.vg.name == vg, out.take()) {
                 (true, Some(vg)) => ScannedVg {
                     vg,
-                    text: text.clone(),
+                    text: Arc::from(""),
+                    text_bytes,
                     pv_devices: sv.pv_devices.clone(),
                 },
                 (_, o) => {
@@ -173,6 +183,14 @@ impl Session {
         }
         let next = Arc::new(next);
         *cache = Some(next.clone());
+        *self.published.lock().unwrap_or_else(|p| p.into_inner()) =
+            (Arc::downgrade(&next), vg.to_owned());
         Ok(next)
+    }
+
+    /// Whether `scan` is the one the last commit of VG `vg` published.
+    pub(super) fn published(&self, scan: &Arc<Scan>, vg: &str) -> bool {
+        let p = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        std::sync::Weak::ptr_eq(&p.0, &Arc::downgrade(scan)) && p.1 == vg
     }
 }

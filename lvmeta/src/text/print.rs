@@ -108,6 +108,15 @@ impl Emitter {
         }
     }
 
+    /// An empty text in the given layout, appended to what `buf` holds.
+    pub fn appending(style: Style, buf: String) -> Self {
+        Self {
+            out: buf,
+            depth: 0,
+            style,
+        }
+    }
+
     /// The layout.
     pub fn style(&self) -> Style {
         self.style
@@ -220,6 +229,26 @@ impl Emitter {
     /// The text so far.
     pub fn finish(self) -> String {
         self.out
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Whether nothing was written yet.
+    pub fn is_empty(&self) -> bool {
+        self.out.is_empty()
+    }
+
+    /// What was written since byte `from` (a [`Emitter::len`]).
+    pub fn since(&self, from: usize) -> &str {
+        self.out.get(from..).unwrap_or_default()
+    }
+
+    /// Appends `text`, printed earlier by an emitter of the same style at the same depth.
+    pub fn verbatim(&mut self, text: &str) {
+        self.out.push_str(text);
     }
 }
 

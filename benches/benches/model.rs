@@ -1,0 +1,184 @@
+//! The in-memory side of one change to a VG of 10,000 KubeSAN-shaped thin volumes (a thin
+//! pool per volume: 40,000 LVs), no I/O: what a change costs besides its two writes.
+//! - `kubesan-10000/create-thin-volume`: the edit CreateVolume makes (pool + thin LV), with
+//!   the full checks after each step (what the pure edit functions do alone);
+//! - `/create-thin-volume-checked-once`: the same as the session runs it: the checks once,
+//!   on what the edit changed;
+//! - `/remove-thin-volume`: the edit DeleteVolume makes (without erasure);
+//! - `/validate`: lvm2's read and write checks of the whole VG;
+//! - `/print`: the VG's whole text, printed;
+//! - `/print-cached`: the text of the VG after a change, as a commit prints it (the LVs the
+//!   change did not touch copied from the last print);
+//! - `/copy`: a copy of the VG (what each change starts from).
+//!
+//! Run: `cargo bench -p lvmeta-benches --bench model`.
+#![allow(missing_docs)] // criterion's macros generate undocumented items
+
+/// The allocator the `lvmeta` and `csi-shim` binaries use, so the numbers are theirs.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use lvmeta::edit::{self, LvSpec, NewPv, PoolSpec, ThinSpec, VgSpec};
+use lvmeta::model::{validate, Area, Vg};
+use lvmeta::text::Style;
+use lvmeta::uuid::Uuid;
+
+const VOLUMES: usize = 10_000;
+const TAG: &str = "lvmeta.csi/mode=thin";
+
+fn pool(name: &str) -> PoolSpec {
+    PoolSpec {
+        data: LvSpec::linear(&format!("{name}-pool"), 1, lvmeta_tests::bench_stamp()),
+        chunk_size: None,
+        metadata_extents: None,
+        discards: "passdown".into(),
+        zero: true,
+    }
+}
+
+fn thin(name: &str, pool: String) -> ThinSpec {
+    ThinSpec {
+        name: Some(name.to_owned()),
+        pool,
+        extents: 1,
+        origin: None,
+        tags: vec![TAG.into()],
+        activation_skip: Some(false),
+        stamp: lvmeta_tests::bench_stamp(),
+    }
+}
+
+/// Creates thin volume `name` as CreateVolume does.
+fn create(vg: Vg, name: &str) -> Vg {
+    let (vg, p) = edit::thin::create_pool(vg, &pool(name)).expect("pool");
+    edit::thin::create_thin(vg, &thin(name, p)).expect("thin").0
+}
+
+fn name(i: usize) -> String {
+    format!("pvc-{i:08x}-0000-4000-8000-{i:012x}")
+}
+
+/// A VG of `VOLUMES` thin volumes: one made by the edits, the rest copies of its LVs with
+/// new names, ids and extents (building them through the edits would take minutes).
+fn kubesan_vg() -> Vg {
+    let pv = NewPv {
+        id: Uuid::random(),
+        device: "/dev/lun".into(),
+        dev_size: 2 << 40,
+        pe_start: 1 << 20,
+        tail: 0,
+        bootloader: None,
+    };
+    let spec = VgSpec {
+        name: "vg".into(),
+        extent_size: 8192,
+        tags: vec![],
+        shared: None,
+    };
+    let vg = edit::vg::create(&spec, &[pv], &lvmeta_tests::bench_stamp()).expect("vg");
+    let mut vg = create(vg, &name(0));
+    let template: Vec<_> = vg.lvs.iter().map(|l| (**l).clone()).collect();
+    let first = name(0);
+    // Extents the first volume's LVs (but the pool metadata spare) use.
+    let mut next_pe = template
+        .iter()
+        .flat_map(|l| &l.segments)
+        .flat_map(|s| s.kind.areas().iter().map(move |a| (a, s.area_len())))
+        .filter_map(|(a, len)| match a {
+            Area::Pv { pe, .. } => Some(pe + len),
+            Area::Lv { .. } => None,
+        })
+        .max()
+        .unwrap_or(0);
+    for i in 1..VOLUMES {
+        let new = name(i);
+        for t in template.iter().filter(|l| !l.name.contains("_pmspare")) {
+            let mut lv = t.clone();
+            lv.name = lv.name.replace(&first, &new);
+            lv.id = Uuid::random();
+            for s in &mut lv.segments {
+                let len = s.area_len();
+                for a in s.kind.areas_mut() {
+                    if let Area::Pv { pe, .. } = a {
+                        *pe = next_pe;
+                        next_pe += len;
+                    }
+                }
+                s.kind.rename_lv(|n| {
+                    if n.contains(&first) {
+                        *n = n.replace(&first, &new);
+                    }
+                });
+            }
+            vg.lvs.push(Arc::new(lv));
+        }
+    }
+    edit::finish(&mut vg).expect("a valid VG");
+    vg
+}
+
+fn model(c: &mut Criterion) {
+    let vg = kubesan_vg();
+    let mut g = c.benchmark_group(format!("kubesan-{VOLUMES}"));
+    g.sample_size(20);
+    let mut n = 0usize;
+    g.bench_function("create-thin-volume", |b| {
+        b.iter(|| {
+            n += 1;
+            create(vg.clone(), &format!("new-{n}"))
+        })
+    });
+    g.bench_function("create-thin-volume-checked-once", |b| {
+        b.iter(|| {
+            n += 1;
+            let out = edit::deferring_checks(|| create(vg.clone(), &format!("new-{n}")));
+            validate::check_change(&vg, &out).expect("checks");
+            out
+        })
+    });
+    let victim = name(VOLUMES / 2);
+    g.bench_function("remove-thin-volume", |b| {
+        b.iter(|| {
+            let v = edit::lv::remove(vg.clone(), &victim, false).expect("thin");
+            edit::lv::remove(v, &format!("{victim}-pool"), false).expect("pool")
+        })
+    });
+    g.bench_function("validate", |b| {
+        b.iter(|| {
+            validate::check_read(&vg).expect("read checks");
+            validate::check_write(&vg).expect("write checks");
+        })
+    });
+    let mut buf = String::new();
+    g.bench_function("print", |b| {
+        b.iter(|| {
+            buf = vg.write_text(Style::Raw, "bench", std::mem::take(&mut buf));
+        })
+    });
+    eprintln!(
+        "kubesan-{VOLUMES}: {} LVs, {} bytes of text",
+        vg.lvs.len(),
+        buf.len()
+    );
+    // Two versions a change apart, printed in turn: each print finds the other's LVs cached
+    // but for the four the change made.
+    let changed = create(vg.clone(), "changed");
+    let mut cache = lvmeta::model::TextCache::default();
+    let mut turn = false;
+    g.bench_function("print-cached", |b| {
+        b.iter(|| {
+            turn = !turn;
+            let v = if turn { &vg } else { &changed };
+            buf.clear();
+            buf = v.write_text_cached("bench", std::mem::take(&mut buf), &mut cache);
+        })
+    });
+    g.bench_function("copy", |b| b.iter(|| vg.clone()));
+    g.finish();
+}
+
+criterion_group!(benches, model);
+criterion_main!(benches);
