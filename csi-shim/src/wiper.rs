@@ -15,6 +15,10 @@ use crate::controller::Backend;
 /// How often the wiper looks for wipe LVs without being kicked.
 pub const POLL: Duration = Duration::from_secs(30);
 
+/// How long a kicked wiper lets deletions gather before its pass: their wipe LVs are then
+/// removed in one commit instead of one commit each.
+pub const GATHER: Duration = Duration::from_millis(200);
+
 /// Wakes the wiper and tells it when to stop.
 #[derive(Debug, Default)]
 pub struct Wiper {
@@ -76,18 +80,28 @@ pub fn pass(backend: &Backend, stop: &dyn Fn() -> bool) -> (usize, usize) {
                 continue;
             }
         };
-        for name in names {
-            if stop() {
-                return (done, failed);
-            }
-            let with = lvmeta::session::EraseWith { how, host, stop };
-            match vols.wipe(&name, with) {
-                Ok(_) => done += 1,
-                Err(e) => {
-                    tracing::warn!(vg = %vg, wipe = %name, error = %e, "erasing a deleted volume's extents; trying again later");
-                    failed += 1;
+        // Erased one by one, removed in one commit.
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let with = lvmeta::session::EraseWith { how, host, stop };
+        match vols.wipe_all(&names, with) {
+            Ok(each) => {
+                for (name, r) in names.iter().zip(each) {
+                    match r {
+                        Ok(_) => done += 1,
+                        Err(e) => {
+                            tracing::warn!(vg = %vg, wipe = %name, error = %e, "erasing a deleted volume's extents; trying again later");
+                            failed += 1;
+                        }
+                    }
                 }
             }
+            Err(e) => {
+                tracing::warn!(vg = %vg, error = %e, "removing erased wipe LVs; trying again later");
+                failed += names.len();
+            }
+        }
+        if stop() {
+            return (done, failed);
         }
     }
     (done, failed)
@@ -108,6 +122,7 @@ pub fn spawn(backend: Arc<Backend>) -> std::io::Result<std::thread::JoinHandle<(
                 if !w.wait() {
                     return;
                 }
+                std::thread::sleep(GATHER);
             }
         })
 }

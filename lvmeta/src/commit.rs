@@ -70,7 +70,7 @@ impl Text {
         let len = text.len() + 1;
         let padded = len.div_ceil(SECTOR) * SECTOR + SECTOR;
         scratch.clear();
-        scratch.reserve(padded + 4096);
+        scratch.reserve_exact(padded + padded / 8 + 4096);
         let start = scratch.as_ptr().align_offset(4096).min(4095);
         scratch.resize(start, 0);
         scratch.extend_from_slice(text);
@@ -88,8 +88,11 @@ impl Text {
     /// former [`Text::into_scratch`]) holding zeroes up to the first 4 KiB-aligned address,
     /// and where the text is to begin.
     pub fn room(mut scratch: Vec<u8>) -> (String, usize) {
+        // Room for the last text and an eighth more, without keeping twice that.
+        let want = scratch.len() + scratch.len() / 8 + 8192;
         scratch.clear();
-        scratch.reserve(4096);
+        scratch.shrink_to(want.saturating_mul(2));
+        scratch.reserve_exact(want);
         let start = scratch.as_ptr().align_offset(4096).min(4095);
         scratch.resize(start, 0);
         // Zeroes are UTF-8.

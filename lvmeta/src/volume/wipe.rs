@@ -74,20 +74,46 @@ impl Volumes<'_> {
     /// device of `with.host` maps its extents or, in a shared VG, while a host holds its
     /// lease; erasing again after a crash or a stop is harmless.
     pub fn wipe(&self, name: &str, with: EraseWith<'_>) -> Result<u64, VolumeError> {
-        let vg = self.vg()?;
-        if !vg.lv(name).is_some_and(is_wipe) {
-            return Ok(0);
-        }
-        let bytes = self.session.erase_lv(&self.vg, name, with)?;
-        self.update("lvremove", |vg| {
-            if vg.lv(name).is_some_and(is_wipe) {
-                edit::lv::remove(vg, name, false)
-            } else {
-                Ok(vg)
+        let mut done = self.wipe_all(&[name], with)?;
+        done.pop().unwrap_or(Ok(0))
+    }
+
+    /// [`Volumes::wipe`] of each of `names`, the erased ones removed in one commit (a wiper
+    /// that frees many deleted volumes pays one commit, not one each). Returns each one's
+    /// bytes erased or why it was not; an error of the removal fails the call.
+    pub fn wipe_all(
+        &self,
+        names: &[&str],
+        with: EraseWith<'_>,
+    ) -> Result<Vec<Result<u64, VolumeError>>, VolumeError> {
+        let vg = self.view()?;
+        let mut out = Vec::with_capacity(names.len());
+        let mut erased: Vec<&str> = Vec::new();
+        for name in names {
+            if !vg.lv(name).is_some_and(is_wipe) {
+                out.push(Ok(0));
+                continue;
             }
+            let bytes = self.session.erase_lv(&self.vg, name, with);
+            if bytes.is_ok() {
+                erased.push(name);
+            }
+            out.push(bytes.map_err(VolumeError::from));
+        }
+        drop(vg);
+        if erased.is_empty() {
+            return Ok(out);
+        }
+        self.update("lvremove", |mut vg| {
+            for name in &erased {
+                if vg.lv(name).is_some_and(is_wipe) {
+                    vg = edit::lv::remove(vg, name, false)?;
+                }
+            }
+            Ok(vg)
         })?;
-        tracing::info!(vg = %self.vg, wipe = name, bytes, "erased and removed");
-        Ok(bytes)
+        tracing::info!(vg = %self.vg, wipes = erased.len(), "erased and removed");
+        Ok(out)
     }
 
     /// Bytes held by wipe LVs (not free yet).
