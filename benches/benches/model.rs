@@ -120,8 +120,24 @@ fn kubesan_vg() -> Vg {
     vg
 }
 
+/// This process's resident memory in MB.
+fn resident() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1000.0
+}
+
 fn model(c: &mut Criterion) {
+    let before = resident();
     let vg = kubesan_vg();
+    eprintln!(
+        "kubesan-{VOLUMES}: the model takes about {:.1} MB",
+        resident() - before
+    );
     let mut g = c.benchmark_group(format!("kubesan-{VOLUMES}"));
     g.sample_size(20);
     let mut n = 0usize;

@@ -17,7 +17,7 @@ pub const POLL: Duration = Duration::from_secs(30);
 
 /// How long a kicked wiper lets deletions gather before its pass: their wipe LVs are then
 /// removed in one commit instead of one commit each.
-pub const GATHER: Duration = Duration::from_millis(200);
+pub const GATHER: Duration = Duration::from_secs(1);
 
 /// Wakes the wiper and tells it when to stop.
 #[derive(Debug, Default)]

@@ -156,9 +156,10 @@ fn check_chunk(chunk: u32) -> Result<(), EditError> {
 
 /// The VG's pool metadata spare, if any.
 fn spare(vg: &Vg) -> Option<usize> {
+    // The name first: one comparison of its end, where lvm2 puts the suffix.
     vg.lvs
         .iter()
-        .position(|l| !l.is_visible() && l.name.contains("_pmspare"))
+        .position(|l| l.name.ends_with("_pmspare") && !l.is_visible())
 }
 
 fn hidden(vg: &mut Vg, index: usize) {

@@ -12,7 +12,6 @@
 //!    the leases of removed LVs released and freed, the new VG published to readers, the
 //!    guard released with the new seqno.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::group::{Outcome, Turn};
@@ -20,7 +19,7 @@ use super::{members, places, writable, Session};
 use crate::edit::{self, EditError};
 use crate::lease;
 use crate::lockfile::{FileLock, Resource};
-use crate::model::{validate, Vg};
+use crate::model::{validate, Lv, Vg};
 use crate::scan::Scan;
 use crate::uuid::Uuid;
 use crate::Error;
@@ -126,8 +125,6 @@ pub(super) struct Bench {
     edits: usize,
     /// Their verbs, each once.
     verbs: Vec<String>,
-    /// Ids of the VG's thin pools, at the start or made by the group's edits.
-    pools: HashSet<Uuid>,
     /// Pools the group's edits made new: their metadata LVs are zeroed.
     new_pools: Vec<Uuid>,
     /// LVs whose ends are cleared if new: the name, and the id an LV of that name had
@@ -311,19 +308,12 @@ impl Session {
         if !self.published(&scan, name) {
             validate::check_write(&vg).map_err(|e| Error::Edit(EditError::Invalid(e)))?;
         }
-        let pools = vg
-            .lvs
-            .iter()
-            .filter(|l| l.pool().is_some())
-            .map(|l| l.id)
-            .collect();
         let bench = Bench {
             scan,
             vg,
             guard,
             edits: 0,
             verbs: Vec::new(),
-            pools,
             new_pools: Vec::new(),
             clears: Vec::new(),
             locked: lease::Locked::default(),
@@ -351,7 +341,7 @@ impl Session {
         let (out, value) = edit::deferring_checks(|| edit(b.vg.clone()))?.split();
         // Every invariant lvm2 checks, looking only at what the edit changed: the group's VG
         // before it passed them.
-        validate::check_change(&b.vg, &out).map_err(EditError::Invalid)?;
+        let changed = validate::check_change(&b.vg, &out).map_err(EditError::Invalid)?;
         // Before anything is written: refused when a removed LV (or a changed thin pool) is
         // in use; what the check takes is held until the commit is done (or failed).
         let locked = match &b.guard {
@@ -366,10 +356,23 @@ impl Session {
         };
         b.locked.held.extend(locked.held);
         b.locked.seen.extend(locked.seen);
-        for l in out.lvs.iter().filter(|l| l.pool().is_some()) {
-            // A restored pool's metadata holds its thin devices: never zeroed.
-            if b.pools.insert(l.id) && how.new_pools_are_new {
-                b.new_pools.push(l.id);
+        // Pools the edit made (a restored pool's metadata holds its thin devices: never
+        // zeroed).
+        if how.new_pools_are_new {
+            let pools: Vec<&Lv> = changed.into_iter().filter(|l| l.pool().is_some()).collect();
+            // A few (one per new volume): looked up; many (a whole VG checked): hashed.
+            let before: std::collections::HashSet<Uuid> = match pools.len() > 8 {
+                true => b.vg.lvs.iter().map(|l| l.id).collect(),
+                false => Default::default(),
+            };
+            for l in pools {
+                let old = match before.is_empty() {
+                    true => b.vg.lvs.iter().any(|o| o.id == l.id),
+                    false => before.contains(&l.id),
+                };
+                if !old && !b.new_pools.contains(&l.id) {
+                    b.new_pools.push(l.id);
+                }
             }
         }
         b.clears.extend(clears);

@@ -26,9 +26,12 @@ type Set<T> = HashSet<T, foldhash::fast::RandomState>;
 const SMALL: usize = 64;
 
 /// [`check_read`] and [`check_write`] of `after`, a change of `before`, which passed them.
-pub fn check_change(before: &Vg, after: &Vg) -> Result<(), ModelError> {
+/// Returns the LVs of `after` the change added or replaced (every LV when it checked the
+/// whole VG).
+pub fn check_change<'a>(before: &Vg, after: &'a Vg) -> Result<Vec<&'a Lv>, ModelError> {
+    let all = || after.lvs.iter().map(|l| &**l).collect();
     if after.lvs.len() < SMALL || !same_vg_fields(before, after) {
-        return full(after);
+        return full(after).map(|()| all());
     }
     // Edits append, remove and replace in place: the LVs both versions share at the start
     // and at the end need no lookup.
@@ -60,7 +63,7 @@ pub fn check_change(before: &Vg, after: &Vg) -> Result<(), ModelError> {
     // The same LV twice (one allocation) would look unchanged: the full checks find it.
     let twice = new.len() != a_mid.len() || old.len() != b_mid.len();
     if twice || (changed.len() + removed.len()) * 8 > after.lvs.len() {
-        return full(after);
+        return full(after).map(|()| all());
     }
     let find = |n: &str| after.lv(n);
     let mine = Mine::of(after, &changed)?;
@@ -99,7 +102,7 @@ pub fn check_change(before: &Vg, after: &Vg) -> Result<(), ModelError> {
             }
         }
     }
-    Ok(())
+    Ok(changed)
 }
 
 fn full(vg: &Vg) -> Result<(), ModelError> {
