@@ -1179,3 +1179,74 @@ async fn node_service_stages_publishes_and_refuses_what_it_cannot_do() {
     assert_eq!(d.activation.state("vg", "lin"), None);
     assert_eq!(d.activation.state("vg", "blk"), None);
 }
+
+/// A metadata area that fills up: GetCapacity offers nothing once the area cannot take one
+/// more volume of the mode asked, and CreateVolume is RESOURCE_EXHAUSTED saying what to do,
+/// with nothing written.
+#[tokio::test]
+async fn a_full_metadata_area_is_resource_exhausted() {
+    let pv = lvmeta::layout::PvOptions {
+        metadata_size: Some(32 << 10),
+        // Else the area runs up to the first extent at 1 MiB.
+        data_alignment: Some(64 << 10),
+        ..Default::default()
+    };
+    let mut d = common::driver_with_pv(2 << 30, &pv).await;
+    let capacity = |mode: &str| GetCapacityRequest {
+        parameters: [("vg", "vg"), ("mode", mode)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        ..Default::default()
+    };
+    let mut offered_none = false;
+    let mut made = 0;
+    let err = loop {
+        let c = d
+            .controller
+            .get_capacity(capacity("linear"))
+            .await
+            .expect("GetCapacity")
+            .into_inner();
+        offered_none |= c.available_capacity == 0;
+        match d
+            .controller
+            .create_volume(create(&format!("v{made:03}"), "linear", 4 * MIB, rwo()))
+            .await
+        {
+            Ok(_) => made += 1,
+            Err(e) => break e,
+        }
+        assert!(made < 500, "the area never filled");
+    };
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("--metadatasize"), "{err:?}");
+    assert!(
+        offered_none,
+        "GetCapacity offered room until CreateVolume failed"
+    );
+    assert!(made > 10, "only {made} volumes fit");
+    // The thin mode needs more text: it is offered nothing either.
+    let thin = d
+        .controller
+        .get_capacity(capacity("thin"))
+        .await
+        .expect("GetCapacity")
+        .into_inner();
+    assert_eq!(thin.available_capacity, 0);
+    // Nothing of the refused volume was written: deleting one frees room again.
+    let list = d
+        .controller
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(list.entries.len(), made);
+    d.controller
+        .delete_volume(DeleteVolumeRequest {
+            volume_id: "vg/v000".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("delete");
+}

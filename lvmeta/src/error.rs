@@ -112,7 +112,7 @@ pub enum Error {
     VgAmbiguous(String),
     /// The VG's new text does not fit its metadata areas (lvm2 keeps the committed copy and
     /// the new one both in an area, so a text may use about half of it).
-    #[error("VG {vg}: metadata area on {device} is full: the new text needs {size} bytes, the area takes at most {max}; make the VG's PVs with a larger --metadatasize (about 1.6 KB per thin volume, 0.35 KB per linear one, twice over), or remove LVs")]
+    #[error("VG {vg}: metadata area on {device} is full: the new text needs {size} bytes, the area takes at most {max} ({} bytes short); make the VG's PVs with a larger --metadatasize (about 1.6 KB per thin volume, 0.35 KB per linear one, twice over), or remove LVs", size.saturating_sub(*max))]
     MetadataFull {
         /// VG name.
         vg: String,

@@ -63,13 +63,22 @@ pub async fn driver_thin(wait: std::time::Duration) -> Driver {
     .await
 }
 
+/// A driver serving VG `vg` on a LUN of `bytes` whose PV is made with `pv`.
+pub async fn driver_with_pv(bytes: u64, pv: &PvOptions) -> Driver {
+    let (backend, dev) = backend_with(bytes, pv);
+    serve(backend, dev).await
+}
+
 /// The backend over a new LUN of `bytes` holding VG `vg`, and the LUN.
 fn backend_of(bytes: u64) -> (Backend, Arc<MemDevice>) {
+    backend_with(bytes, &PvOptions::default())
+}
+
+/// [`backend_of`] with the PV made with `pv`.
+fn backend_with(bytes: u64, pv: &PvOptions) -> (Backend, Arc<MemDevice>) {
     let dev = Arc::new(MemDevice::new("lun", bytes, 512));
     let session = Session::new(vec![Box::new(dev.clone()) as Box<dyn BlockDevice>]);
-    session
-        .pvcreate("lun", &PvOptions::default(), false)
-        .expect("pvcreate");
+    session.pvcreate("lun", pv, false).expect("pvcreate");
     let spec = VgSpec {
         name: "vg".into(),
         extent_size: 8192,
