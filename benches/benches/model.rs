@@ -150,7 +150,9 @@ fn model(c: &mut Criterion) {
     g.bench_function("create-thin-volume-checked-once", |b| {
         b.iter(|| {
             n += 1;
-            let out = edit::deferring_checks(|| create(vg.clone(), &format!("new-{n}")));
+            let out = edit::in_group(&Default::default(), || {
+                create(vg.clone(), &format!("new-{n}"))
+            });
             validate::check_change(&vg, &out).expect("checks");
             out
         })

@@ -76,7 +76,10 @@ impl FreeMap {
                 out
             })
             .collect();
-        Self { free }
+        let mut map = Self { free };
+        // Extents an earlier change of the group freed are still their old owners' on disk.
+        crate::edit::reserved(|r| map.reserve(&r.extents));
+        map
     }
 
     /// Free extents on the PVs in `allowed` (all PVs when `None`).

@@ -59,8 +59,24 @@ impl<D: BlockDevice> BlockDevice for Gate<D> {
     }
 }
 
+/// Spawned threads queue in spawn order when each is given a moment to.
+trait TapSleep: Sized {
+    fn tap_sleep(self) -> Self {
+        std::thread::sleep(Duration::from_millis(20));
+        self
+    }
+}
+
+impl<T> TapSleep for T {}
+
 /// A PV image with VG `vg` and no LVs.
 fn base() -> Vec<u8> {
+    base_with(false)
+}
+
+/// A PV image with VG `vg`; when `old` is set, LV `old` (one extent) and LV `filler`,
+/// which leaves one extent free.
+fn base_with(old: bool) -> Vec<u8> {
     let mem = Arc::new(MemDevice::new("pv0", 64 << 20, 512));
     let s = Session::new(vec![Box::new(mem.clone()) as Box<dyn BlockDevice>]);
     s.pvcreate("pv0", &PvOptions::default(), false)
@@ -72,6 +88,17 @@ fn base() -> Vec<u8> {
         shared: None,
     };
     s.vgcreate(&spec, &["pv0"]).expect("vgcreate");
+    if old {
+        s.update("vg", "lvcreate", |v| {
+            edit::lv::create(v, &LvSpec::linear("old", 1, stamp()))
+        })
+        .expect("old");
+        let rest = u32::try_from(s.vg("vg").expect("vg").free_count() - 1).expect("extents");
+        s.update("vg", "lvcreate", |v| {
+            edit::lv::create(v, &LvSpec::linear("filler", rest, stamp()))
+        })
+        .expect("filler");
+    }
     mem.to_bytes()
 }
 
@@ -83,10 +110,27 @@ struct Run {
     writes: usize,
 }
 
-/// `lv0` is created, and while its commit waits at the gate, `LATE` more callers create
-/// `lv1..`; caller `bad` (if any) asks for `lv0` again, which fails. The device stops as
-/// `fault` says.
+/// What a queued caller does.
+#[derive(Clone, Copy, PartialEq)]
+enum Late {
+    /// Creates `lv<i>`.
+    Create,
+    /// Asks for `lv0` again, which fails.
+    Duplicate,
+    /// Removes LV `old` (made by [`base`] when asked).
+    RemoveOld,
+}
+
+/// `lv0` is created, and while its commit waits at the gate, `LATE` more callers do what
+/// `late` says for them (caller `i` is `late(i)`). The device stops as `fault` says.
 fn run(image: &[u8], fault: Fault, bad: Option<usize>) -> Run {
+    run_with(image, fault, |i| match bad {
+        Some(b) if b == i => Late::Duplicate,
+        _ => Late::Create,
+    })
+}
+
+fn run_with(image: &[u8], fault: Fault, late: impl Fn(usize) -> Late + Sync) -> Run {
     let mem = Arc::new(MemDevice::from_bytes("pv0", image.to_vec(), 512));
     let clock = Arc::new(AtomicUsize::new(0));
     let gate = Arc::new((Mutex::new(false), Condvar::new()));
@@ -105,13 +149,24 @@ fn run(image: &[u8], fault: Fault, bad: Option<usize>) -> Run {
         let first = t.spawn(|| create("lv0".into()));
         // lv0's commit is at the gate (or about to be) before the others ask.
         std::thread::sleep(Duration::from_millis(50));
+        let create = &create;
         let late: Vec<_> = (1..=LATE)
             .map(|i| {
-                let name = match bad {
-                    Some(b) if b == i => "lv0".to_owned(),
-                    _ => format!("lv{i}"),
-                };
-                t.spawn(move || create(name))
+                let what = late(i);
+                let s = &s;
+                t.spawn(move || match what {
+                    Late::Create => create(format!("lv{i}")),
+                    Late::Duplicate => create("lv0".to_owned()),
+                    Late::RemoveOld => {
+                        let r = s.update("vg", "lvremove", |v| edit::lv::remove(v, "old", false));
+                        (
+                            "-old".to_owned(),
+                            r.map(|()| "-old".to_owned()).map_err(|e| e.to_string()),
+                        )
+                    }
+                })
+                // Queued in this order.
+                .tap_sleep()
             })
             .collect();
         // Generous: each thread only has to reach the queue.
@@ -210,4 +265,41 @@ fn a_crash_at_any_write_of_a_group_loses_exactly_the_unacknowledged_changes() {
             "stopped before write {n}: a group is all or nothing ({late_ok} of {LATE})"
         );
     }
+}
+
+/// A change in a group does not get the extents an earlier change of the same group freed:
+/// they are still the removed LV's on disk until the commit (a new linear LV's ends are
+/// zeroed before it). `lv0` takes the VG's last free extent; then, in one group, `old` is
+/// removed and six more LVs are asked for: none may land on `old`'s extent.
+#[test]
+fn extents_freed_in_a_group_are_not_handed_out_in_it() {
+    let image = base_with(true);
+    let r = run_with(&image, Fault::StopBeforeWrite(usize::MAX), |i| match i {
+        1 => Late::RemoveOld,
+        _ => Late::Create,
+    });
+    let results: std::collections::HashMap<_, _> = r.results.iter().cloned().collect();
+    assert!(
+        results["lv0"].is_ok() && results["-old"].is_ok(),
+        "{results:?}"
+    );
+    for i in 2..=LATE {
+        let res = &results[&format!("lv{i}")];
+        assert!(
+            res.as_ref()
+                .is_err_and(|e| e.contains("insufficient free space")),
+            "lv{i} got the extent removed in its own group: {res:?}"
+        );
+    }
+    let (lvs, _) = on_disk(&r.image);
+    assert!(!lvs.contains("old") && lvs.contains("lv0"), "{lvs:?}");
+    // Committed, the extent is free again.
+    let mem = MemDevice::from_bytes("pv0", r.image.clone(), 512);
+    assert_eq!(
+        Session::new(vec![Box::new(mem) as Box<dyn BlockDevice>])
+            .vg("vg")
+            .expect("vg")
+            .free_count(),
+        1
+    );
 }

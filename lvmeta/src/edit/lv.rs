@@ -258,6 +258,8 @@ pub(crate) fn assign_lease(
         .map_err(|_| refused(vg.name.clone(), "shared VG without an lvmlock LV"))?;
     let mut used = leases_in_use(vg);
     used.extend_from_slice(avoid);
+    // Slots an earlier change of the group freed are still their old owners' on disk.
+    super::reserved(|r| used.extend_from_slice(&r.leases));
     used.sort_unstable();
     loop {
         let size = vg.lvs[lock_lv].extents() * u64::from(vg.extent_size) * 512;

@@ -94,7 +94,7 @@ pub(crate) fn refused(object: impl Into<String>, why: impl Into<String>) -> Edit
 }
 
 /// Ends every edit: seqno + 1, then every invariant lvm2 checks on read and on write
-/// (unless [`deferring_checks`] leaves them to its caller).
+/// (unless [`in_group`] leaves them to its caller).
 pub fn finish(vg: &mut Vg) -> Result<(), EditError> {
     vg.seqno = vg.seqno.checked_add(1).ok_or_else(|| {
         refused(
@@ -110,22 +110,43 @@ pub fn finish(vg: &mut Vg) -> Result<(), EditError> {
 }
 
 thread_local! {
-    /// Set while [`deferring_checks`] runs on this thread.
+    /// Set while [`in_group`] runs on this thread.
     static DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// What [`in_group`] reserves on this thread.
+    static RESERVED: std::cell::RefCell<Reserved> = std::cell::RefCell::default();
 }
 
-/// Runs `f`, an edit, with the checks of [`finish`] left to the caller, which must check the
-/// VG `f` returns (the session does, once per change, with
-/// [`validate::check_change`]): an edit of several steps is checked once, in work
-/// proportional to what it changed.
-pub fn deferring_checks<T>(f: impl FnOnce() -> T) -> T {
-    /// Puts the flag back, also when `f` panics.
-    struct Restore(bool);
+/// What earlier changes of a group commit freed and the group has not committed yet: an
+/// edit must not hand these out again, since their old owners are on disk until the commit
+/// (a lease slot would be re-initialised, then freed as the old owner's; extents would be
+/// zeroed for a new LV before the commit that frees them).
+#[derive(Debug, Clone, Default)]
+pub struct Reserved {
+    /// Lease offsets in `lvmlock`.
+    pub leases: Vec<u64>,
+    /// Extents on the PVs.
+    pub extents: Vec<crate::alloc::Extents>,
+}
+
+/// Runs `f`, an edit, as one change of a group commit:
+/// - the checks of [`finish`] are left to the caller, which must check the VG `f` returns
+///   (the session does, once per change, with [`validate::check_change`]): an edit of
+///   several steps is checked once, in work proportional to what it changed;
+/// - lease slots and extents in `reserved` are not allocated.
+pub fn in_group<T>(reserved: &Reserved, f: impl FnOnce() -> T) -> T {
+    /// Puts the state back, also when `f` panics.
+    struct Restore(bool, Reserved);
     impl Drop for Restore {
         fn drop(&mut self) {
             DEFERRED.set(self.0);
+            RESERVED.replace(std::mem::take(&mut self.1));
         }
     }
-    let _restore = Restore(DEFERRED.replace(true));
+    let _restore = Restore(DEFERRED.replace(true), RESERVED.replace(reserved.clone()));
     f()
+}
+
+/// The reservations of the group this thread's edit is part of (see [`in_group`]).
+pub(crate) fn reserved<T>(f: impl FnOnce(&Reserved) -> T) -> T {
+    RESERVED.with(|r| f(&r.borrow()))
 }

@@ -156,10 +156,9 @@ fn check_chunk(chunk: u32) -> Result<(), EditError> {
 
 /// The VG's pool metadata spare, if any.
 fn spare(vg: &Vg) -> Option<usize> {
-    // The name first: one comparison of its end, where lvm2 puts the suffix.
     vg.lvs
         .iter()
-        .position(|l| l.name.ends_with("_pmspare") && !l.is_visible())
+        .position(|l| crate::model::validate::is_spare(l))
 }
 
 fn hidden(vg: &mut Vg, index: usize) {

@@ -431,8 +431,12 @@ pub struct LeaseRef {
 impl LeaseRef {
     /// The LVs of `vg` that have a lease.
     pub fn of(vg: &crate::model::Vg) -> Vec<LeaseRef> {
-        vg.lvs
-            .iter()
+        Self::of_lvs(vg.lvs.iter().map(|l| &**l))
+    }
+
+    /// Those of `lvs` that have a lease.
+    pub fn of_lvs<'a>(lvs: impl IntoIterator<Item = &'a crate::model::Lv>) -> Vec<LeaseRef> {
+        lvs.into_iter()
             .filter_map(|l| {
                 Some(LeaseRef {
                     name: l.name.clone(),
@@ -775,7 +779,14 @@ impl Host {
         at: &VgPlaces,
         seen: &[(u64, SeenFree)],
     ) -> Result<(), LeaseError> {
-        for (_, offset) in gone(old, new) {
+        // A slot an LV of `new` holds is never marked free (it cannot be, as the edits of a
+        // group do not hand out slots freed earlier in it; this keeps it so regardless).
+        let held: std::collections::HashSet<u64> = new
+            .lvs
+            .iter()
+            .filter_map(|l| layout::lease_offset(l.lock_args.as_deref()?))
+            .collect();
+        for (_, offset) in gone(old, new).filter(|(_, o)| !held.contains(o)) {
             let Some(r) =
                 layout::lease_at(new, &at.paths, layout::UNUSED_NAME, offset, at.geometry)
             else {

@@ -8,7 +8,7 @@
 use super::{Area, Lv, ModelError, SegKind, Vg};
 
 mod change;
-pub use change::check_change;
+pub use change::{check_change, Delta};
 
 fn err(path: String, field: &str, why: impl Into<String>) -> ModelError {
     ModelError {
@@ -194,7 +194,7 @@ pub(super) fn check_lv_names(vg: &Vg, lv: &Lv) -> Result<(), ModelError> {
 }
 
 /// A pool metadata spare (lvm2 allows one per VG).
-pub(super) fn is_spare(lv: &Lv) -> bool {
+pub fn is_spare(lv: &Lv) -> bool {
     lv.name.contains("_pmspare") && !lv.is_visible()
 }
 

@@ -6,15 +6,15 @@
 //! Who does what, per VG:
 //! - A caller that finds no leader leads the next group ([`Turn::Lead`]): it takes the
 //!   locks, reads the VG, applies its own edit, then opens the group's bench to the callers
-//!   waiting at that moment ([`Groups::open`]) and waits until each has applied its edit.
-//! - Each of those members applies its own edit, on its own thread, one at a time (under this
-//!   module's lock) to the bench ([`Turn::Join`]); an edit that fails leaves the bench as it
-//!   was and fails its caller alone.
-//! - The leader takes the bench back ([`Groups::close`]), writes it, posts the outcome
+//!   waiting at that moment ([`Groups::gather`]) and waits until each has applied its edit.
+//! - Each of those members applies its own edit, on its own thread, one at a time in
+//!   arrival order (under this module's lock) to the bench ([`Turn::Join`]); an edit that
+//!   fails leaves the bench as it was and fails its caller alone.
+//! - The leader takes the bench back (end of [`Groups::gather`]), writes it, posts the outcome
 //!   ([`Groups::finish`]) and steps down; the members return that outcome with the value of
 //!   their own edit. A caller that came after the bench opened waits for the next group.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::Error;
@@ -43,8 +43,8 @@ impl<B> Default for Groups<B> {
 struct Queue<B> {
     /// A leader is forming or writing a group.
     leading: bool,
-    /// Callers waiting to join a group (the leader not counted).
-    waiting: usize,
+    /// The tickets of the callers waiting to join a group (the leader not counted).
+    waiting: BTreeSet<u64>,
     /// The next caller's ticket: callers are served in arrival order.
     next_ticket: u64,
     /// The group open for edits.
@@ -60,7 +60,7 @@ impl<B> Default for Queue<B> {
     fn default() -> Self {
         Self {
             leading: false,
-            waiting: 0,
+            waiting: BTreeSet::new(),
             next_ticket: 0,
             open: None,
             next_group: 0,
@@ -72,10 +72,9 @@ impl<B> Default for Queue<B> {
 /// A group open for its members' edits.
 struct Open<B> {
     group: u64,
-    /// Callers with a ticket below this are members.
-    upto: u64,
-    /// Members that have not applied their edit yet.
-    pending: usize,
+    /// The members that have not applied their edit yet, by ticket: they apply in that
+    /// order (arrival order).
+    pending: BTreeSet<u64>,
     /// Members whose edit went in: they wait for the outcome.
     joined: usize,
     bench: B,
@@ -83,7 +82,7 @@ struct Open<B> {
 
 /// What a caller does next.
 pub(super) enum Turn<'g, B> {
-    /// Lead a group: [`Groups::open`], [`Groups::close`], [`Groups::finish`].
+    /// Lead a group: [`Groups::gather`], then [`Groups::finish`].
     Lead,
     /// Apply the edit to the open group's bench (held locked by the guard), then report
     /// with [`Member::applied`].
@@ -95,6 +94,7 @@ pub(super) struct Member<'g, B> {
     groups: &'g Groups<B>,
     state: MutexGuard<'g, HashMap<String, Queue<B>>>,
     vg: String,
+    ticket: u64,
     /// Reported with [`Member::applied`]; a member dropped unreported (its edit panicked)
     /// counts as failed, so the leader does not wait for it forever.
     reported: bool,
@@ -118,7 +118,7 @@ impl<B> Member<'_, B> {
     fn report(&mut self, joined: bool) -> Option<u64> {
         let q = self.state.entry(self.vg.clone()).or_default();
         let open = q.open.as_mut()?;
-        open.pending -= 1;
+        open.pending.remove(&self.ticket);
         let group = open.group;
         if joined {
             open.joined += 1;
@@ -157,21 +157,28 @@ impl<B> Groups<B> {
         let ticket = q.next_ticket;
         q.next_ticket += 1;
         // Only callers that may join count as waiting (a group waits for each of them).
-        q.waiting += usize::from(!alone);
+        if !alone {
+            q.waiting.insert(ticket);
+        }
         loop {
             let q = state.entry(vg.to_owned()).or_default();
-            let member = q.open.as_ref().is_some_and(|o| ticket < o.upto);
-            if member && !alone {
-                q.waiting -= 1;
+            // A member's turn comes when the members before it have applied theirs.
+            let turn = q
+                .open
+                .as_ref()
+                .is_some_and(|o| o.pending.first() == Some(&ticket));
+            if turn {
                 return Turn::Join(Member {
                     groups: self,
                     state,
                     vg: vg.to_owned(),
+                    ticket,
                     reported: false,
                 });
             }
-            if !q.leading && q.open.is_none() {
-                q.waiting -= usize::from(!alone);
+            let member = q.open.as_ref().is_some_and(|o| o.pending.contains(&ticket));
+            if !member && !q.leading && q.open.is_none() {
+                q.waiting.remove(&ticket);
                 q.leading = true;
                 return Turn::Lead;
             }
@@ -186,22 +193,21 @@ impl<B> Groups<B> {
     pub(super) fn gather(&self, vg: &str, bench: B) -> (B, Option<u64>) {
         let mut state = self.lock();
         let q = state.entry(vg.to_owned()).or_default();
-        if q.waiting == 0 {
+        if q.waiting.is_empty() {
             return (bench, None);
         }
         let group = q.next_group;
         q.next_group += 1;
         q.open = Some(Open {
             group,
-            upto: q.next_ticket,
-            pending: q.waiting,
+            pending: std::mem::take(&mut q.waiting),
             joined: 0,
             bench,
         });
         self.turn.notify_all();
         loop {
             let q = state.entry(vg.to_owned()).or_default();
-            if q.open.as_ref().is_some_and(|o| o.pending == 0) {
+            if q.open.as_ref().is_some_and(|o| o.pending.is_empty()) {
                 // Invariant: only the leader closes the group it opened.
                 let open = q.open.take().expect("the open group");
                 if open.joined == 0 {

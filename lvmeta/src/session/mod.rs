@@ -1,6 +1,6 @@
 //! A session: the devices lvmeta may use, the cached model of what they hold, and the verbs,
 //! with their I/O. Where to read:
-//! - [`update`] (`update.rs`): the commit pipeline every LV change goes through, top to
+//! - `update.rs`: the commit pipeline every LV change goes through, top to
 //!   bottom: lock, read under the lease, edit, validate, lease bookkeeping, commit, release;
 //!   concurrent changes of one VG written as one group commit (`group.rs`).
 //! - `pv.rs`: the verbs that change PVs and the VG namespace; `activation.rs`: LVs brought up
@@ -186,7 +186,7 @@ impl Session {
     }
 
     /// The cached scan while the devices still match it, else a new scan, cached. Readers
-    /// share it; a commit replaces it ([`Session::publish`]). Concurrent readers that find it
+    /// share it; a commit replaces it (`commit_and_publish`). Concurrent readers that find it
     /// stale wait for one rescan instead of each making their own.
     fn current(&self) -> Arc<Scan> {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());

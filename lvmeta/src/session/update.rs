@@ -130,8 +130,73 @@ pub(super) struct Bench {
     /// LVs whose ends are cleared if new: the name, and the id an LV of that name had
     /// before the edit.
     clears: Vec<(String, Option<Uuid>)>,
-    /// Leases the guard took for removed LVs or changed pools: released after the commit.
-    locked: lease::Locked,
+    /// Leases the guard took for removed LVs or changed pools: released after the commit
+    /// (or when the group ends otherwise).
+    held: HeldLeases,
+    /// The lease areas of removed LVs the guard found free, for [`lease::Host::free_old_lvs`].
+    seen: Vec<(u64, lease::SeenFree)>,
+    /// What the group's edits freed: not handed out again before the commit.
+    reserved: edit::Reserved,
+}
+
+/// LV leases held until a group's commit is done; released when dropped.
+struct HeldLeases {
+    host: Option<lease::Host>,
+    list: Vec<lease::ResourceSpec>,
+}
+
+impl Drop for HeldLeases {
+    fn drop(&mut self) {
+        if let Some(h) = &self.host {
+            for r in &self.list {
+                h.release_or_warn(r, "removed LV");
+            }
+        }
+    }
+}
+
+/// Adds to `r` what `delta` freed: the lease slots and extents of the LVs it removed (or the
+/// old copies of those it replaced) that its new LVs do not hold.
+fn reserve_freed(r: &mut edit::Reserved, delta: &validate::Delta<'_, '_>) {
+    let offset = |l: &Lv| crate::lease::layout::lease_offset(l.lock_args.as_deref()?);
+    let kept: Vec<u64> = delta.changed.iter().filter_map(|l| offset(l)).collect();
+    r.leases.extend(
+        delta
+            .removed
+            .iter()
+            .filter_map(|l| offset(l))
+            .filter(|o| !kept.contains(o)),
+    );
+    let areas = |l: &Lv| -> Vec<(usize, u32, u32)> {
+        l.segments
+            .iter()
+            .flat_map(|s| {
+                let len = s.area_len();
+                s.kind.areas().iter().filter_map(move |a| match a {
+                    crate::model::Area::Pv { pv, pe } => Some((*pv, *pe, pe.saturating_add(len))),
+                    crate::model::Area::Lv { .. } => None,
+                })
+            })
+            .collect()
+    };
+    let now: Vec<(usize, u32, u32)> = delta.changed.iter().flat_map(|l| areas(l)).collect();
+    for (pv, start, end) in delta.removed.iter().flat_map(|l| areas(l)) {
+        // The parts of [start, end) no new LV holds.
+        let mut pieces = vec![(start, end)];
+        for &(_, s, e) in now.iter().filter(|a| a.0 == pv) {
+            pieces = pieces
+                .into_iter()
+                .flat_map(|(a, b)| [(a, b.min(s)), (a.max(e), b)])
+                .filter(|(a, b)| a < b)
+                .collect();
+        }
+        r.extents
+            .extend(pieces.into_iter().map(|(pe, end)| crate::alloc::Extents {
+                pv,
+                pe,
+                len: end - pe,
+            }));
+    }
 }
 
 impl Session {
@@ -316,7 +381,12 @@ impl Session {
             verbs: Vec::new(),
             new_pools: Vec::new(),
             clears: Vec::new(),
-            locked: lease::Locked::default(),
+            held: HeldLeases {
+                host: self.host.clone(),
+                list: Vec::new(),
+            },
+            seen: Vec::new(),
+            reserved: edit::Reserved::default(),
         };
         Ok((bench, file))
     }
@@ -338,43 +408,37 @@ impl Session {
             .iter()
             .map(|n| ((*n).to_owned(), b.vg.lv(n).map(|l| l.id)))
             .collect();
-        let (out, value) = edit::deferring_checks(|| edit(b.vg.clone()))?.split();
+        // Lease slots and extents earlier changes of the group freed are not handed out.
+        let (out, value) = edit::in_group(&b.reserved, || edit(b.vg.clone()))?.split();
         // Every invariant lvm2 checks, looking only at what the edit changed: the group's VG
         // before it passed them.
-        let changed = validate::check_change(&b.vg, &out).map_err(EditError::Invalid)?;
+        let delta = validate::check_change(&b.vg, &out).map_err(EditError::Invalid)?;
         // Before anything is written: refused when a removed LV (or a changed thin pool) is
-        // in use; what the check takes is held until the commit is done (or failed).
+        // in use; what the check takes is held until the commit is done (or failed). Only
+        // the LVs the edit removed or replaced can be gone or changed.
         let locked = match &b.guard {
             Guard::Leased(h) => {
-                h.host
-                    .lock_changed_lvs(&lease::LeaseRef::of(&b.vg), &out, &h.at, &owned)?
+                let old = lease::LeaseRef::of_lvs(delta.removed.iter().copied());
+                h.host.lock_changed_lvs(&old, &out, &h.at, &owned)?
             }
             Guard::Local => {
                 self.check_local_pools(&self.local_pool_states(&b.vg), &out, &owned)?;
                 lease::Locked::default()
             }
         };
-        b.locked.held.extend(locked.held);
-        b.locked.seen.extend(locked.seen);
+        b.held.list.extend(locked.held);
+        b.seen.extend(locked.seen);
+        let old_ids: std::collections::HashSet<Uuid> = delta.removed.iter().map(|l| l.id).collect();
         // Pools the edit made (a restored pool's metadata holds its thin devices: never
         // zeroed).
         if how.new_pools_are_new {
-            let pools: Vec<&Lv> = changed.into_iter().filter(|l| l.pool().is_some()).collect();
-            // A few (one per new volume): looked up; many (a whole VG checked): hashed.
-            let before: std::collections::HashSet<Uuid> = match pools.len() > 8 {
-                true => b.vg.lvs.iter().map(|l| l.id).collect(),
-                false => Default::default(),
-            };
-            for l in pools {
-                let old = match before.is_empty() {
-                    true => b.vg.lvs.iter().any(|o| o.id == l.id),
-                    false => before.contains(&l.id),
-                };
-                if !old && !b.new_pools.contains(&l.id) {
+            for l in delta.changed.iter().filter(|l| l.pool().is_some()) {
+                if !old_ids.contains(&l.id) && !b.new_pools.contains(&l.id) {
                     b.new_pools.push(l.id);
                 }
             }
         }
+        reserve_freed(&mut b.reserved, &delta);
         b.clears.extend(clears);
         if !b.verbs.iter().any(|v| v == how.verb) {
             b.verbs.push(how.verb.to_owned());
@@ -395,16 +459,29 @@ impl Session {
             verbs,
             new_pools,
             clears,
-            locked,
+            held,
+            seen,
             ..
         } = bench;
-        let start = writable(&scan, vg)?;
+        let start = match writable(&scan, vg) {
+            Ok(s) => s,
+            Err(e) => {
+                guard.release(None)?;
+                return Err(e);
+            }
+        };
         if edits == 0 {
             guard.release(None)?;
             return Ok(start.vg.seqno);
         }
-        // One new version, whatever the number of edits.
-        out.seqno = start.vg.seqno.saturating_add(1);
+        // One new version, whatever the number of edits (a restore, alone, keeps the seqno
+        // it chose above the backup's).
+        let next = start.vg.seqno.saturating_add(1);
+        out.seqno = if edits == 1 {
+            out.seqno.max(next)
+        } else {
+            next
+        };
         describe(&mut out, &verbs.join(", "));
         let before = lease::LeaseRef::of(&start.vg);
         let paths = places(&scan, start).paths;
@@ -420,11 +497,8 @@ impl Session {
             let pvs = members(&scan, start)?;
             self.commit_and_publish(&scan, vg, out, &pvs)
         });
-        if let Guard::Leased(h) = &guard {
-            for r in &locked.held {
-                h.host.release_or_warn(r, "removed LV");
-            }
-        }
+        // The removed LVs' leases go back before they are marked free.
+        drop(held);
         let now = match committed {
             Ok(now) => now,
             Err(e) => {
@@ -432,13 +506,19 @@ impl Session {
                 return Err(e);
             }
         };
-        let out = &now.vgs.iter().find(|v| v.vg.name == vg).map(|v| &v.vg);
-        let seqno = out.map_or(0, |v| v.seqno);
+        let out = now.vgs.iter().find(|v| v.vg.name == vg).map(|v| &v.vg);
+        let seqno = out.map_or(next, |v| v.seqno);
         tracing::info!(vg, verb = %verbs.join(", "), edits, seqno, "committed");
+        // Committed: what follows is bookkeeping, whose failure is logged, not reported as
+        // a failed change.
         if let (Guard::Leased(h), Some(out)) = (&guard, out) {
-            h.host.free_old_lvs(&before, out, &h.at, &locked.seen)?;
+            if let Err(e) = h.host.free_old_lvs(&before, out, &h.at, &seen) {
+                tracing::warn!(vg, error = %e, "marking the removed LVs' leases free");
+            }
         }
-        guard.release(Some(seqno))?;
+        if let Err(e) = guard.release(Some(seqno)) {
+            tracing::warn!(vg, seqno, error = %e, "releasing the VG lease after a commit");
+        }
         Ok(seqno)
     }
 

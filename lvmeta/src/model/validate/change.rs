@@ -25,13 +25,25 @@ type Set<T> = HashSet<T, foldhash::fast::RandomState>;
 /// Below this many LVs the full checks are cheap enough.
 const SMALL: usize = 64;
 
+/// Above this many LVs added, replaced or removed, the full checks are cheaper than
+/// comparing each of them with every other LV.
+const MANY: usize = 32;
+
+/// What a change did to the LVs (see [`check_change`]).
+#[derive(Debug)]
+pub struct Delta<'b, 'a> {
+    /// LVs of the new version that are not in the old one (added, or copied and changed).
+    pub changed: Vec<&'a Lv>,
+    /// LVs of the old version that are not in the new one (removed, or the old copies of
+    /// changed ones).
+    pub removed: Vec<&'b Lv>,
+}
+
 /// [`check_read`] and [`check_write`] of `after`, a change of `before`, which passed them.
-/// Returns the LVs of `after` the change added or replaced (every LV when it checked the
-/// whole VG).
-pub fn check_change<'a>(before: &Vg, after: &'a Vg) -> Result<Vec<&'a Lv>, ModelError> {
-    let all = || after.lvs.iter().map(|l| &**l).collect();
+/// Returns what the change did to the LVs.
+pub fn check_change<'b, 'a>(before: &'b Vg, after: &'a Vg) -> Result<Delta<'b, 'a>, ModelError> {
     if after.lvs.len() < SMALL || !same_vg_fields(before, after) {
-        return full(after).map(|()| all());
+        return full_delta(before, after);
     }
     // Edits append, remove and replace in place: the LVs both versions share at the start
     // and at the end need no lookup.
@@ -50,23 +62,28 @@ pub fn check_change<'a>(before: &Vg, after: &'a Vg) -> Result<Vec<&'a Lv>, Model
     let (b_mid, a_mid) = (&b[head..b.len() - tail], &a[head..a.len() - tail]);
     let old: Set<*const Lv> = b_mid.iter().map(Arc::as_ptr).collect();
     let new: Set<*const Lv> = a_mid.iter().map(Arc::as_ptr).collect();
-    let changed: Vec<&Lv> = a_mid
+    // With their positions in `after`.
+    let placed: Vec<(usize, &Lv)> = a_mid
         .iter()
-        .filter(|l| !old.contains(&Arc::as_ptr(l)))
-        .map(|l| &**l)
+        .enumerate()
+        .filter(|(_, l)| !old.contains(&Arc::as_ptr(l)))
+        .map(|(i, l)| (head + i, &**l))
         .collect();
+    let changed: Vec<&Lv> = placed.iter().map(|(_, l)| *l).collect();
     let removed: Vec<&Lv> = b_mid
         .iter()
         .filter(|l| !new.contains(&Arc::as_ptr(l)))
         .map(|l| &**l)
         .collect();
-    // The same LV twice (one allocation) would look unchanged: the full checks find it.
+    // The same LV twice in the middle would look unchanged there: the full checks find it.
+    // (A changed LV that is also at either end is compared with itself by position below,
+    // as two LVs of one name.)
     let twice = new.len() != a_mid.len() || old.len() != b_mid.len();
-    if twice || (changed.len() + removed.len()) * 8 > after.lvs.len() {
-        return full(after).map(|()| all());
+    if twice || changed.len() + removed.len() > MANY {
+        return full_delta(before, after);
     }
     let find = |n: &str| after.lv(n);
-    let mine = Mine::of(after, &changed)?;
+    let mine = Mine::of(after, &placed)?;
     for lv in &changed {
         check_lv_names(after, lv)?;
         check_lv(after, lv, find)?;
@@ -79,9 +96,9 @@ pub fn check_change<'a>(before: &Vg, after: &'a Vg) -> Result<Vec<&'a Lv>, Model
         .map(|l| l.name.as_str())
         .collect();
     let mut spares = 0;
-    for lv in &after.lvs {
-        let is_mine = changed.iter().any(|c| std::ptr::eq(*c, &**lv));
-        mine.against(after, lv)?;
+    for (at, lv) in after.lvs.iter().enumerate() {
+        let is_mine = placed.iter().any(|(i, _)| *i == at);
+        mine.against(after, at, lv)?;
         if mine.spare && is_spare(lv) {
             spares += 1;
             if spares > 1 {
@@ -102,12 +119,33 @@ pub fn check_change<'a>(before: &Vg, after: &'a Vg) -> Result<Vec<&'a Lv>, Model
             }
         }
     }
-    Ok(changed)
+    Ok(Delta { changed, removed })
 }
 
 fn full(vg: &Vg) -> Result<(), ModelError> {
     check_read(vg)?;
     check_write(vg)
+}
+
+/// The full checks, and the change found by ids.
+fn full_delta<'b, 'a>(before: &'b Vg, after: &'a Vg) -> Result<Delta<'b, 'a>, ModelError> {
+    full(after)?;
+    let old: Set<*const Lv> = before.lvs.iter().map(Arc::as_ptr).collect();
+    let new: Set<*const Lv> = after.lvs.iter().map(Arc::as_ptr).collect();
+    Ok(Delta {
+        changed: after
+            .lvs
+            .iter()
+            .filter(|l| !old.contains(&Arc::as_ptr(l)))
+            .map(|l| &**l)
+            .collect(),
+        removed: before
+            .lvs
+            .iter()
+            .filter(|l| !new.contains(&Arc::as_ptr(l)))
+            .map(|l| &**l)
+            .collect(),
+    })
 }
 
 /// Everything but the LVs.
@@ -140,6 +178,8 @@ struct Mine<'v> {
 
 /// One changed LV's exclusive things.
 struct Held<'v> {
+    /// Its position in the VG.
+    at: usize,
     lv: &'v Lv,
     lease: Option<u64>,
     /// A thin LV's pool and device id.
@@ -149,11 +189,12 @@ struct Held<'v> {
 }
 
 impl<'v> Mine<'v> {
-    fn of(vg: &Vg, changed: &[&'v Lv]) -> Result<Self, ModelError> {
+    fn of(vg: &Vg, changed: &[(usize, &'v Lv)]) -> Result<Self, ModelError> {
         let lvs = changed
             .iter()
-            .map(|lv| {
+            .map(|&(at, lv)| {
                 Ok(Held {
+                    at,
                     lv,
                     lease: lease_of(vg, lv)?,
                     thin: thin_id(lv),
@@ -163,12 +204,12 @@ impl<'v> Mine<'v> {
             .collect::<Result<_, ModelError>>()?;
         Ok(Self {
             lvs,
-            spare: changed.iter().any(|l| is_spare(l)),
+            spare: changed.iter().any(|(_, l)| is_spare(l)),
         })
     }
 
-    /// Refuses when `other` (any LV of the VG) has what a changed LV holds.
-    fn against(&self, vg: &Vg, other: &Lv) -> Result<(), ModelError> {
+    /// Refuses when `other` (the LV at `at` of the VG) has what a changed LV holds.
+    fn against(&self, vg: &Vg, at: usize, other: &Lv) -> Result<(), ModelError> {
         if self.lvs.is_empty() {
             return Ok(());
         }
@@ -177,7 +218,8 @@ impl<'v> Mine<'v> {
             false => None,
         };
         let thin = thin_id(other);
-        for h in self.lvs.iter().filter(|h| !std::ptr::eq(h.lv, other)) {
+        // By position: the same LV at two places is two LVs of one name.
+        for h in self.lvs.iter().filter(|h| h.at != at) {
             let at = |field: &str, why: String| Err(err(lv_path(vg, other), field, why));
             if h.lv.name == other.name {
                 return at("name", "duplicate LV name".into());
