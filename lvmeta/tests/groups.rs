@@ -303,3 +303,53 @@ fn extents_freed_in_a_group_are_not_handed_out_in_it() {
         1
     );
 }
+
+/// A group whose changes do not all fit the metadata area: the ones that fit go in, the
+/// others fail alone (MetadataFull), not the whole group.
+#[test]
+fn a_group_too_large_for_the_area_fails_only_the_changes_that_do_not_fit() {
+    let mem = Arc::new(MemDevice::new("pv0", 64 << 20, 512));
+    let s = Session::new(vec![Box::new(mem.clone()) as Box<dyn BlockDevice>]);
+    let small = PvOptions {
+        metadata_size: Some(32 << 10),
+        // Else the area runs up to the first extent at 1 MiB.
+        data_alignment: Some(64 << 10),
+        ..PvOptions::default()
+    };
+    s.pvcreate("pv0", &small, false).expect("pvcreate");
+    let spec = VgSpec {
+        name: "vg".into(),
+        extent_size: 128,
+        tags: vec![],
+        shared: None,
+    };
+    s.vgcreate(&spec, &["pv0"]).expect("vgcreate");
+    // Full, then room for a few more made again.
+    let mut n = 0;
+    while s
+        .update("vg", "lvcreate", |v| {
+            edit::lv::create(v, &LvSpec::linear(&format!("fill{n:03}"), 1, stamp()))
+        })
+        .is_ok()
+    {
+        n += 1;
+    }
+    for i in 0..4 {
+        s.update("vg", "lvremove", |v| {
+            edit::lv::remove(v, &format!("fill{i:03}"), false)
+        })
+        .expect("remove");
+    }
+    let image = mem.to_bytes();
+    let r = run(&image, Fault::StopBeforeWrite(usize::MAX), None);
+    let ok = succeeded(&r);
+    let full = r
+        .results
+        .iter()
+        .filter(|(_, x)| x.as_ref().is_err_and(|e| e.contains("is full")))
+        .count();
+    assert!(ok.len() >= 2 && full >= 1, "{:?}", r.results);
+    assert_eq!(ok.len() + full, LATE + 1, "{:?}", r.results);
+    let (lvs, _) = on_disk(&r.image);
+    assert_eq!(lvs.iter().filter(|l| l.starts_with("lv")).count(), ok.len());
+}

@@ -710,6 +710,16 @@ impl TextCache {
     }
 }
 
+/// The bytes of `lv`'s text in [`Style::Raw`] (in a write-locked VG when `locked`), with the
+/// empty line before it: what adding or removing it changes a VG's text by.
+pub fn lv_text_bytes(lv: &Lv, locked: bool, pvs: usize) -> usize {
+    let keys: Vec<String> = (0..pvs).map(|i| format!("pv{i}")).collect();
+    let mut e = Emitter::with_capacity(Style::Raw, 1024);
+    e.blank();
+    write_lv(&mut e, lv, locked, &keys);
+    e.len()
+}
+
 /// `id = "<dashed uuid>"`, without formatting machinery.
 fn write_id(e: &mut Emitter, id: &Uuid) {
     let d = id.dashed();

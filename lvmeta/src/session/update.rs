@@ -137,7 +137,14 @@ pub(super) struct Bench {
     seen: Vec<(u64, lease::SeenFree)>,
     /// What the group's edits freed: not handed out again before the commit.
     reserved: edit::Reserved,
+    /// The VG's text as the group's edits leave it, estimated (committed size plus what each
+    /// edit's LVs add or take away), against the room of its smallest area.
+    room: MetadataUse,
 }
+
+/// What a change's text may differ from the sum of its LVs' by (the description, seqno and
+/// time lines): kept free when a group's text is estimated.
+const TEXT_MARGIN: u64 = 1024;
 
 /// LV leases held until a group's commit is done; released when dropped.
 struct HeldLeases {
@@ -373,6 +380,7 @@ impl Session {
         if !self.published(&scan, name) {
             validate::check_write(&vg).map_err(|e| Error::Edit(EditError::Invalid(e)))?;
         }
+        let room = metadata_use(&scan, writable(&scan, name)?);
         let bench = Bench {
             scan,
             vg,
@@ -387,6 +395,7 @@ impl Session {
             },
             seen: Vec::new(),
             reserved: edit::Reserved::default(),
+            room,
         };
         Ok((bench, file))
     }
@@ -438,6 +447,24 @@ impl Session {
                 }
             }
         }
+        // An edit whose text would not fit fails alone, before the group is written.
+        let locked_vg = out.write_locked();
+        let pvs = out.pvs.len();
+        let text = |lvs: &[&Lv]| -> u64 {
+            lvs.iter()
+                .map(|l| crate::model::lv_text_bytes(l, locked_vg, pvs) as u64)
+                .sum()
+        };
+        let used = (b.room.used + text(&delta.changed)).saturating_sub(text(&delta.removed));
+        if used + TEXT_MARGIN > b.room.max {
+            return Err(Error::MetadataFull {
+                vg: out.name.clone(),
+                device: b.room.device.clone(),
+                size: used + TEXT_MARGIN,
+                max: b.room.max,
+            });
+        }
+        b.room.used = used;
         reserve_freed(&mut b.reserved, &delta);
         b.clears.extend(clears);
         if !b.verbs.iter().any(|v| v == how.verb) {

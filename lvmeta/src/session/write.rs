@@ -26,12 +26,14 @@ pub(super) type Written = (String, usize, MdaHeader);
 
 /// How full a VG's metadata areas are: the committed text against the largest text its
 /// smallest area takes (lvm2 keeps the committed copy and the next one both in an area).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetadataUse {
     /// Bytes of the committed text, NUL included.
     pub used: u64,
     /// The largest text every area of the VG takes (0: no area).
     pub max: u64,
+    /// The device of that smallest area.
+    pub device: String,
 }
 
 impl MetadataUse {
@@ -51,18 +53,18 @@ impl MetadataUse {
 
 /// How full the metadata areas of `sv` are.
 pub(in crate::session) fn metadata_use(scan: &Scan, sv: &ScannedVg) -> MetadataUse {
-    let max = sv
+    let smallest = sv
         .pv_devices
         .iter()
         .flatten()
-        .flat_map(|&i| &scan.pvs[i].mdas)
-        .filter(|m| !m.header.as_ref().is_some_and(|h| h.committed.is_ignored()))
-        .map(|m| mda::max_text_size(m.locn.size))
-        .min()
-        .unwrap_or(0);
+        .flat_map(|&i| scan.pvs[i].mdas.iter().map(move |m| (i, m)))
+        .filter(|(_, m)| !m.header.as_ref().is_some_and(|h| h.committed.is_ignored()))
+        .map(|(i, m)| (mda::max_text_size(m.locn.size), i))
+        .min();
     MetadataUse {
         used: sv.text_bytes as u64 + 1,
-        max,
+        max: smallest.map_or(0, |(max, _)| max),
+        device: smallest.map_or_else(String::new, |(_, i)| scan.pvs[i].device.clone()),
     }
 }
 

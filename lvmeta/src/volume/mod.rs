@@ -52,12 +52,13 @@ impl Mode {
     }
 
     /// Metadata text one more volume of this mode adds, with a margin for names of up to
-    /// 63 characters and the wipe LV its deletion holds: measured, a thin volume (thin LV,
-    /// pool, its data and metadata LVs) takes about 1.6 KB and a linear one about 0.35 KB.
+    /// 63 characters, the wipe LV its deletion holds and the 1 KB a commit keeps free:
+    /// measured, a thin volume (thin LV, pool, its data and metadata LVs) takes about 1.6 KB
+    /// and a linear one about 0.35 KB.
     pub fn text_bytes(self) -> u64 {
         match self {
-            Mode::Linear => 1024,
-            Mode::Thin => 3072,
+            Mode::Linear => 2048,
+            Mode::Thin => 4096,
         }
     }
 
