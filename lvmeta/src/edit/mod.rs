@@ -128,6 +128,55 @@ pub struct Reserved {
     pub extents: Vec<crate::alloc::Extents>,
 }
 
+impl Reserved {
+    /// Adds what `delta` freed: the lease slots and extents of the LVs it removed (or the
+    /// old copies of those it replaced) that its new LVs do not hold.
+    pub fn add_freed(&mut self, delta: &validate::Delta<'_, '_>) {
+        let offset =
+            |l: &crate::model::Lv| crate::lease::layout::lease_offset(l.lock_args.as_deref()?);
+        let kept: Vec<u64> = delta.changed.iter().filter_map(|l| offset(l)).collect();
+        self.leases.extend(
+            delta
+                .removed
+                .iter()
+                .filter_map(|l| offset(l))
+                .filter(|o| !kept.contains(o)),
+        );
+        let areas = |l: &crate::model::Lv| -> Vec<(usize, u32, u32)> {
+            l.segments
+                .iter()
+                .flat_map(|s| {
+                    let len = s.area_len();
+                    s.kind.areas().iter().filter_map(move |a| match a {
+                        crate::model::Area::Pv { pv, pe } => {
+                            Some((*pv, *pe, pe.saturating_add(len)))
+                        }
+                        crate::model::Area::Lv { .. } => None,
+                    })
+                })
+                .collect()
+        };
+        let now: Vec<(usize, u32, u32)> = delta.changed.iter().flat_map(|l| areas(l)).collect();
+        for (pv, start, end) in delta.removed.iter().flat_map(|l| areas(l)) {
+            // The parts of [start, end) no new LV holds.
+            let mut pieces = vec![(start, end)];
+            for &(_, s, e) in now.iter().filter(|a| a.0 == pv) {
+                pieces = pieces
+                    .into_iter()
+                    .flat_map(|(a, b)| [(a, b.min(s)), (a.max(e), b)])
+                    .filter(|(a, b)| a < b)
+                    .collect();
+            }
+            self.extents
+                .extend(pieces.into_iter().map(|(pe, end)| crate::alloc::Extents {
+                    pv,
+                    pe,
+                    len: end - pe,
+                }));
+        }
+    }
+}
+
 /// Runs `f`, an edit, as one change of a group commit:
 /// - the checks of [`finish`] are left to the caller, which must check the VG `f` returns
 ///   (the session does, once per change, with [`validate::check_change`]): an edit of

@@ -25,6 +25,7 @@ use crate::Error;
 mod activation;
 mod data;
 mod group;
+mod guard;
 mod pv;
 mod update;
 mod write;

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use super::group::{Outcome, Turn};
+use super::guard::{Guard, HeldLeases, VgHold};
 use super::{members, places, writable, Session};
 use crate::edit::{self, EditError};
 use crate::lease;
@@ -77,43 +78,6 @@ impl<'a> Change<'a> {
     }
 }
 
-/// What guards a VG while a group of its changes is formed and written.
-enum Guard {
-    /// A shared VG: its VG lease, held exclusively by this host.
-    Leased(VgHold),
-    /// A VG without leases (local, or `--nolocking`): lvm2's file lock alone; this session's
-    /// thin pool activations stand in for pool leases.
-    Local,
-}
-
-/// A shared VG's lease, held exclusively; dropped unreleased (an error path), it is
-/// released unchanged.
-struct VgHold {
-    host: lease::Host,
-    lease: Option<lease::ResourceSpec>,
-    at: lease::VgPlaces,
-}
-
-impl Guard {
-    /// Releases the VG lease; lvmlockd hosts learn a committed seqno from its value block.
-    fn release(self, seqno: Option<u32>) -> Result<(), Error> {
-        if let Guard::Leased(mut h) = self {
-            if let Some(r) = h.lease.take() {
-                h.host.unlock_vg(&r, seqno.map(lease::Lvb::for_seqno))?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for VgHold {
-    fn drop(&mut self) {
-        if let Some(r) = self.lease.take() {
-            self.host.release_or_warn(&r, "VG");
-        }
-    }
-}
-
 /// A group being formed: the VG as its edits leave it, and what they need written.
 pub(super) struct Bench {
     /// The scan the group started from, read under the guard.
@@ -145,66 +109,6 @@ pub(super) struct Bench {
 /// What a change's text may differ from the sum of its LVs' by (the description, seqno and
 /// time lines): kept free when a group's text is estimated.
 const TEXT_MARGIN: u64 = 1024;
-
-/// LV leases held until a group's commit is done; released when dropped.
-struct HeldLeases {
-    host: Option<lease::Host>,
-    list: Vec<lease::ResourceSpec>,
-}
-
-impl Drop for HeldLeases {
-    fn drop(&mut self) {
-        if let Some(h) = &self.host {
-            for r in &self.list {
-                h.release_or_warn(r, "removed LV");
-            }
-        }
-    }
-}
-
-/// Adds to `r` what `delta` freed: the lease slots and extents of the LVs it removed (or the
-/// old copies of those it replaced) that its new LVs do not hold.
-fn reserve_freed(r: &mut edit::Reserved, delta: &validate::Delta<'_, '_>) {
-    let offset = |l: &Lv| crate::lease::layout::lease_offset(l.lock_args.as_deref()?);
-    let kept: Vec<u64> = delta.changed.iter().filter_map(|l| offset(l)).collect();
-    r.leases.extend(
-        delta
-            .removed
-            .iter()
-            .filter_map(|l| offset(l))
-            .filter(|o| !kept.contains(o)),
-    );
-    let areas = |l: &Lv| -> Vec<(usize, u32, u32)> {
-        l.segments
-            .iter()
-            .flat_map(|s| {
-                let len = s.area_len();
-                s.kind.areas().iter().filter_map(move |a| match a {
-                    crate::model::Area::Pv { pv, pe } => Some((*pv, *pe, pe.saturating_add(len))),
-                    crate::model::Area::Lv { .. } => None,
-                })
-            })
-            .collect()
-    };
-    let now: Vec<(usize, u32, u32)> = delta.changed.iter().flat_map(|l| areas(l)).collect();
-    for (pv, start, end) in delta.removed.iter().flat_map(|l| areas(l)) {
-        // The parts of [start, end) no new LV holds.
-        let mut pieces = vec![(start, end)];
-        for &(_, s, e) in now.iter().filter(|a| a.0 == pv) {
-            pieces = pieces
-                .into_iter()
-                .flat_map(|(a, b)| [(a, b.min(s)), (a.max(e), b)])
-                .filter(|(a, b)| a < b)
-                .collect();
-        }
-        r.extents
-            .extend(pieces.into_iter().map(|(pe, end)| crate::alloc::Extents {
-                pv,
-                pe,
-                len: end - pe,
-            }));
-    }
-}
 
 impl Session {
     /// Applies `edit` to the VG under its lock (and, in a shared VG, its VG lease) and commits
@@ -465,7 +369,7 @@ impl Session {
             });
         }
         b.room.used = used;
-        reserve_freed(&mut b.reserved, &delta);
+        b.reserved.add_freed(&delta);
         b.clears.extend(clears);
         if !b.verbs.iter().any(|v| v == how.verb) {
             b.verbs.push(how.verb.to_owned());

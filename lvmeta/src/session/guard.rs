@@ -1,0 +1,59 @@
+//! What guards a VG while a group of its changes is formed and written: its VG lease in a
+//! shared VG, lvm2's file lock alone in a local one; and the LV leases a group holds until
+//! its commit is done.
+
+use crate::lease;
+use crate::Error;
+
+/// What guards a VG while a group of its changes is formed and written.
+pub(super) enum Guard {
+    /// A shared VG: its VG lease, held exclusively by this host.
+    Leased(VgHold),
+    /// A VG without leases (local, or `--nolocking`): lvm2's file lock alone; this session's
+    /// thin pool activations stand in for pool leases.
+    Local,
+}
+
+/// A shared VG's lease, held exclusively; dropped unreleased (an error path), it is
+/// released unchanged.
+pub(super) struct VgHold {
+    pub(super) host: lease::Host,
+    pub(super) lease: Option<lease::ResourceSpec>,
+    pub(super) at: lease::VgPlaces,
+}
+
+impl Guard {
+    /// Releases the VG lease; lvmlockd hosts learn a committed seqno from its value block.
+    pub(super) fn release(self, seqno: Option<u32>) -> Result<(), Error> {
+        if let Guard::Leased(mut h) = self {
+            if let Some(r) = h.lease.take() {
+                h.host.unlock_vg(&r, seqno.map(lease::Lvb::for_seqno))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for VgHold {
+    fn drop(&mut self) {
+        if let Some(r) = self.lease.take() {
+            self.host.release_or_warn(&r, "VG");
+        }
+    }
+}
+
+/// LV leases held until a group's commit is done; released when dropped.
+pub(super) struct HeldLeases {
+    pub(super) host: Option<lease::Host>,
+    pub(super) list: Vec<lease::ResourceSpec>,
+}
+
+impl Drop for HeldLeases {
+    fn drop(&mut self) {
+        if let Some(h) = &self.host {
+            for r in &self.list {
+                h.release_or_warn(r, "removed LV");
+            }
+        }
+    }
+}
