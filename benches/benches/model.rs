@@ -2,14 +2,15 @@
 //! pool per volume: 40,000 LVs), no I/O: what a change costs besides its two writes.
 //! - `kubesan-10000/create-thin-volume`: the edit CreateVolume makes (pool + thin LV), with
 //!   the full checks after each step (what the pure edit functions do alone);
-//! - `/create-thin-volume-checked-once`: the same as the session runs it: the checks once,
-//!   on what the edit changed;
+//! - `/create-thin-volume-checked-once`: the same as the session runs it: in a group whose
+//!   version is indexed, the checks once, on what the edit changed;
 //! - `/remove-thin-volume`: the edit DeleteVolume makes (without erasure);
 //! - `/validate`: lvm2's read and write checks of the whole VG;
 //! - `/print`: the VG's whole text, printed;
 //! - `/print-cached`: the text of the VG after a change, as a commit prints it (the LVs the
 //!   change did not touch copied from the last print);
-//! - `/copy`: a copy of the VG (what each change starts from).
+//! - `/copy`: a copy of the VG (what each change starts from);
+//! - `/index`: the index of the VG's LVs (built once a group commit, then kept up to date).
 //!
 //! Run: `cargo bench -p lvmeta-benches --bench model`.
 #![allow(missing_docs)] // criterion's macros generate undocumented items
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use lvmeta::edit::{self, LvSpec, NewPv, PoolSpec, ThinSpec, VgSpec};
+use lvmeta::model::index::{Indexed, LvIndex};
 use lvmeta::model::{validate, Area, Vg};
 use lvmeta::text::Style;
 use lvmeta::uuid::Uuid;
@@ -138,6 +140,12 @@ fn model(c: &mut Criterion) {
         "kubesan-{VOLUMES}: the model takes about {:.1} MB",
         resident() - before
     );
+    let before = resident();
+    let base = Arc::new(Indexed::of(vg.clone()));
+    eprintln!(
+        "kubesan-{VOLUMES}: its index takes about {:.1} MB",
+        resident() - before
+    );
     let mut g = c.benchmark_group(format!("kubesan-{VOLUMES}"));
     g.sample_size(20);
     let mut n = 0usize;
@@ -150,10 +158,12 @@ fn model(c: &mut Criterion) {
     g.bench_function("create-thin-volume-checked-once", |b| {
         b.iter(|| {
             n += 1;
-            let out = edit::in_group(&Default::default(), || {
-                create(vg.clone(), &format!("new-{n}"))
-            });
-            validate::check_change(&vg, &out).expect("checks");
+            let group = edit::Group {
+                reserved: Default::default(),
+                base: Some(base.clone()),
+            };
+            let out = edit::in_group(group, || create(base.vg.clone(), &format!("new-{n}")));
+            validate::check_change(&base.vg, &out, Some(&base.index)).expect("checks");
             out
         })
     });
@@ -195,6 +205,7 @@ fn model(c: &mut Criterion) {
         })
     });
     g.bench_function("copy", |b| b.iter(|| vg.clone()));
+    g.bench_function("index", |b| b.iter(|| LvIndex::of(&vg)));
     g.finish();
 }
 

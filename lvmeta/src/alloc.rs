@@ -57,7 +57,7 @@ impl FreeMap {
         let free = vg
             .pvs
             .iter()
-            .zip(UsedMap::of(vg).used)
+            .zip(UsedMap::of_version(vg).used)
             .map(|(pv, used)| {
                 if !pv.status.iter().any(|s| s == "ALLOCATABLE") || pv.is_marked_missing() {
                     return Vec::new();
@@ -234,6 +234,14 @@ impl UsedMap {
         Self { used }
     }
 
+    /// [`UsedMap::of`], through the index of the version the running edit started from
+    /// when `vg` is a small change of it ([`crate::edit::in_group`]).
+    pub(crate) fn of_version(vg: &Vg) -> Self {
+        crate::edit::base()
+            .and_then(|b| b.used_of(vg))
+            .unwrap_or_else(|| Self::of(vg))
+    }
+
     /// Marks `e` held and returns true when none of it was; false (nothing changed) when
     /// some of it is held already.
     pub fn take_free(&mut self, e: Extents) -> bool {
@@ -247,6 +255,57 @@ impl UsedMap {
         }
         runs.insert(i, (e.pe, e.len));
         true
+    }
+
+    /// Marks `e` held (merged with the runs it touches), whether or not some of it was.
+    pub fn take(&mut self, e: Extents) {
+        let Some(runs) = self.used.get_mut(e.pv) else {
+            return;
+        };
+        let (mut start, mut end) = (e.pe, e.pe.saturating_add(e.len));
+        // The runs that overlap or touch [start, end): merged into one.
+        let first = runs.partition_point(|&(pe, len)| pe.saturating_add(len) < start);
+        let last = runs.partition_point(|&(pe, _)| pe <= end);
+        if first < last {
+            start = start.min(runs[first].0);
+            end = end.max(runs[last - 1].0.saturating_add(runs[last - 1].1));
+        }
+        runs.splice(first..last, [(start, end - start)]);
+    }
+
+    /// Marks `e` free (the runs it covers split or shortened).
+    pub fn release(&mut self, e: Extents) {
+        let Some(runs) = self.used.get_mut(e.pv) else {
+            return;
+        };
+        let (start, end) = (e.pe, e.pe.saturating_add(e.len));
+        let first = runs.partition_point(|&(pe, len)| pe.saturating_add(len) <= start);
+        let last = runs.partition_point(|&(pe, _)| pe < end);
+        if first >= last {
+            return;
+        }
+        let (lo, hi) = (
+            runs[first].0,
+            runs[last - 1].0.saturating_add(runs[last - 1].1),
+        );
+        let mut keep = Vec::with_capacity(2);
+        if lo < start {
+            keep.push((lo, start - lo));
+        }
+        if end < hi {
+            keep.push((end, hi - end));
+        }
+        runs.splice(first..last, keep);
+    }
+
+    /// Whether any of `e` is held.
+    pub fn overlaps(&self, e: Extents) -> bool {
+        let Some(runs) = self.used.get(e.pv) else {
+            return false;
+        };
+        let end = e.pe.saturating_add(e.len);
+        let i = runs.partition_point(|&(pe, len)| pe.saturating_add(len) <= e.pe);
+        runs.get(i).is_some_and(|&(pe, _)| pe < end)
     }
 
     /// The extents held here that `after` (the same VG after a change) no longer holds, in

@@ -121,7 +121,8 @@ pub(crate) fn new_name(vg: &Vg, asked: Option<&str>, internal: bool) -> Result<S
     } else {
         crate::names::check_new_lv_name(&vg.name, &name)?;
     }
-    if vg.lv(&name).is_some() {
+    let lacks = super::base().is_some_and(|b| b.lacks(vg, &name));
+    if !lacks && vg.lv(&name).is_some() {
         return Err(EditError::Exists {
             what: "Logical Volume",
             name,
@@ -330,7 +331,7 @@ pub fn hold(
     if pieces.is_empty() {
         return Err(refused(name, "no extents to hold"));
     }
-    let mut used = crate::alloc::UsedMap::of(&out);
+    let mut used = crate::alloc::UsedMap::of_version(&out);
     for e in pieces {
         let on_pv = out
             .pvs

@@ -13,6 +13,9 @@ pub use thin::{PoolSpec, ThinSpec};
 pub use vg::{NewPv, SharedVg, VgSpec};
 
 use crate::alloc::AllocError;
+use std::sync::Arc;
+
+use crate::model::index::Indexed;
 use crate::model::{validate, ModelError, Vg};
 use crate::names::NameError;
 
@@ -112,8 +115,18 @@ pub fn finish(vg: &mut Vg) -> Result<(), EditError> {
 thread_local! {
     /// Set while [`in_group`] runs on this thread.
     static DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// What [`in_group`] reserves on this thread.
-    static RESERVED: std::cell::RefCell<Reserved> = std::cell::RefCell::default();
+    /// The group [`in_group`] runs an edit of on this thread.
+    static GROUP: std::cell::RefCell<Group> = std::cell::RefCell::default();
+}
+
+/// What an edit of a group commit is told about its group (see [`in_group`]).
+#[derive(Debug, Clone, Default)]
+pub struct Group {
+    /// What earlier changes of the group freed.
+    pub reserved: Reserved,
+    /// The version the edit starts from, indexed: lookups and allocations in the edit's
+    /// versions (small changes of it) go through the index instead of every LV.
+    pub base: Option<Arc<Indexed>>,
 }
 
 /// What earlier changes of a group commit freed and the group has not committed yet: an
@@ -181,21 +194,27 @@ impl Reserved {
 /// - the checks of [`finish`] are left to the caller, which must check the VG `f` returns
 ///   (the session does, once per change, with [`validate::check_change`]): an edit of
 ///   several steps is checked once, in work proportional to what it changed;
-/// - lease slots and extents in `reserved` are not allocated.
-pub fn in_group<T>(reserved: &Reserved, f: impl FnOnce() -> T) -> T {
+/// - lease slots and extents in `group.reserved` are not allocated;
+/// - names and free extents are found through `group.base`'s index.
+pub fn in_group<T>(group: Group, f: impl FnOnce() -> T) -> T {
     /// Puts the state back, also when `f` panics.
-    struct Restore(bool, Reserved);
+    struct Restore(bool, Group);
     impl Drop for Restore {
         fn drop(&mut self) {
             DEFERRED.set(self.0);
-            RESERVED.replace(std::mem::take(&mut self.1));
+            GROUP.replace(std::mem::take(&mut self.1));
         }
     }
-    let _restore = Restore(DEFERRED.replace(true), RESERVED.replace(reserved.clone()));
+    let _restore = Restore(DEFERRED.replace(true), GROUP.replace(group));
     f()
 }
 
 /// The reservations of the group this thread's edit is part of (see [`in_group`]).
 pub(crate) fn reserved<T>(f: impl FnOnce(&Reserved) -> T) -> T {
-    RESERVED.with(|r| f(&r.borrow()))
+    GROUP.with(|g| f(&g.borrow().reserved))
+}
+
+/// The version this thread's edit started from, with its index, if it runs in a group.
+pub(crate) fn base() -> Option<Arc<Indexed>> {
+    GROUP.with(|g| g.borrow().base.clone())
 }

@@ -5,6 +5,7 @@
 //! what lvmeta writes looks like what lvm2 writes.
 
 mod flags;
+pub mod index;
 mod read;
 mod segment;
 pub mod validate;

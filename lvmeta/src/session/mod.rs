@@ -57,6 +57,9 @@ pub struct Session {
     published: Mutex<(std::sync::Weak<Scan>, String)>,
     /// The groups of changes being formed and written, by VG.
     groups: group::Groups<update::Bench>,
+    /// The index of the LVs of each VG as this session last committed it (see
+    /// [`update::KeptIndex`]): the next group starts from it instead of indexing anew.
+    indexes: Mutex<std::collections::HashMap<String, update::KeptIndex>>,
     /// Change shared VGs without leases (lvm2's `--nolocking`).
     nolocking: bool,
     /// Thin pools active through this session in VGs without leases.
@@ -77,6 +80,7 @@ impl Session {
             host: None,
             nolocking: false,
             scratch: Mutex::default(),
+            indexes: Mutex::default(),
             local_pools: activate::LocalPools::default(),
             pool_leases: Mutex::default(),
             published: Mutex::default(),

@@ -12,6 +12,7 @@
 //!    the leases of removed LVs released and freed, the new VG published to readers, the
 //!    guard released with the new seqno.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::group::{Outcome, Turn};
@@ -20,6 +21,7 @@ use super::{members, places, writable, Session};
 use crate::edit::{self, EditError};
 use crate::lease;
 use crate::lockfile::{FileLock, Resource};
+use crate::model::index::{Indexed, LvIndex};
 use crate::model::{validate, Lv, Vg};
 use crate::scan::Scan;
 use crate::uuid::Uuid;
@@ -82,8 +84,8 @@ impl<'a> Change<'a> {
 pub(super) struct Bench {
     /// The scan the group started from, read under the guard.
     scan: Arc<Scan>,
-    /// The VG as the group's edits leave it.
-    vg: Vg,
+    /// The VG as the group's edits leave it, with its index (shared with the edit running).
+    base: Arc<Indexed>,
     guard: Guard,
     /// Edits that went in.
     edits: usize,
@@ -104,6 +106,15 @@ pub(super) struct Bench {
     /// The VG's text as the group's edits leave it, estimated (committed size plus what each
     /// edit's LVs add or take away), against the room of its smallest area.
     room: MetadataUse,
+}
+
+/// The index of a VG's LVs as a commit left them, for the next group of the VG.
+pub(super) struct KeptIndex {
+    /// The VG's id and seqno: the index is that version's (another writer's commit, or a
+    /// VG of that name made anew, changes them).
+    id: Uuid,
+    seqno: u32,
+    index: LvIndex,
 }
 
 /// What a change's text may differ from the sum of its LVs' by (the description, seqno and
@@ -285,9 +296,14 @@ impl Session {
             validate::check_write(&vg).map_err(|e| Error::Edit(EditError::Invalid(e)))?;
         }
         let room = metadata_use(&scan, writable(&scan, name)?);
+        let kept = self.lock_indexes().remove(name);
+        let base = match kept {
+            Some(k) if k.id == vg.id && k.seqno == vg.seqno => Indexed { vg, index: k.index },
+            _ => Indexed::of(vg),
+        };
         let bench = Bench {
             scan,
-            vg,
+            base: Arc::new(base),
             guard,
             edits: 0,
             verbs: Vec::new(),
@@ -311,21 +327,27 @@ impl Session {
         how: &Change<'_>,
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
     ) -> Result<R::Value, Error> {
+        let base = b.base.clone();
         let owned: Vec<Uuid> = how
             .owned
             .iter()
-            .filter_map(|n| b.vg.lv(n).map(|l| l.id))
+            .filter_map(|n| base.vg.lv(n).map(|l| l.id))
             .collect();
         let clears: Vec<(String, Option<Uuid>)> = how
             .clear_ends
             .iter()
-            .map(|n| ((*n).to_owned(), b.vg.lv(n).map(|l| l.id)))
+            .map(|n| ((*n).to_owned(), base.vg.lv(n).map(|l| l.id)))
             .collect();
         // Lease slots and extents earlier changes of the group freed are not handed out.
-        let (out, value) = edit::in_group(&b.reserved, || edit(b.vg.clone()))?.split();
+        let group = edit::Group {
+            reserved: b.reserved.clone(),
+            base: Some(base.clone()),
+        };
+        let (out, value) = edit::in_group(group, || edit(base.vg.clone()))?.split();
         // Every invariant lvm2 checks, looking only at what the edit changed: the group's VG
         // before it passed them.
-        let delta = validate::check_change(&b.vg, &out).map_err(EditError::Invalid)?;
+        let delta = validate::check_change(&base.vg, &out, Some(&base.index))
+            .map_err(EditError::Invalid)?;
         // Before anything is written: refused when a removed LV (or a changed thin pool) is
         // in use; what the check takes is held until the commit is done (or failed). Only
         // the LVs the edit removed or replaced can be gone or changed.
@@ -335,7 +357,7 @@ impl Session {
                 h.host.lock_changed_lvs(&old, &out, &h.at, &owned)?
             }
             Guard::Local => {
-                self.check_local_pools(&self.local_pool_states(&b.vg), &out, &owned)?;
+                self.check_local_pools(&self.local_pool_states(&base.vg), &out, &owned)?;
                 lease::Locked::default()
             }
         };
@@ -374,8 +396,21 @@ impl Session {
         if !b.verbs.iter().any(|v| v == how.verb) {
             b.verbs.push(how.verb.to_owned());
         }
+        let index = base
+            .index
+            .change(&base.vg, &out, &delta.removed, &delta.changed);
+        drop(delta);
+        drop(base);
         b.edits += 1;
-        b.vg = out;
+        match index {
+            Some(index) => {
+                // The edit's clone of the base is gone: no copy here.
+                let next = Arc::make_mut(&mut b.base);
+                next.index.apply(index);
+                next.vg = out;
+            }
+            None => b.base = Arc::new(Indexed::of(out)),
+        }
         Ok(value)
     }
 
@@ -384,7 +419,7 @@ impl Session {
     fn write_group(&self, vg: &str, bench: Bench) -> Result<u32, Error> {
         let Bench {
             scan,
-            vg: mut out,
+            base,
             guard,
             edits,
             verbs,
@@ -394,6 +429,7 @@ impl Session {
             seen,
             ..
         } = bench;
+        let Indexed { vg: mut out, index } = Arc::try_unwrap(base).unwrap_or_else(|b| (*b).clone());
         let start = match writable(&scan, vg) {
             Ok(s) => s,
             Err(e) => {
@@ -402,6 +438,13 @@ impl Session {
             }
         };
         if edits == 0 {
+            // Nothing changed: the index is still the committed version's.
+            let kept = KeptIndex {
+                id: start.vg.id,
+                seqno: start.vg.seqno,
+                index,
+            };
+            self.lock_indexes().insert(vg.to_owned(), kept);
             guard.release(None)?;
             return Ok(start.vg.seqno);
         }
@@ -439,6 +482,14 @@ impl Session {
         };
         let out = now.vgs.iter().find(|v| v.vg.name == vg).map(|v| &v.vg);
         let seqno = out.map_or(next, |v| v.seqno);
+        if let Some(v) = out {
+            let kept = KeptIndex {
+                id: v.id,
+                seqno,
+                index,
+            };
+            self.lock_indexes().insert(vg.to_owned(), kept);
+        }
         tracing::info!(vg, verb = %verbs.join(", "), edits, seqno, "committed");
         // Committed: what follows is bookkeeping, whose failure is logged, not reported as
         // a failed change.
@@ -451,6 +502,10 @@ impl Session {
             tracing::warn!(vg, seqno, error = %e, "releasing the VG lease after a commit");
         }
         Ok(seqno)
+    }
+
+    fn lock_indexes(&self) -> std::sync::MutexGuard<'_, HashMap<String, KeptIndex>> {
+        self.indexes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The thin pools of `vg` active through this session (in a VG without leases), with

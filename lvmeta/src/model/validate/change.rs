@@ -17,17 +17,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{check_lv, check_lv_names, check_read, check_write, err, is_spare, lease_of, lv_path};
+use crate::model::index::{diff, LvIndex};
 use crate::model::{Area, Lv, ModelError, SegKind, Vg};
 
 /// A set hashed with foldhash (seeded at random per process, as the full checks' maps).
 type Set<T> = HashSet<T, foldhash::fast::RandomState>;
-
-/// Below this many LVs the full checks are cheap enough.
-const SMALL: usize = 64;
-
-/// Above this many LVs added, replaced or removed, the full checks are cheaper than
-/// comparing each of them with every other LV.
-const MANY: usize = 32;
 
 /// What a change did to the LVs (see [`check_change`]).
 #[derive(Debug)]
@@ -40,54 +34,48 @@ pub struct Delta<'b, 'a> {
 }
 
 /// [`check_read`] and [`check_write`] of `after`, a change of `before`, which passed them.
-/// Returns what the change did to the LVs.
-pub fn check_change<'b, 'a>(before: &'b Vg, after: &'a Vg) -> Result<Delta<'b, 'a>, ModelError> {
-    if after.lvs.len() < SMALL || !same_vg_fields(before, after) {
+/// Returns what the change did to the LVs. With `index` (of `before`), the changed LVs are
+/// compared with the others through it, in work proportional to the change; without it, or
+/// when it sees a possible conflict, with each other LV.
+pub fn check_change<'b, 'a>(
+    before: &'b Vg,
+    after: &'a Vg,
+    index: Option<&LvIndex>,
+) -> Result<Delta<'b, 'a>, ModelError> {
+    let Some(d) = diff(before, after) else {
         return full_delta(before, after);
-    }
-    // Edits append, remove and replace in place: the LVs both versions share at the start
-    // and at the end need no lookup.
-    let (b, a) = (&before.lvs, &after.lvs);
-    let head = b
-        .iter()
-        .zip(a)
-        .take_while(|(x, y)| Arc::ptr_eq(x, y))
-        .count();
-    let tail = b[head..]
-        .iter()
-        .rev()
-        .zip(a[head..].iter().rev())
-        .take_while(|(x, y)| Arc::ptr_eq(x, y))
-        .count();
-    let (b_mid, a_mid) = (&b[head..b.len() - tail], &a[head..a.len() - tail]);
-    let old: Set<*const Lv> = b_mid.iter().map(Arc::as_ptr).collect();
-    let new: Set<*const Lv> = a_mid.iter().map(Arc::as_ptr).collect();
-    // With their positions in `after`.
-    let placed: Vec<(usize, &Lv)> = a_mid
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| !old.contains(&Arc::as_ptr(l)))
-        .map(|(i, l)| (head + i, &**l))
-        .collect();
+    };
+    let placed = &d.placed;
     let changed: Vec<&Lv> = placed.iter().map(|(_, l)| *l).collect();
-    let removed: Vec<&Lv> = b_mid
-        .iter()
-        .filter(|l| !new.contains(&Arc::as_ptr(l)))
-        .map(|l| &**l)
-        .collect();
-    // The same LV twice in the middle would look unchanged there: the full checks find it.
-    // (A changed LV that is also at either end is compared with itself by position below,
-    // as two LVs of one name.)
-    let twice = new.len() != a_mid.len() || old.len() != b_mid.len();
-    if twice || changed.len() + removed.len() > MANY {
-        return full_delta(before, after);
-    }
-    let find = |n: &str| after.lv(n);
-    let mine = Mine::of(after, &placed)?;
+    // The changed LVs refer to each other most (a thin LV to its new pool): looked up first.
+    let find = |n: &str| {
+        placed
+            .iter()
+            .rev()
+            .map(|(_, l)| *l)
+            .find(|l| l.name == n)
+            .or_else(|| after.lv(n))
+    };
+    let mine = Mine::of(after, placed)?;
     for lv in &changed {
         check_lv_names(after, lv)?;
         check_lv(after, lv, find)?;
     }
+    if index.is_some_and(|ix| ix.clear_of(before, after, &d)) {
+        // Nothing outside the change conflicts with it: the changed LVs among themselves.
+        for &(at, lv) in placed {
+            mine.against(after, at, lv)?;
+        }
+        debug_assert!(
+            full(after).is_ok(),
+            "the index cleared a change the full checks refuse"
+        );
+        return Ok(Delta {
+            changed,
+            removed: d.removed,
+        });
+    }
+    let removed = d.removed;
     // LVs the change touched by name (a few: compared, not hashed): others that refer to
     // them are checked again.
     let touched: Vec<&str> = changed
@@ -146,27 +134,6 @@ fn full_delta<'b, 'a>(before: &'b Vg, after: &'a Vg) -> Result<Delta<'b, 'a>, Mo
             .map(|l| &**l)
             .collect(),
     })
-}
-
-/// Everything but the LVs.
-fn same_vg_fields(a: &Vg, b: &Vg) -> bool {
-    a.name == b.name
-        && a.id == b.id
-        && a.format == b.format
-        && a.status == b.status
-        && a.flags == b.flags
-        && a.tags == b.tags
-        && a.system_id == b.system_id
-        && a.lock_type == b.lock_type
-        && a.lock_args == b.lock_args
-        && a.extent_size == b.extent_size
-        && a.max_lv == b.max_lv
-        && a.max_pv == b.max_pv
-        && a.allocation_policy == b.allocation_policy
-        && a.profile == b.profile
-        && a.metadata_copies == b.metadata_copies
-        && a.pvs == b.pvs
-        && a.historical_lvs == b.historical_lvs
 }
 
 /// What the changed LVs hold that no other LV may.
@@ -375,19 +342,29 @@ mod tests {
                 }),
             ),
         ];
+        let ix = LvIndex::of(&before);
         for (what, f) in broken {
             let mut after = before.clone();
             f(&mut after);
             assert!(full(&after).is_err(), "{what}: the full check passes it");
-            let e = check_change(&before, &after).expect_err(what);
-            assert!(!e.why.is_empty(), "{what}");
+            for index in [None, Some(&ix)] {
+                let e = check_change(&before, &after, index).expect_err(what);
+                assert!(!e.why.is_empty(), "{what}");
+            }
         }
-        // A good change passes, and so does removing an LV nothing refers to.
+        // A good change passes, and so does removing an LV nothing refers to; the index
+        // follows each.
         let grown = edit::lv::create(before.clone(), &LvSpec::linear("new", 2, stamp()))
             .expect("create")
             .0;
-        check_change(&before, &grown).expect("a new LV");
         let shrunk = edit::lv::remove(before.clone(), "lv50", false).expect("remove");
-        check_change(&before, &shrunk).expect("a removed LV");
+        for after in [grown, shrunk] {
+            check_change(&before, &after, None).expect("without the index");
+            let d = check_change(&before, &after, Some(&ix)).expect("with the index");
+            let change = ix.change(&before, &after, &d.removed, &d.changed);
+            let mut next = ix.clone();
+            next.apply(change.expect("the same VG fields"));
+            assert!(next.same_as(&ix.rebuilt(&after)));
+        }
     }
 }
