@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use lvmeta::edit::{self, LvSpec, NewPv, PoolSpec, ThinSpec, VgSpec};
-use lvmeta::model::index::{Indexed, LvIndex};
+use lvmeta::model::index::{Indexed, VgIndex};
 use lvmeta::model::{validate, Area, Vg};
 use lvmeta::text::Style;
 use lvmeta::uuid::Uuid;
@@ -205,7 +205,7 @@ fn model(c: &mut Criterion) {
         })
     });
     g.bench_function("copy", |b| b.iter(|| vg.clone()));
-    g.bench_function("index", |b| b.iter(|| LvIndex::of(&vg)));
+    g.bench_function("index", |b| b.iter(|| VgIndex::of(&vg)));
     g.finish();
 }
 

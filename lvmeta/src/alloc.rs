@@ -311,7 +311,7 @@ impl UsedMap {
     /// The extents held here that `after` (the same VG after a change) no longer holds, in
     /// PV and PE order.
     pub fn freed_in(&self, after: &Vg) -> Vec<Extents> {
-        let now = UsedMap::of(after);
+        let now = UsedMap::of_version(after);
         let mut out = Vec::new();
         for (pv, runs) in self.used.iter().enumerate() {
             let kept = now.used.get(pv).map_or(&[][..], Vec::as_slice);

@@ -40,8 +40,8 @@ pub struct ScannedPv {
 pub struct ScannedVg {
     /// The VG.
     pub vg: Vg,
-    /// The committed text it was read from (without the NUL); empty in a scan a session's
-    /// commit made (the session keeps no copy of what it wrote: see `text_bytes`).
+    /// The committed text it was read from (without the NUL); empty in the scans a session
+    /// keeps (it keeps no copy of the text: see `text_bytes`).
     pub text: Arc<str>,
     /// The size of the committed text (without the NUL).
     pub text_bytes: usize,

@@ -121,8 +121,7 @@ pub(crate) fn new_name(vg: &Vg, asked: Option<&str>, internal: bool) -> Result<S
     } else {
         crate::names::check_new_lv_name(&vg.name, &name)?;
     }
-    let lacks = super::base().is_some_and(|b| b.lacks(vg, &name));
-    if !lacks && vg.lv(&name).is_some() {
+    if !super::lacks_lv(vg, &name) && vg.lv(&name).is_some() {
         return Err(EditError::Exists {
             what: "Logical Volume",
             name,
@@ -133,9 +132,10 @@ pub(crate) fn new_name(vg: &Vg, asked: Option<&str>, internal: bool) -> Result<S
 }
 
 pub(crate) fn lv_index(vg: &Vg, name: &str) -> Result<usize, EditError> {
+    // Newest first, as `Vg::lv`.
     vg.lvs
         .iter()
-        .position(|l| l.name == name)
+        .rposition(|l| l.name == name)
         .ok_or_else(|| EditError::NoLv {
             vg: vg.name.clone(),
             lv: name.to_owned(),

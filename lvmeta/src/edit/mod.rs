@@ -218,3 +218,9 @@ pub(crate) fn reserved<T>(f: impl FnOnce(&Reserved) -> T) -> T {
 pub(crate) fn base() -> Option<Arc<Indexed>> {
     GROUP.with(|g| g.borrow().base.clone())
 }
+
+/// Whether `vg` certainly has no LV named `name`, known through the index of the version
+/// this thread's edit started from (`false`: look).
+pub(crate) fn lacks_lv(vg: &Vg, name: &str) -> bool {
+    base().is_some_and(|b| b.lacks(vg, name))
+}

@@ -1,10 +1,10 @@
 //! What the LVs of one VG version hold that no other LV may, counted, so that a change of a
 //! few LVs is checked and allocated in work proportional to the change, not to the VG.
 //!
-//! - [`diff`] finds what a change did by the identity of the LVs' allocations: an edit copies
+//! - `diff` finds what a change did by the identity of the LVs' allocations: an edit copies
 //!   an LV it changes ([`crate::model::Vg::lv_mut`]), so an LV both versions share is
 //!   untouched.
-//! - [`LvIndex`] counts names, ids, lease offsets, thin device ids, references and spares by
+//! - [`VgIndex`] counts names, ids, lease offsets, thin device ids, references and spares by
 //!   their hash, and keeps the used extents. Hashes only ever report a conflict that is not
 //!   there (a collision), never miss one: a caller that sees a possible conflict looks again
 //!   the slow, exact way.
@@ -142,7 +142,7 @@ type Counts = HashMap<u64, u32, foldhash::fast::RandomState>;
 
 /// What one VG version's LVs hold, counted (see the module's notes).
 #[derive(Debug, Clone)]
-pub struct LvIndex {
+pub struct VgIndex {
     /// Seeded at random per index: hostile names cannot aim at collisions.
     hasher: foldhash::fast::RandomState,
     names: Counts,
@@ -167,8 +167,8 @@ enum Field {
     Ref,
 }
 
-/// A change of an [`LvIndex`], computed while the versions are at hand and applied later
-/// ([`LvIndex::apply`]).
+/// A change of an [`VgIndex`], computed while the versions are at hand and applied later
+/// ([`VgIndex::apply`]).
 #[derive(Debug, Default)]
 pub struct IndexChange {
     counts: Vec<(Field, u64, bool)>,
@@ -177,7 +177,7 @@ pub struct IndexChange {
     taken: Vec<Extents>,
 }
 
-impl LvIndex {
+impl VgIndex {
     /// The index of `vg`.
     pub fn of(vg: &Vg) -> Self {
         Self::with_hasher(vg, foldhash::fast::RandomState::default())
@@ -338,7 +338,7 @@ impl LvIndex {
         Some(c)
     }
 
-    /// Applies a change [`LvIndex::change`] computed: the index is then the new version's.
+    /// Applies a change [`VgIndex::change`] computed: the index is then the new version's.
     pub fn apply(&mut self, c: IndexChange) {
         for (f, k, added) in c.counts {
             match added {
@@ -367,7 +367,7 @@ impl LvIndex {
             && self.used == other.used
     }
 
-    /// A fresh index of `vg` with this one's hasher (for tests, with [`LvIndex::same_as`]).
+    /// A fresh index of `vg` with this one's hasher (for tests, with [`VgIndex::same_as`]).
     pub fn rebuilt(&self, vg: &Vg) -> Self {
         Self::with_hasher(vg, self.hasher.clone())
     }
@@ -411,13 +411,13 @@ pub struct Indexed {
     /// The version.
     pub vg: Vg,
     /// Its index.
-    pub index: LvIndex,
+    pub index: VgIndex,
 }
 
 impl Indexed {
     /// `vg` with its index.
     pub fn of(vg: Vg) -> Self {
-        let index = LvIndex::of(&vg);
+        let index = VgIndex::of(&vg);
         Self { vg, index }
     }
 
@@ -631,7 +631,7 @@ mod tests {
         for i in 0..20 {
             v = thin_volume(v, &format!("t{i}")).expect("thin volume");
         }
-        let ix = LvIndex::of(&v);
+        let ix = VgIndex::of(&v);
         type Breakage = (&'static str, Box<dyn Fn(&mut Vg)>);
         let broken: Vec<Breakage> = vec![
             (

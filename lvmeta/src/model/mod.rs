@@ -284,9 +284,10 @@ impl Vg {
         self.extent_count() - self.allocated_per_pv().iter().sum::<u64>()
     }
 
-    /// The LV named `name`.
+    /// The LV named `name` (looked for newest first: an edit finds the LVs it just added at
+    /// once).
     pub fn lv(&self, name: &str) -> Option<&Lv> {
-        self.lvs.iter().find(|l| l.name == name).map(|l| &**l)
+        self.lvs.iter().rev().find(|l| l.name == name).map(|l| &**l)
     }
 
     /// The LVs by name, for callers that look up many (built once: O(number of LVs)).
@@ -304,6 +305,7 @@ impl Vg {
     pub fn lv_mut(&mut self, name: &str) -> Option<&mut Lv> {
         self.lvs
             .iter_mut()
+            .rev()
             .find(|l| l.name == name)
             .map(Arc::make_mut)
     }

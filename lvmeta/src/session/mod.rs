@@ -200,7 +200,13 @@ impl Session {
                 return c.clone();
             }
         }
-        let fresh = Arc::new(scan::scan(&self.devices()));
+        let mut fresh = scan::scan(&self.devices());
+        // Nothing the session does reads the text again (the model holds it all): at 10,000
+        // thin volumes it is 16 MB less to keep.
+        for sv in &mut fresh.vgs {
+            sv.text = Arc::from("");
+        }
+        let fresh = Arc::new(fresh);
         *cache = Some(fresh.clone());
         fresh
     }

@@ -2,15 +2,15 @@
 //! variant of it) and reads top to bottom in [`Session::change`]:
 //! 1. the caller's turn (`group.rs`): lead the VG's next group, or join the open one;
 //! 2. the leader takes lvm2's VG file lock and the [`Guard`] (a shared VG's lease, or this
-//!    session's pool holds in a VG without leases), and reads the VG under it
-//!    ([`Session::begin`]);
-//! 3. each edit of the group applied in turn ([`Session::apply`]): pure ([`crate::edit`],
-//!    which validates), then checked by the guard (an LV removed or a pool changed that
-//!    another holder uses); a failing edit fails its caller alone;
+//!    session's pool holds in a VG without leases), and reads the VG under it, with the
+//!    index of its LVs the last commit kept ([`Session::begin`], [`Indexed`]);
+//! 3. each edit of the group applied in turn ([`Session::apply`]): pure ([`crate::edit`]),
+//!    checked on what it changed through the index, then by the guard (an LV removed or a
+//!    pool changed that another holder uses); a failing edit fails its caller alone;
 //! 4. the group written ([`Session::write_group`]): new LV leases, new pools' metadata
 //!    zeroed, new LVs' ends cleared, ONE commit (two ordered writes per area: `write.rs`),
-//!    the leases of removed LVs released and freed, the new VG published to readers, the
-//!    guard released with the new seqno.
+//!    the leases of removed LVs released and freed, the new VG published to readers and
+//!    its index kept, the guard released with the new seqno.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use super::{members, places, writable, Session};
 use crate::edit::{self, EditError};
 use crate::lease;
 use crate::lockfile::{FileLock, Resource};
-use crate::model::index::{Indexed, LvIndex};
+use crate::model::index::{Indexed, VgIndex};
 use crate::model::{validate, Lv, Vg};
 use crate::scan::Scan;
 use crate::uuid::Uuid;
@@ -114,7 +114,7 @@ pub(super) struct KeptIndex {
     /// VG of that name made anew, changes them).
     id: Uuid,
     seqno: u32,
-    index: LvIndex,
+    index: VgIndex,
 }
 
 /// What a change's text may differ from the sum of its LVs' by (the description, seqno and

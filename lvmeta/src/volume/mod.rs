@@ -280,7 +280,7 @@ impl<'s> Volumes<'s> {
         if !self.erase {
             return removal(vg);
         }
-        let before = UsedMap::of(&vg);
+        let before = UsedMap::of_version(&vg);
         // Slots freed by this change are marked unused after its commit: not reused in it.
         let leases = match vg.is_shared() {
             true => edit::lv::leases_in_use(&vg),
@@ -916,6 +916,9 @@ fn clone_source_of(lv: &Lv) -> Option<&str> {
 /// The volume `name` when it exists and matches the request; an error when something else
 /// holds the name.
 fn existing(vg: &Vg, name: &str, mode: Mode, size: SizeRange) -> Result<Option<Volume>, EditError> {
+    if edit::lacks_lv(vg, name) {
+        return Ok(None);
+    }
     match volume_of(vg, name) {
         Some(v) if v.mode == mode && size.accepts(v.bytes) => Ok(Some(v)),
         Some(v) => Err(EditError::Exists {

@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{check_lv, check_lv_names, check_read, check_write, err, is_spare, lease_of, lv_path};
-use crate::model::index::{diff, LvIndex};
+use crate::model::index::{diff, VgIndex};
 use crate::model::{Area, Lv, ModelError, SegKind, Vg};
 
 /// A set hashed with foldhash (seeded at random per process, as the full checks' maps).
@@ -40,7 +40,7 @@ pub struct Delta<'b, 'a> {
 pub fn check_change<'b, 'a>(
     before: &'b Vg,
     after: &'a Vg,
-    index: Option<&LvIndex>,
+    index: Option<&VgIndex>,
 ) -> Result<Delta<'b, 'a>, ModelError> {
     let Some(d) = diff(before, after) else {
         return full_delta(before, after);
@@ -342,7 +342,7 @@ mod tests {
                 }),
             ),
         ];
-        let ix = LvIndex::of(&before);
+        let ix = VgIndex::of(&before);
         for (what, f) in broken {
             let mut after = before.clone();
             f(&mut after);
