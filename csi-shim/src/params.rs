@@ -269,6 +269,17 @@ pub fn volume_id(vg: &str, name: &str) -> String {
     format!("{vg}/{name}")
 }
 
+/// INVALID_ARGUMENT naming the first of a request's required `fields` (name, whether it
+/// is set) that is missing. Called first: a request's arguments are checked before the
+/// volume it names is looked up (INVALID_ARGUMENT before NOT_FOUND, as the CSI spec and
+/// csi-sanity expect).
+pub fn require(fields: &[(&str, bool)]) -> Result<(), Status> {
+    match fields.iter().find(|(_, set)| !set) {
+        Some((name, _)) => Err(Status::invalid_argument(format!("{name} is required"))),
+        None => Ok(()),
+    }
+}
+
 /// The VG and LV of a volume id; NOT_FOUND for ids this driver cannot have made.
 pub fn parse_volume_id(id: &str) -> Result<(String, String), Status> {
     if id.is_empty() {

@@ -958,3 +958,97 @@ async fn node_stage_publish_and_their_undoing() {
     }
     delete(&mut d, &id).await;
 }
+
+/// csi-sanity's node cases with the ids it makes up (`IDGen`): each request that lacks a
+/// required field is INVALID_ARGUMENT whatever its volume id names (arguments are checked
+/// before the id is looked up), and a volume path that is not even a kubelet path is
+/// NOT_FOUND for NodeGetVolumeStats.
+#[tokio::test]
+async fn node_arguments_are_checked_before_the_volume_id() {
+    let mut d = driver_of(2 << 30).await;
+    let v = ok(
+        "create",
+        d.controller
+            .create_volume(sanity_create("sanity-args", 8 << 20))
+            .await,
+    )
+    .volume
+    .expect("volume");
+    let mount = cap(Access::SingleNodeWriter, false);
+    for id in ["fake-vol-id-1", "vg/fake-vol-id-2", v.volume_id.as_str()] {
+        let it = format!("NodeStageVolume without a staging path ({id})");
+        let mut req = stage(&d, id, "st", mount.clone());
+        req.staging_target_path.clear();
+        let r = d.node.node_stage_volume(req).await;
+        assert_eq!(code(&it, r), Code::InvalidArgument, "{it}");
+        let it = format!("NodeStageVolume without a capability ({id})");
+        let mut req = stage(&d, id, "st", mount.clone());
+        req.volume_capability = None;
+        let r = d.node.node_stage_volume(req).await;
+        assert_eq!(code(&it, r), Code::InvalidArgument, "{it}");
+
+        let it = format!("NodePublishVolume without a target path ({id})");
+        let mut req = publish(&d, id, "st", "pod/t", mount.clone());
+        req.target_path.clear();
+        let r = d.node.node_publish_volume(req).await;
+        assert_eq!(code(&it, r), Code::InvalidArgument, "{it}");
+        let it = format!("NodePublishVolume without a staging path ({id})");
+        let mut req = publish(&d, id, "st", "pod/t", mount.clone());
+        req.staging_target_path.clear();
+        let r = d.node.node_publish_volume(req).await;
+        assert_eq!(code(&it, r), Code::InvalidArgument, "{it}");
+        let it = format!("NodePublishVolume without a capability ({id})");
+        let mut req = publish(&d, id, "st", "pod/t", mount.clone());
+        req.volume_capability = None;
+        let r = d.node.node_publish_volume(req).await;
+        assert_eq!(code(&it, r), Code::InvalidArgument, "{it}");
+
+        let it = format!("NodeUnstageVolume without a staging path ({id})");
+        let r = d
+            .node
+            .node_unstage_volume(NodeUnstageVolumeRequest {
+                volume_id: id.into(),
+                ..Default::default()
+            })
+            .await;
+        assert_eq!(code(&it, r), Code::InvalidArgument, "{it}");
+        let it = format!("NodeUnpublishVolume without a target path ({id})");
+        let r = d
+            .node
+            .node_unpublish_volume(NodeUnpublishVolumeRequest {
+                volume_id: id.into(),
+                ..Default::default()
+            })
+            .await;
+        assert_eq!(code(&it, r), Code::InvalidArgument, "{it}");
+        let it = format!("NodeGetVolumeStats without a volume path ({id})");
+        let r = d
+            .node
+            .node_get_volume_stats(NodeGetVolumeStatsRequest {
+                volume_id: id.into(),
+                ..Default::default()
+            })
+            .await;
+        assert_eq!(code(&it, r), Code::InvalidArgument, "{it}");
+        let it = format!("NodeExpandVolume without a volume path ({id})");
+        let r = d
+            .node
+            .node_expand_volume(NodeExpandVolumeRequest {
+                volume_id: id.into(),
+                ..Default::default()
+            })
+            .await;
+        assert_eq!(code(&it, r), Code::InvalidArgument, "{it}");
+    }
+    let it = "NodeGetVolumeStats should fail when volume does not exist on the specified path (some/path)";
+    let r = d
+        .node
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: v.volume_id.clone(),
+            volume_path: "some/path".into(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(code(it, r), Code::NotFound, "{it}");
+    delete(&mut d, &v.volume_id).await;
+}

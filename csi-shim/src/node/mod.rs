@@ -196,6 +196,11 @@ impl Node {
     }
 
     fn stage(&self, req: NodeStageVolumeRequest) -> Result<(), Status> {
+        params::require(&[
+            ("volume_id", !req.volume_id.is_empty()),
+            ("staging_target_path", !req.staging_target_path.is_empty()),
+            ("volume_capability", req.volume_capability.is_some()),
+        ])?;
         let (vg, lv) = params::parse_volume_id(&req.volume_id)?;
         let staging = self.place("staging_target_path", &req.staging_target_path)?;
         let (want, vol, _g) = self.begin(&req.volume_id, &vg, &lv, req.volume_capability)?;
@@ -343,6 +348,10 @@ impl Node {
     }
 
     fn unstage(&self, req: NodeUnstageVolumeRequest) -> Result<(), Status> {
+        params::require(&[
+            ("volume_id", !req.volume_id.is_empty()),
+            ("staging_target_path", !req.staging_target_path.is_empty()),
+        ])?;
         let (vg, lv) = params::parse_volume_id(&req.volume_id)?;
         let staging = self
             .kubelet
@@ -400,6 +409,13 @@ impl Node {
     }
 
     fn publish(&self, req: NodePublishVolumeRequest) -> Result<(), Status> {
+        // The staging path is required: this driver stages (STAGE_UNSTAGE_VOLUME).
+        params::require(&[
+            ("volume_id", !req.volume_id.is_empty()),
+            ("staging_target_path", !req.staging_target_path.is_empty()),
+            ("target_path", !req.target_path.is_empty()),
+            ("volume_capability", req.volume_capability.is_some()),
+        ])?;
         let (vg, lv) = params::parse_volume_id(&req.volume_id)?;
         let target = self.place("target_path", &req.target_path)?;
         let staging = self.place("staging_target_path", &req.staging_target_path)?;
@@ -486,6 +502,10 @@ impl Node {
     }
 
     fn unpublish(&self, req: NodeUnpublishVolumeRequest) -> Result<(), Status> {
+        params::require(&[
+            ("volume_id", !req.volume_id.is_empty()),
+            ("target_path", !req.target_path.is_empty()),
+        ])?;
         let (vg, lv) = params::parse_volume_id(&req.volume_id)?;
         let target = self.kubelet.place("target_path", &req.target_path)?;
         let _g = self.backend.inflight().enter(&req.volume_id)?;
@@ -518,9 +538,11 @@ impl Node {
     }
 
     fn stats(&self, req: NodeGetVolumeStatsRequest) -> Result<NodeGetVolumeStatsResponse, Status> {
+        params::require(&[
+            ("volume_id", !req.volume_id.is_empty()),
+            ("volume_path", !req.volume_path.is_empty()),
+        ])?;
         let (vg, lv) = params::parse_volume_id(&req.volume_id)?;
-        let path = self.kubelet.place("volume_path", &req.volume_path)?;
-        self.backend.volume(&vg, &lv)?;
         let not_here = || {
             Status::not_found(format!(
                 "volume path {} does not hold volume {}",
@@ -528,6 +550,14 @@ impl Node {
                 req.volume_id
             ))
         };
+        // A path that is not a kubelet path (relative, outside, through a symlink) holds no
+        // volume of this driver: NOT_FOUND, as the spec says of a path where the volume is
+        // not.
+        let path = match self.kubelet.place("volume_path", &req.volume_path) {
+            Err(e) if e.code() == tonic::Code::InvalidArgument => None,
+            p => p?,
+        };
+        self.backend.volume(&vg, &lv)?;
         let path = path.ok_or_else(not_here)?;
         let dev = self
             .device_of(&req.volume_id, &vg, &lv)?
@@ -619,6 +649,10 @@ impl Node {
     }
 
     fn expand(&self, req: NodeExpandVolumeRequest) -> Result<i64, Status> {
+        params::require(&[
+            ("volume_id", !req.volume_id.is_empty()),
+            ("volume_path", !req.volume_path.is_empty()),
+        ])?;
         let (vg, lv) = params::parse_volume_id(&req.volume_id)?;
         let path = self.kubelet.place("volume_path", &req.volume_path)?;
         let _g = self.backend.inflight().enter(&req.volume_id)?;
