@@ -162,8 +162,8 @@ fn model(c: &mut Criterion) {
                 reserved: Default::default(),
                 base: Some(base.clone()),
             };
-            let out = edit::in_group(group, || create(base.vg.clone(), &format!("new-{n}")));
-            validate::check_change(&base.vg, &out, Some(&base.index)).expect("checks");
+            let out = edit::in_group(group, || create(base.vg().clone(), &format!("new-{n}")));
+            validate::check_change(base.vg(), &out, Some(base.index())).expect("checks");
             out
         })
     });

@@ -210,7 +210,8 @@ impl UsedMap {
         for lv in &vg.lvs {
             for seg in &lv.segments {
                 for a in seg.kind.areas() {
-                    if let Area::Pv { pv, pe } = a {
+                    // A zero-length area holds nothing.
+                    if let (Area::Pv { pv, pe }, 1..) = (a, seg.area_len()) {
                         if let Some(u) = used.get_mut(*pv) {
                             u.push((*pe, seg.area_len()));
                         }
@@ -259,7 +260,7 @@ impl UsedMap {
 
     /// Marks `e` held (merged with the runs it touches), whether or not some of it was.
     pub fn take(&mut self, e: Extents) {
-        let Some(runs) = self.used.get_mut(e.pv) else {
+        let Some(runs) = self.used.get_mut(e.pv).filter(|_| e.len > 0) else {
             return;
         };
         let (mut start, mut end) = (e.pe, e.pe.saturating_add(e.len));

@@ -73,7 +73,17 @@ PY
     fi
 }
 has_lv() { lvmeta_report lvs --noheadings -o lv_name "$1" | grep -qw "$2"; }
-lvm_has_lv() { lvm1 lvs --noheadings -o lv_name "$1" 2>/dev/null | grep -qw "$2"; }
+# lvm_has_lv VG LV: lvm2's lvs lists LV. Tried for up to 5 s: lvs run while another host
+# holds the VG lease can fail to take it shared and list nothing (its error then goes to
+# $WORK/has.err).
+lvm_has_lv() {
+    local i
+    for i in $(seq 25); do
+        lvm1 lvs --noheadings -o lv_name "$1" 2>"$WORK/has.err" | grep -qw "$2" && return 0
+        sleep 0.2
+    done
+    return 1
+}
 # lockloop VG OFFSET: what lvmlockd on host 1 opens as /dev/mapper/VG-lvmlock.
 lockloop() {
     local l
@@ -227,8 +237,9 @@ wait "$keeper" || { cat "$WORK/kept.err" >&2; exit 1; }
 for lv in kept-1 kept-2 kept-3 afterkept; do
     lvm_has_lv vga "$lv" || {
         # Seen once (2026-12-04, not reproduced): say what lvm2 and lvmeta read then.
+        cat "$WORK/has.err" >&2
         lvm1 lvs -a -o lv_name,seg_count vga >&2 || true
-        lvmeta_on 2 lvs -a vga >&2 || true
+        SANLOCK_RUN_DIR="$WORK/h2" "$LVMETA" lvs --devices "$LUN" --host-id 2 -a vga >&2 || true
         say "lvm2 does not see $lv"
         exit 1
     }

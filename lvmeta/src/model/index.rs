@@ -155,6 +155,11 @@ pub struct VgIndex {
     refs: Counts,
     spares: u32,
     used: UsedMap,
+    /// The number of LVs indexed: an index used with a version of another size is not used.
+    lvs: usize,
+    /// A change took away what was not counted: the index no longer matches its version
+    /// and is not used (every question then gets the plain answer).
+    drifted: bool,
 }
 
 /// Which count a key is in.
@@ -175,6 +180,8 @@ pub struct IndexChange {
     spares: i64,
     released: Vec<Extents>,
     taken: Vec<Extents>,
+    /// LVs added less LVs removed.
+    lvs: isize,
 }
 
 impl VgIndex {
@@ -195,6 +202,8 @@ impl VgIndex {
             refs: counts(n),
             spares: 0,
             used: UsedMap::of(vg),
+            lvs: vg.lvs.len(),
+            drifted: false,
         };
         let h = ix.hasher.clone();
         for lv in &vg.lvs {
@@ -238,12 +247,20 @@ impl VgIndex {
 
     fn sub(&mut self, f: Field, k: u64) {
         let c = self.counts_mut(f);
-        if let Some(n) = c.get_mut(&k) {
-            *n -= 1;
-            if *n == 0 {
-                c.remove(&k);
+        match c.get_mut(&k) {
+            Some(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    c.remove(&k);
+                }
             }
+            None => self.drifted = true,
         }
+    }
+
+    /// Whether this index may answer for `vg` (its version, as far as a cheap look tells).
+    fn fits(&self, vg: &Vg) -> bool {
+        !self.drifted && self.lvs == vg.lvs.len()
     }
 
     /// The keys `lv` (of `vg`) adds to the counts.
@@ -258,6 +275,9 @@ impl VgIndex {
     /// device id, extents, the one pool metadata spare), and no LV outside the change refers
     /// to an LV the change touched. `false` means: look the exact way.
     pub(crate) fn clear_of(&self, before: &Vg, after: &Vg, d: &Diff<'_, '_>) -> bool {
+        if !self.fits(before) {
+            return false;
+        }
         let removed: Vec<(Field, u64)> = d
             .removed
             .iter()
@@ -316,7 +336,10 @@ impl VgIndex {
         if !same_vg_fields(before, after) {
             return None;
         }
-        let mut c = IndexChange::default();
+        let mut c = IndexChange {
+            lvs: changed.len() as isize - removed.len() as isize,
+            ..Default::default()
+        };
         for lv in removed {
             c.counts.extend(
                 self.keys_of(before, lv)
@@ -353,6 +376,10 @@ impl VgIndex {
         for e in c.taken {
             self.used.take(e);
         }
+        match self.lvs.checked_add_signed(c.lvs) {
+            Some(n) => self.lvs = n,
+            None => self.drifted = true,
+        }
     }
 
     /// Whether this index and `other` count the same things (for tests: indexes with
@@ -365,6 +392,9 @@ impl VgIndex {
             && self.refs == other.refs
             && self.spares == other.spares
             && self.used == other.used
+            && self.lvs == other.lvs
+            && !self.drifted
+            && !other.drifted
     }
 
     /// A fresh index of `vg` with this one's hasher (for tests, with [`VgIndex::same_as`]).
@@ -397,21 +427,19 @@ fn extents(lv: &Lv) -> Vec<Extents> {
         .flat_map(|seg| {
             let len = seg.area_len();
             seg.kind.areas().iter().filter_map(move |a| match *a {
-                Area::Pv { pv, pe } => Some(Extents { pv, pe, len }),
-                Area::Lv { .. } => None,
+                Area::Pv { pv, pe } if len > 0 => Some(Extents { pv, pe, len }),
+                _ => None,
             })
         })
         .collect()
 }
 
 /// A VG version with its index: what the edits of a group commit start from (see
-/// [`crate::edit::in_group`]).
+/// [`crate::edit::in_group`]). The two change only together ([`Indexed::advance`]).
 #[derive(Debug, Clone)]
 pub struct Indexed {
-    /// The version.
-    pub vg: Vg,
-    /// Its index.
-    pub index: VgIndex,
+    vg: Vg,
+    index: VgIndex,
 }
 
 impl Indexed {
@@ -421,9 +449,46 @@ impl Indexed {
         Self { vg, index }
     }
 
+    /// `vg` with `index`, kept from when `vg` was committed; indexed afresh when the index
+    /// does not fit it.
+    pub fn resume(vg: Vg, index: VgIndex) -> Self {
+        match index.fits(&vg) {
+            true => Self { vg, index },
+            false => Self::of(vg),
+        }
+    }
+
+    /// The version.
+    pub fn vg(&self) -> &Vg {
+        &self.vg
+    }
+
+    /// Its index.
+    pub fn index(&self) -> &VgIndex {
+        &self.index
+    }
+
+    /// The version's change into `vg`, with what [`VgIndex::change`] made of it (`None`:
+    /// index `vg` afresh).
+    pub fn advance(&mut self, vg: Vg, change: Option<IndexChange>) {
+        match change {
+            Some(c) => self.index.apply(c),
+            None => self.index = VgIndex::of(&vg),
+        }
+        self.vg = vg;
+    }
+
+    /// The version and its index, taken apart.
+    pub fn into_parts(self) -> (Vg, VgIndex) {
+        (self.vg, self.index)
+    }
+
     /// The extents `vg`'s LVs hold, when `vg` is a small change of this version (`None`:
     /// compute them the plain way).
     pub(crate) fn used_of(&self, vg: &Vg) -> Option<UsedMap> {
+        if !self.index.fits(&self.vg) {
+            return None;
+        }
         let d = diff(&self.vg, vg)?;
         let mut used = self.index.used.clone();
         for e in d.removed.iter().flat_map(|l| extents(l)) {
@@ -438,6 +503,9 @@ impl Indexed {
     /// Whether `vg`, a change of this version, certainly has no LV named `name` (`false`:
     /// look the plain way).
     pub(crate) fn lacks(&self, vg: &Vg, name: &str) -> bool {
+        if !self.index.fits(&self.vg) {
+            return false;
+        }
         let Some(d) = diff(&self.vg, vg) else {
             return false;
         };
@@ -676,6 +744,33 @@ mod tests {
             let d = diff(&v, &after).expect("a small change");
             assert!(!ix.clear_of(&v, &after, &d), "{what}: cleared");
         }
+    }
+
+    /// An index used with a version it does not describe answers nothing: the plain way.
+    #[test]
+    fn an_index_of_another_version_is_not_used() {
+        let mut v = vg();
+        for i in 0..20 {
+            v = thin_volume(v, &format!("t{i}")).expect("thin volume");
+        }
+        let old = VgIndex::of(&v);
+        let v2 = thin_volume(v, "t20").expect("thin volume");
+        let v3 = thin_volume(v2.clone(), "t21").expect("thin volume");
+        let d = diff(&v2, &v3).expect("a small change");
+        assert!(!old.clear_of(&v2, &v3, &d), "a stale index cleared a change");
+        assert!(VgIndex::of(&v2).clear_of(&v2, &v3, &d));
+        let resumed = Indexed::resume(v2.clone(), old.clone());
+        assert!(resumed.index().same_as(&resumed.index().rebuilt(&v2)));
+        let stale = Indexed {
+            vg: v2.clone(),
+            index: old,
+        };
+        assert_eq!(stale.used_of(&v3), None);
+        assert!(!stale.lacks(&v3, "t99"));
+        // Taking away what was never counted marks the index drifted.
+        let mut ix = VgIndex::of(&v2);
+        ix.sub(Field::Name, 1);
+        assert!(!ix.clear_of(&v2, &v3, &d));
     }
 
     /// Runs taken and released keep the map as [`UsedMap::of`] builds it.

@@ -293,11 +293,8 @@ impl Vg {
     /// The LVs by name, for callers that look up many (built once: O(number of LVs)).
     pub fn by_name(&self) -> LvIndex<'_> {
         LvIndex(
-            self.lvs
-                .iter()
-                .rev()
-                .map(|l| (l.name.as_str(), &**l))
-                .collect(),
+            // The newest of one name wins, as in `Vg::lv`.
+            self.lvs.iter().map(|l| (l.name.as_str(), &**l)).collect(),
         )
     }
 

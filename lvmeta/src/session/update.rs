@@ -27,8 +27,8 @@ use crate::scan::Scan;
 use crate::uuid::Uuid;
 use crate::Error;
 
-pub(super) use super::write::metadata_use;
 pub use super::write::MetadataUse;
+pub(super) use super::write::{committed_checksum, metadata_use};
 
 /// What an edit passed to [`Session::update`] returns: the changed VG, alone or with a
 /// value for the caller (the edit functions of [`crate::edit`] return one or the other).
@@ -110,10 +110,12 @@ pub(super) struct Bench {
 
 /// The index of a VG's LVs as a commit left them, for the next group of the VG.
 pub(super) struct KeptIndex {
-    /// The VG's id and seqno: the index is that version's (another writer's commit, or a
-    /// VG of that name made anew, changes them).
+    /// The VG's id, seqno and the checksum of its committed text: the index is that
+    /// version's (another writer's commit, a VG of that name made anew, or two writers
+    /// of one seqno without locks change one of them).
     id: Uuid,
     seqno: u32,
+    text: Option<u32>,
     index: VgIndex,
 }
 
@@ -296,9 +298,12 @@ impl Session {
             validate::check_write(&vg).map_err(|e| Error::Edit(EditError::Invalid(e)))?;
         }
         let room = metadata_use(&scan, writable(&scan, name)?);
+        let text = committed_checksum(&scan, writable(&scan, name)?);
         let kept = self.lock_indexes().remove(name);
         let base = match kept {
-            Some(k) if k.id == vg.id && k.seqno == vg.seqno => Indexed { vg, index: k.index },
+            Some(k) if (k.id, k.seqno, k.text) == (vg.id, vg.seqno, text) => {
+                Indexed::resume(vg, k.index)
+            }
             _ => Indexed::of(vg),
         };
         let bench = Bench {
@@ -331,22 +336,22 @@ impl Session {
         let owned: Vec<Uuid> = how
             .owned
             .iter()
-            .filter_map(|n| base.vg.lv(n).map(|l| l.id))
+            .filter_map(|n| base.vg().lv(n).map(|l| l.id))
             .collect();
         let clears: Vec<(String, Option<Uuid>)> = how
             .clear_ends
             .iter()
-            .map(|n| ((*n).to_owned(), base.vg.lv(n).map(|l| l.id)))
+            .map(|n| ((*n).to_owned(), base.vg().lv(n).map(|l| l.id)))
             .collect();
         // Lease slots and extents earlier changes of the group freed are not handed out.
         let group = edit::Group {
             reserved: b.reserved.clone(),
             base: Some(base.clone()),
         };
-        let (out, value) = edit::in_group(group, || edit(base.vg.clone()))?.split();
+        let (out, value) = edit::in_group(group, || edit(base.vg().clone()))?.split();
         // Every invariant lvm2 checks, looking only at what the edit changed: the group's VG
         // before it passed them.
-        let delta = validate::check_change(&base.vg, &out, Some(&base.index))
+        let delta = validate::check_change(base.vg(), &out, Some(base.index()))
             .map_err(EditError::Invalid)?;
         // Before anything is written: refused when a removed LV (or a changed thin pool) is
         // in use; what the check takes is held until the commit is done (or failed). Only
@@ -357,7 +362,7 @@ impl Session {
                 h.host.lock_changed_lvs(&old, &out, &h.at, &owned)?
             }
             Guard::Local => {
-                self.check_local_pools(&self.local_pool_states(&base.vg), &out, &owned)?;
+                self.check_local_pools(&self.local_pool_states(base.vg()), &out, &owned)?;
                 lease::Locked::default()
             }
         };
@@ -397,20 +402,13 @@ impl Session {
             b.verbs.push(how.verb.to_owned());
         }
         let index = base
-            .index
-            .change(&base.vg, &out, &delta.removed, &delta.changed);
+            .index()
+            .change(base.vg(), &out, &delta.removed, &delta.changed);
         drop(delta);
         drop(base);
         b.edits += 1;
-        match index {
-            Some(index) => {
-                // The edit's clone of the base is gone: no copy here.
-                let next = Arc::make_mut(&mut b.base);
-                next.index.apply(index);
-                next.vg = out;
-            }
-            None => b.base = Arc::new(Indexed::of(out)),
-        }
+        // The edit's clone of the base is gone: no copy here.
+        Arc::make_mut(&mut b.base).advance(out, index);
         Ok(value)
     }
 
@@ -429,7 +427,9 @@ impl Session {
             seen,
             ..
         } = bench;
-        let Indexed { vg: mut out, index } = Arc::try_unwrap(base).unwrap_or_else(|b| (*b).clone());
+        let (mut out, index) = Arc::try_unwrap(base)
+            .unwrap_or_else(|b| (*b).clone())
+            .into_parts();
         let start = match writable(&scan, vg) {
             Ok(s) => s,
             Err(e) => {
@@ -442,6 +442,7 @@ impl Session {
             let kept = KeptIndex {
                 id: start.vg.id,
                 seqno: start.vg.seqno,
+                text: committed_checksum(&scan, start),
                 index,
             };
             self.lock_indexes().insert(vg.to_owned(), kept);
@@ -482,10 +483,11 @@ impl Session {
         };
         let out = now.vgs.iter().find(|v| v.vg.name == vg).map(|v| &v.vg);
         let seqno = out.map_or(next, |v| v.seqno);
-        if let Some(v) = out {
+        if let Some(sv) = now.vgs.iter().find(|v| v.vg.name == vg) {
             let kept = KeptIndex {
-                id: v.id,
+                id: sv.vg.id,
                 seqno,
+                text: committed_checksum(&now, sv),
                 index,
             };
             self.lock_indexes().insert(vg.to_owned(), kept);

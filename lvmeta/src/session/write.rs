@@ -68,6 +68,18 @@ pub(in crate::session) fn metadata_use(scan: &Scan, sv: &ScannedVg) -> MetadataU
     }
 }
 
+/// The checksum of the committed text of `sv` in its first metadata area in use: with the
+/// VG's id and seqno, what tells one written version from another.
+pub(in crate::session) fn committed_checksum(scan: &Scan, sv: &ScannedVg) -> Option<u32> {
+    sv.pv_devices
+        .iter()
+        .flatten()
+        .flat_map(|&i| scan.pvs[i].mdas.iter())
+        .filter_map(|m| m.header.as_ref())
+        .find(|h| !h.committed.is_ignored() && !h.committed.is_empty())
+        .map(|h| h.committed.checksum)
+}
+
 impl Session {
     /// Writes `vg` to the areas of `pvs`; the PVs in `joining` get `PV_EXT_USED` and fresh
     /// area headers first. Returns the text's size and each written area's new header
