@@ -573,6 +573,15 @@ mod tests {
         edit::lv::remove(vg, &format!("{name}-pool"), false)
     }
 
+    /// A VG of 20 thin volumes t0..t19 (80 LVs and the spare).
+    fn twenty_thin_volumes() -> Vg {
+        let mut v = vg();
+        for i in 0..20 {
+            v = thin_volume(v, &format!("t{i}")).expect("thin volume");
+        }
+        v
+    }
+
     /// A small deterministic generator (xorshift).
     struct Rng(u64);
     impl Rng {
@@ -589,10 +598,7 @@ mod tests {
     /// exactly, and allocation through it finds the extents the plain way finds.
     #[test]
     fn the_index_follows_changes_and_agrees_with_the_plain_checks() {
-        let mut v = vg();
-        for i in 0..20 {
-            v = thin_volume(v, &format!("t{i}")).expect("thin volume");
-        }
+        let v = twenty_thin_volumes();
         let mut base = Arc::new(Indexed::of(v));
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let (mut made, mut fast, mut walked) = (20, 0, 0);
@@ -695,10 +701,7 @@ mod tests {
     /// What the index must not let through: each change is refused with it as without it.
     #[test]
     fn conflicts_outside_the_change_are_found_through_the_index() {
-        let mut v = vg();
-        for i in 0..20 {
-            v = thin_volume(v, &format!("t{i}")).expect("thin volume");
-        }
+        let v = twenty_thin_volumes();
         let ix = VgIndex::of(&v);
         type Breakage = (&'static str, Box<dyn Fn(&mut Vg)>);
         let broken: Vec<Breakage> = vec![
@@ -749,10 +752,7 @@ mod tests {
     /// An index used with a version it does not describe answers nothing: the plain way.
     #[test]
     fn an_index_of_another_version_is_not_used() {
-        let mut v = vg();
-        for i in 0..20 {
-            v = thin_volume(v, &format!("t{i}")).expect("thin volume");
-        }
+        let v = twenty_thin_volumes();
         let old = VgIndex::of(&v);
         let v2 = thin_volume(v, "t20").expect("thin volume");
         let v3 = thin_volume(v2.clone(), "t21").expect("thin volume");
