@@ -757,7 +757,10 @@ mod tests {
         let v2 = thin_volume(v, "t20").expect("thin volume");
         let v3 = thin_volume(v2.clone(), "t21").expect("thin volume");
         let d = diff(&v2, &v3).expect("a small change");
-        assert!(!old.clear_of(&v2, &v3, &d), "a stale index cleared a change");
+        assert!(
+            !old.clear_of(&v2, &v3, &d),
+            "a stale index cleared a change"
+        );
         assert!(VgIndex::of(&v2).clear_of(&v2, &v3, &d));
         let resumed = Indexed::resume(v2.clone(), old.clone());
         assert!(resumed.index().same_as(&resumed.index().rebuilt(&v2)));
