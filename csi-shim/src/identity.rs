@@ -59,14 +59,21 @@ impl Identity for IdentityService {
     }
 
     /// Ready when every VG served reads and, if shared, this host is in its lockspace;
-    /// otherwise FAILED_PRECONDITION naming the VG and why.
+    /// `ready: false` while a lockspace is not joined yet (a join takes tens of seconds: a
+    /// liveness check must not take it for a failure); FAILED_PRECONDITION naming the VG and
+    /// why for anything else.
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
-        crate::status::blocking(&self.backend, |b| {
-            b.ready().map_err(|(vg, e)| {
-                Status::failed_precondition(format!("VG {vg} is not ready: {e}"))
-            })
+        let ready = crate::status::blocking(&self.backend, |b| match b.ready() {
+            Ok(()) => Ok(true),
+            Err((vg, lvmeta::Error::Lease(e @ lvmeta::lease::LeaseError::NotJoined { .. }))) => {
+                tracing::info!(vg, reason = %e, "not ready");
+                Ok(false)
+            }
+            Err((vg, e)) => Err(Status::failed_precondition(format!(
+                "VG {vg} is not ready: {e}"
+            ))),
         })
         .await?;
-        Ok(Response::new(ProbeResponse { ready: Some(true) }))
+        Ok(Response::new(ProbeResponse { ready: Some(ready) }))
     }
 }

@@ -48,6 +48,34 @@ async fn identity_and_socket() {
     (&mut d.server).await.expect("server ends");
 }
 
+/// A shared VG whose lockspace this host has not joined (yet): Probe says not ready, as
+/// a value (a liveness check then does not restart the driver), and ready once joined.
+#[tokio::test]
+async fn probe_is_not_ready_until_the_lockspace_is_joined() {
+    let lun = Arc::new(MemDevice::new("lun", 512 << 20, 512));
+    let fake = Arc::new(lvmeta::lease::FakeLeases::default());
+    let host = lvmeta::lease::Host::new(fake, 3, 10, std::time::Duration::from_millis(300));
+    let session = Session::new(vec![Box::new(lun.clone()) as Box<dyn BlockDevice>]).with_host(host);
+    let spec = lvmeta::edit::VgSpec {
+        name: "vg".into(),
+        extent_size: 8192,
+        tags: vec![],
+        shared: Some(lvmeta::edit::SharedVg {
+            lock_lv_size: 256 << 20,
+        }),
+    };
+    session
+        .vgcreate(&spec, &["lun"])
+        .expect("vgcreate --shared");
+    session.lockstop("vg").expect("lockstop");
+    let mut d = serve(Backend::new(session, vec!["vg".into()]), lun).await;
+    let probe = d.identity.probe(ProbeRequest {}).await.expect("probe");
+    assert_eq!(probe.into_inner().ready, Some(false));
+    d.backend.session().lockstart("vg").expect("lockstart");
+    let probe = d.identity.probe(ProbeRequest {}).await.expect("probe");
+    assert_eq!(probe.into_inner().ready, Some(true));
+}
+
 #[tokio::test]
 async fn probe_fails_while_a_vg_is_missing() {
     let lun = Arc::new(MemDevice::new("lun", 16 << 20, 512));

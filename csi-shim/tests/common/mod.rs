@@ -32,6 +32,8 @@ pub struct Driver {
     /// The kubelet directory the node service accepts paths under.
     pub kubelet: std::path::PathBuf,
     pub activation: Arc<FakeBackend>,
+    /// The driver's backend (its session), shared with the server.
+    pub backend: Arc<Backend>,
     pub system: Arc<Fake>,
     /// The in-memory LUN (for checking volume data).
     pub lun: Arc<MemDevice>,
@@ -122,8 +124,9 @@ pub async fn serve_with(
         )
         .expect("node"),
     );
+    let served = backend.clone();
     let server = tokio::spawn(async move {
-        csi_shim::server::serve(backend, Some(node), listener, async {
+        csi_shim::server::serve(served, Some(node), listener, async {
             let _ = rx.await;
         })
         .await
@@ -137,6 +140,7 @@ pub async fn serve_with(
         socket,
         kubelet,
         activation,
+        backend,
         system,
         lun,
         _dir: dir,
