@@ -20,6 +20,20 @@ pub struct Extents {
     pub len: u32,
 }
 
+/// (PV, first PE, length) of each of `lv`'s areas on PVs, zero-length ones included.
+pub(crate) fn extents_of(lv: &crate::model::Lv) -> Vec<Extents> {
+    lv.segments
+        .iter()
+        .flat_map(|seg| {
+            let len = seg.area_len();
+            seg.kind.areas().iter().filter_map(move |a| match *a {
+                Area::Pv { pv, pe } => Some(Extents { pv, pe, len }),
+                Area::Lv { .. } => None,
+            })
+        })
+        .collect()
+}
+
 /// Allocation failures, with lvm2's wording.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllocError {

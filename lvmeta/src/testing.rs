@@ -12,6 +12,31 @@ pub fn stamp() -> Stamp {
     }
 }
 
+/// VG `vg` with 4 MiB extents, no tags and no leases.
+pub fn vg_spec() -> VgSpec {
+    VgSpec {
+        name: "vg".into(),
+        extent_size: 8192,
+        tags: vec![],
+        shared: None,
+    }
+}
+
+/// VG `vg` on one 64 GiB PV `/dev/x` (4 MiB extents, no leases, no LVs), made by the pure
+/// edit: no device behind it.
+pub fn vg_in_memory() -> crate::model::Vg {
+    let pv = crate::edit::NewPv {
+        id: crate::uuid::Uuid::random(),
+        device: "/dev/x".into(),
+        dev_size: 64 << 30,
+        pe_start: 1 << 20,
+        tail: 0,
+        bootloader: None,
+    };
+    let spec = vg_spec();
+    crate::edit::vg::create(&spec, &[pv], &stamp()).expect("vg")
+}
+
 /// A session over in-memory PVs `pv0`, `pv1`, ... of 64 MiB each, holding VG `vg` (4 MiB
 /// extents, no leases) over all of them.
 pub fn session_with_vg(pvs: usize) -> Session {
@@ -22,12 +47,7 @@ pub fn session_with_vg(pvs: usize) -> Session {
             .map(|n| Box::new(MemDevice::new(n, 64 << 20, 512)) as Box<dyn BlockDevice>)
             .collect(),
     );
-    let spec = VgSpec {
-        name: "vg".into(),
-        extent_size: 8192,
-        tags: vec![],
-        shared: None,
-    };
+    let spec = vg_spec();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     s.vgcreate(&spec, &refs).expect("vgcreate");
     s

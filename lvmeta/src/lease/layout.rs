@@ -211,12 +211,10 @@ mod tests {
             bootloader: None,
         };
         let spec = VgSpec {
-            name: "vg".into(),
-            extent_size: 8192,
-            tags: vec![],
             shared: Some(SharedVg {
                 lock_lv_size: 256 << 20,
             }),
+            ..crate::testing::vg_spec()
         };
         let stamp = Stamp {
             time: 1,

@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use super::{Area, Lv, SegKind, Vg};
-use crate::alloc::{Extents, UsedMap};
+use super::{Lv, SegKind, Vg};
+use crate::alloc::{extents_of, Extents, UsedMap};
 
 /// Below this many LVs a change is looked at the plain way. Debug builds (the tests) take
 /// the indexed way at every size but the empty VG, and check it against the full checks.
@@ -315,10 +315,10 @@ impl VgIndex {
             return false;
         }
         let mut used = self.used.clone();
-        for e in d.removed.iter().flat_map(|l| extents(l)) {
+        for e in d.removed.iter().flat_map(|l| extents_of(l)) {
             used.release(e);
         }
-        let mine: Vec<Extents> = d.placed.iter().flat_map(|(_, l)| extents(l)).collect();
+        let mine: Vec<Extents> = d.placed.iter().flat_map(|(_, l)| extents_of(l)).collect();
         // Overlaps among the changed LVs are the caller's pairwise check.
         !mine.iter().any(|e| used.overlaps(*e))
     }
@@ -347,7 +347,7 @@ impl VgIndex {
                     .map(|(f, k)| (f, k, false)),
             );
             c.spares -= i64::from(super::validate::is_spare(lv));
-            c.released.extend(extents(lv));
+            c.released.extend(extents_of(lv));
         }
         for lv in changed {
             c.counts.extend(
@@ -356,7 +356,7 @@ impl VgIndex {
                     .map(|(f, k)| (f, k, true)),
             );
             c.spares += i64::from(super::validate::is_spare(lv));
-            c.taken.extend(extents(lv));
+            c.taken.extend(extents_of(lv));
         }
         Some(c)
     }
@@ -420,20 +420,6 @@ fn each_key(h: &foldhash::fast::RandomState, vg: &Vg, lv: &Lv, mut f: impl FnMut
     }
 }
 
-/// (PV, PE, length) of each of `lv`'s areas on PVs.
-fn extents(lv: &Lv) -> Vec<Extents> {
-    lv.segments
-        .iter()
-        .flat_map(|seg| {
-            let len = seg.area_len();
-            seg.kind.areas().iter().filter_map(move |a| match *a {
-                Area::Pv { pv, pe } if len > 0 => Some(Extents { pv, pe, len }),
-                _ => None,
-            })
-        })
-        .collect()
-}
-
 /// A VG version with its index: what the edits of a group commit start from (see
 /// [`crate::edit::in_group`]). The two change only together ([`Indexed::advance`]).
 #[derive(Debug, Clone)]
@@ -491,10 +477,10 @@ impl Indexed {
         }
         let d = diff(&self.vg, vg)?;
         let mut used = self.index.used.clone();
-        for e in d.removed.iter().flat_map(|l| extents(l)) {
+        for e in d.removed.iter().flat_map(|l| extents_of(l)) {
             used.release(e);
         }
-        for e in d.placed.iter().flat_map(|(_, l)| extents(l)) {
+        for e in d.placed.iter().flat_map(|(_, l)| extents_of(l)) {
             used.take(e);
         }
         Some(used)
@@ -518,33 +504,10 @@ impl Indexed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edit::{self, Group, LvSpec, NewPv, PoolSpec, ThinSpec, VgSpec};
+    use crate::edit::{self, Group, LvSpec, PoolSpec, ThinSpec};
     use crate::model::validate::{check_change, check_read, check_write};
-
-    fn stamp() -> edit::Stamp {
-        edit::Stamp {
-            time: 1_800_000_000,
-            host: "t".into(),
-        }
-    }
-
-    fn vg() -> Vg {
-        let pv = NewPv {
-            id: crate::uuid::Uuid::random(),
-            device: "/dev/x".into(),
-            dev_size: 64 << 30,
-            pe_start: 1 << 20,
-            tail: 0,
-            bootloader: None,
-        };
-        let spec = VgSpec {
-            name: "vg".into(),
-            extent_size: 8192,
-            tags: vec![],
-            shared: None,
-        };
-        edit::vg::create(&spec, &[pv], &stamp()).expect("vg")
-    }
+    use crate::model::Area;
+    use crate::testing::{stamp, vg_in_memory as vg};
 
     /// A thin volume with a pool of its own, as the CSI driver makes them.
     fn thin_volume(vg: Vg, name: &str) -> Result<Vg, edit::EditError> {

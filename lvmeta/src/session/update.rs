@@ -290,15 +290,18 @@ impl Session {
             None => (Guard::Local, first),
         };
         let name = vg;
-        let vg = writable(&scan, vg)?.vg.clone();
+        let sv = writable(&scan, name)?;
+        let (vg, room, text) = (
+            sv.vg.clone(),
+            metadata_use(&scan, sv),
+            committed_checksum(&scan, sv),
+        );
         // The edits are checked against this version: it must pass the write checks (a
         // version read from disk passed only the read checks; one this session committed
         // passed both).
         if !self.published(&scan, name) {
             validate::check_write(&vg).map_err(|e| Error::Edit(EditError::Invalid(e)))?;
         }
-        let room = metadata_use(&scan, writable(&scan, name)?);
-        let text = committed_checksum(&scan, writable(&scan, name)?);
         let kept = self.lock_indexes().remove(name);
         let base = match kept {
             Some(k) if (k.id, k.seqno, k.text) == (vg.id, vg.seqno, text) => {

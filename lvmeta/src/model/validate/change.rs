@@ -17,6 +17,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{check_lv, check_lv_names, check_read, check_write, err, is_spare, lease_of, lv_path};
+use crate::alloc::{extents_of, Extents};
 use crate::model::index::{diff, VgIndex};
 use crate::model::{Area, Lv, ModelError, SegKind, Vg};
 
@@ -151,8 +152,8 @@ struct Held<'v> {
     lease: Option<u64>,
     /// A thin LV's pool and device id.
     thin: Option<(&'v str, u32)>,
-    /// (PV, first PE, end PE) of each of its areas.
-    extents: Vec<(usize, u64, u64)>,
+    /// Its areas on PVs.
+    extents: Vec<Extents>,
 }
 
 impl<'v> Mine<'v> {
@@ -165,7 +166,7 @@ impl<'v> Mine<'v> {
                     lv,
                     lease: lease_of(vg, lv)?,
                     thin: thin_id(lv),
-                    extents: extents(lv),
+                    extents: extents_of(lv),
                 })
             })
             .collect::<Result<_, ModelError>>()?;
@@ -213,10 +214,10 @@ impl<'v> Mine<'v> {
                 for a in seg.kind.areas() {
                     let Area::Pv { pv, pe } = *a else { continue };
                     let (start, end) = (u64::from(pe), u64::from(pe) + len);
-                    if h.extents
-                        .iter()
-                        .any(|&(p, s, e)| p == pv && s < end && start < e)
-                    {
+                    if h.extents.iter().any(|x| {
+                        let (s, e) = (u64::from(x.pe), u64::from(x.pe) + u64::from(x.len));
+                        x.pv == pv && s < end && start < e
+                    }) {
                         return Err(err(
                             format!("{}/physical_volumes/pv{pv}", vg.name),
                             "pe_count",
@@ -240,48 +241,15 @@ fn thin_id(lv: &Lv) -> Option<(&str, u32)> {
     }
 }
 
-fn extents(lv: &Lv) -> Vec<(usize, u64, u64)> {
-    lv.segments
-        .iter()
-        .flat_map(|seg| {
-            let len = u64::from(seg.area_len());
-            seg.kind.areas().iter().filter_map(move |a| match a {
-                Area::Pv { pv, pe } => Some((*pv, u64::from(*pe), u64::from(*pe) + len)),
-                Area::Lv { .. } => None,
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edit::{self, LvSpec, NewPv, VgSpec};
-
-    fn stamp() -> edit::Stamp {
-        edit::Stamp {
-            time: 1_800_000_000,
-            host: "t".into(),
-        }
-    }
+    use crate::edit::{self, LvSpec};
+    use crate::testing::{stamp, vg_in_memory};
 
     /// A VG of `n` linear LVs of one extent.
     fn vg(n: usize) -> Vg {
-        let pv = NewPv {
-            id: crate::uuid::Uuid::random(),
-            device: "/dev/x".into(),
-            dev_size: 64 << 30,
-            pe_start: 1 << 20,
-            tail: 0,
-            bootloader: None,
-        };
-        let spec = VgSpec {
-            name: "vg".into(),
-            extent_size: 8192,
-            tags: vec![],
-            shared: None,
-        };
-        let mut v = edit::vg::create(&spec, &[pv], &stamp()).expect("vg");
+        let mut v = vg_in_memory();
         for i in 0..n {
             v = edit::lv::create(v, &LvSpec::linear(&format!("lv{i}"), 1, stamp()))
                 .expect("lv")
