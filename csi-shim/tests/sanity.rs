@@ -876,6 +876,20 @@ async fn node_stage_publish_and_their_undoing() {
         })
         .await;
     assert_eq!(code(it, r), Code::NotFound, "{it}");
+    // A hostile tenant's symlink to the volume's own target: not followed, not the volume.
+    let it = "NodeGetVolumeStats through a symlink to the target";
+    let link = d.kubelet.join("pod/link");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let r = d
+        .node
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: id.clone(),
+            volume_path: link.display().to_string(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(code(it, r), Code::NotFound, "{it}");
+    std::fs::remove_file(&link).expect("remove the symlink");
 
     let it = "NodeExpandVolume should fail when no volume id is provided";
     let r = d
