@@ -7,6 +7,7 @@
 // tonic::Status is the error of every RPC; boxing it in helpers would only add conversions.
 #![allow(clippy::result_large_err)]
 
+pub mod authority;
 pub mod client;
 pub mod controller;
 pub mod demo;

@@ -1,5 +1,7 @@
 //! Serving the CSI services on a unix socket: created 0600 (a stale socket from an earlier run
 //! is removed first), shut down gracefully (calls in flight finish) when `shutdown` resolves.
+//! Every connection's header blocks pass through [`crate::authority`], so clients that name
+//! the socket's path as their authority (gRPC's C core) are served too.
 
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
@@ -8,8 +10,10 @@ use std::sync::Arc;
 
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::StreamExt;
 use tonic::codegen::http;
 
+use crate::authority::Mended;
 use crate::controller::{Backend, ControllerService};
 use crate::csi::controller_server::ControllerServer;
 use crate::csi::identity_server::IdentityServer;
@@ -107,7 +111,10 @@ pub async fn serve(
         .add_service(IdentityServer::new(IdentityService::new(backend.clone())))
         .add_service(ControllerServer::new(ControllerService::new(backend)))
         .add_optional_service(node.map(|n| NodeServer::new(NodeService::new(n))))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            UnixListenerStream::new(listener).map(|c| c.map(Mended::new)),
+            shutdown,
+        )
         .await;
     if let Some(r) = requests {
         r.abort();
