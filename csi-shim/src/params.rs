@@ -164,17 +164,23 @@ fn check_fs(fs: &str) -> Result<(), Status> {
     }
 }
 
-/// The topology key saying "this node sees every PV of VG `vg`": `lvmeta.csi.k8s.io/vg-<vg>`
+/// The topology key saying "this node sees every PV of VG `vg`": `topology.lvmeta.csi/vg-<vg>`
 /// (value `yes`). `None` for VG names that cannot be a Kubernetes label name (`+`, or longer
 /// than 60 characters): such VGs get no topology.
+///
+/// The kubelet sets this label on its own Node, and the NodeRestriction admission plugin
+/// forbids kubelets labels under `kubernetes.io` and `k8s.io` (so not the driver's name).
 pub fn topology_key(vg: &str) -> Option<String> {
     let ok = vg.len() <= 60
         && vg
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && vg.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
-    ok.then(|| format!("{}/vg-{vg}", crate::DRIVER_NAME))
+    ok.then(|| format!("{TOPOLOGY_PREFIX}/vg-{vg}"))
 }
+
+/// The label prefix of the topology keys.
+pub const TOPOLOGY_PREFIX: &str = "topology.lvmeta.csi";
 
 /// The value of every topology key.
 pub const TOPOLOGY_VALUE: &str = "yes";
@@ -374,13 +380,17 @@ mod tests {
     fn topology_keys_and_requirements() {
         assert_eq!(
             topology_key("vg0").as_deref(),
-            Some("lvmeta.csi.k8s.io/vg-vg0")
+            Some("topology.lvmeta.csi/vg-vg0")
         );
+        // NodeRestriction: a kubelet may not set its Node's labels under these domains.
+        for domain in ["kubernetes.io", "k8s.io"] {
+            assert!(TOPOLOGY_PREFIX != domain && !TOPOLOGY_PREFIX.ends_with(&format!(".{domain}")));
+        }
         assert_eq!(topology_key("a+b"), None);
         assert_eq!(topology_key("ends-"), None);
         assert_eq!(topology_key(&"v".repeat(61)), None);
         let seg = |vg: &str| Topology {
-            segments: HashMap::from([(format!("lvmeta.csi.k8s.io/vg-{vg}"), "yes".into())]),
+            segments: HashMap::from([(format!("topology.lvmeta.csi/vg-{vg}"), "yes".into())]),
         };
         let other = Topology {
             segments: HashMap::from([("kubernetes.io/hostname".into(), "n1".into())]),

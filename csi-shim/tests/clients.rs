@@ -42,11 +42,7 @@ fn has_grpcio() -> bool {
             "python grpcio client: {} cannot import grpc (set GRPCIO_PYTHON)",
             python()
         );
-        let required = std::env::var("CI").is_ok_and(|v| v == "true")
-            || std::env::var("LVMETA_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1");
-        assert!(!required, "{msg} (CI=true: this test must run)");
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
+        skip_or_fail(&msg);
     }
     ok
 }

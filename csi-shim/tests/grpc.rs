@@ -898,11 +898,11 @@ async fn node_service_stages_publishes_and_refuses_what_it_cannot_do() {
     let segment = info.accessible_topology.expect("topology").segments;
     assert_eq!(
         segment,
-        HashMap::from([("lvmeta.csi.k8s.io/vg-vg".to_owned(), "yes".to_owned())])
+        HashMap::from([("topology.lvmeta.csi/vg-vg".to_owned(), "yes".to_owned())])
     );
     // CreateVolume honours the topology asked for, and says where its volume is reachable.
     let elsewhere = Topology {
-        segments: HashMap::from([("lvmeta.csi.k8s.io/vg-other".to_owned(), "yes".to_owned())]),
+        segments: HashMap::from([("topology.lvmeta.csi/vg-other".to_owned(), "yes".to_owned())]),
     };
     let mut req = create("topo", "linear", 4 * MIB, rwo());
     req.accessibility_requirements = Some(TopologyRequirement {

@@ -83,7 +83,9 @@ fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
                 .into_inner();
             let segments = info.accessible_topology.expect("topology").segments;
             assert_eq!(
-                segments.get("lvmeta.csi.k8s.io/vg-vg").map(String::as_str),
+                segments
+                    .get("topology.lvmeta.csi/vg-vg")
+                    .map(String::as_str),
                 Some("yes")
             );
         }

@@ -237,3 +237,13 @@ pub fn modify(id: &str, params: &[(&str, &str)]) -> ControllerModifyVolumeReques
         ..Default::default()
     }
 }
+
+/// A test whose outside tool is missing: a visible skip (straight to stderr, which the
+/// harness does not capture), or a failure when CI=true or LVMETA_REQUIRE_PRIVILEGED=1.
+pub fn skip_or_fail(msg: &str) {
+    let required = std::env::var("CI").is_ok_and(|v| v == "true")
+        || std::env::var("LVMETA_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1");
+    assert!(!required, "{msg} (CI=true: this test must run)");
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
+}
