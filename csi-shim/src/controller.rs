@@ -54,6 +54,8 @@ pub struct Backend {
     listings: Listings,
     /// When the last warning about a filling metadata area was logged.
     warned_full: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The process's metrics (see [`crate::metrics`]).
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// A metadata area fuller than this (percent) is warned about.
@@ -80,7 +82,19 @@ impl Backend {
             runs_wiper: true,
             listings: Listings::default(),
             warned_full: std::sync::Mutex::new(None),
+            metrics: Arc::default(),
         }
+    }
+
+    /// The same, recording into `metrics` (shared with the session's lease observer).
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The process's metrics.
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        &self.metrics
     }
 
     /// The same, running the wiper thread in this process or not (one wiper per cluster

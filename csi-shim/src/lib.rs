@@ -15,6 +15,7 @@ pub mod identity;
 pub mod inflight;
 pub mod kubelet;
 pub mod listing;
+pub mod metrics;
 pub mod mount;
 pub mod node;
 pub mod params;

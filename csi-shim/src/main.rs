@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! csi-shim --endpoint /csi/csi.sock --devices /dev/mapper/lun0 --vg vg0 [--host-id N]
-//!          [--node-id NODE --kubelet-dir /var/lib/kubelet]
+//!          [--node-id NODE --kubelet-dir /var/lib/kubelet] [--metrics-address :9810]
 //! ```
 //! `csi-shim demo` runs the driver's whole job on this machine (see [`csi_shim::demo`]).
 //!
@@ -111,6 +111,21 @@ struct Args {
     /// lvm2's lock file directory, shared with lvm commands on this host.
     #[arg(long, env = "LVMETA_LOCKING_DIR", default_value = "/run/lock/lvm")]
     locking_dir: PathBuf,
+    /// Serve Prometheus metrics at http://ADDRESS/metrics (`HOST:PORT`, or `:PORT` for
+    /// every address).
+    #[arg(long, value_parser = metrics_address)]
+    metrics_address: Option<std::net::SocketAddr>,
+}
+
+/// `HOST:PORT`, or `:PORT` for 0.0.0.0.
+fn metrics_address(s: &str) -> Result<std::net::SocketAddr, String> {
+    let full = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_owned()
+    };
+    full.parse()
+        .map_err(|e| format!("{s:?}: {e} (want HOST:PORT or :PORT)"))
 }
 
 fn main() -> std::process::ExitCode {
@@ -153,6 +168,7 @@ fn run(args: Args) -> Result<(), String> {
             FileDevice::open_rw(p).map_err(|e| format!("{}: {e}", p.display()))?,
         ));
     }
+    let metrics = Arc::new(csi_shim::metrics::Metrics::default());
     let mut session = Session::new(devs).with_lock_dir(args.locking_dir.clone());
     if let Some(host_id) = args.host_id.or_else(lvmeta::lease::lvmlocal_host_id) {
         if !(1..=2000).contains(&host_id) {
@@ -168,7 +184,8 @@ fn run(args: Args) -> Result<(), String> {
             .with_linger(
                 std::time::Duration::from_millis(args.vg_lease_linger_ms),
                 std::time::Duration::from_millis(args.vg_lease_max_hold_ms),
-            ),
+            )
+            .with_observer(metrics.clone()),
         );
     }
     let erase = lvmeta::session::Erase::parse(&args.wipe);
@@ -177,6 +194,7 @@ fn run(args: Args) -> Result<(), String> {
     }
     let host_devices = lvmeta::activate::best();
     let mut backend = Backend::new(session, args.vgs)
+        .with_metrics(metrics)
         .with_erase(erase)
         .with_wiper(args.wiper.unwrap_or(args.node_id.is_none()));
     if let Some(h) = &host_devices {
@@ -210,6 +228,22 @@ fn run(args: Args) -> Result<(), String> {
     rt.block_on(async {
         let listener = csi_shim::server::listen(&args.endpoint).map_err(|e| e.to_string())?;
         tracing::info!(endpoint = %args.endpoint.display(), "serving CSI");
+        let metrics = match args.metrics_address {
+            Some(addr) => {
+                let l = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| format!("--metrics-address {addr}: {e}"))?;
+                tracing::info!(%addr, "serving metrics at /metrics");
+                let endpoint = csi_shim::metrics::http::Endpoint {
+                    backend: backend.clone(),
+                    vgs: node.is_none(),
+                    node: node.clone(),
+                };
+                let serve = csi_shim::metrics::http::serve(l, endpoint, std::future::pending());
+                Some(tokio::spawn(serve))
+            }
+            None => None,
+        };
         let shutdown = async {
             let mut term =
                 match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -227,6 +261,9 @@ fn run(args: Args) -> Result<(), String> {
             tracing::info!("shutting down: letting calls in flight finish");
         };
         let served = csi_shim::server::serve(backend, node.clone(), listener, shutdown).await;
+        if let Some(m) = metrics {
+            m.abort();
+        }
         // Volumes stay staged across a restart of the node plugin: their leases stay held
         // by this host (as orphans) until the next process adopts or releases them.
         if let Some(n) = &node {

@@ -106,8 +106,12 @@ pub async fn serve(
         _ => None,
     };
     let stop_wiper = backend.wiper().clone();
+    let metrics = backend.metrics().clone();
     let served = tonic::transport::Server::builder()
-        .layer(tower::layer::layer_fn(|inner| LogFailures { inner }))
+        .layer(tower::layer::layer_fn(|inner| Observe {
+            inner,
+            metrics: metrics.clone(),
+        }))
         .add_service(IdentityServer::new(IdentityService::new(backend.clone())))
         .add_service(ControllerServer::new(ControllerService::new(backend)))
         .add_optional_service(node.map(|n| NodeServer::new(NodeService::new(n))))
@@ -130,14 +134,16 @@ pub async fn serve(
     Ok(())
 }
 
-/// Logs every call that fails, at warn, with its method, code and message (escaped): the
-/// status of a failed unary call travels in the response headers.
-#[derive(Debug, Clone)]
-struct LogFailures<S> {
+/// Records every call's duration by method and code in the metrics, and logs every call that
+/// fails, at warn, with its method, code and message (escaped): the status of a failed unary
+/// call travels in the response headers (a success's in the trailers: OK).
+#[derive(Clone)]
+struct Observe<S> {
     inner: S,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
-impl<S, B, R> tower::Service<http::Request<B>> for LogFailures<S>
+impl<S, B, R> tower::Service<http::Request<B>> for Observe<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<R>>,
     S::Future: Send + 'static,
@@ -158,13 +164,18 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let method = req.uri().path().to_owned();
         let call = self.inner.call(req);
+        let metrics = self.metrics.clone();
+        let started = std::time::Instant::now();
         Box::pin(async move {
             let response = call.await?;
+            let mut code = tonic::Code::Ok;
             if let Some(st) = tonic::Status::from_header_map(response.headers()) {
-                if st.code() != tonic::Code::Ok {
-                    tracing::warn!(method = %method, code = ?st.code(), message = %crate::params::shown(st.message()), "call failed");
+                code = st.code();
+                if code != tonic::Code::Ok {
+                    tracing::warn!(method = %method, code = ?code, message = %crate::params::shown(st.message()), "call failed");
                 }
             }
+            metrics.rpc(&method, code, started.elapsed());
             Ok(response)
         })
     }

@@ -27,6 +27,7 @@ use common::skip_or_fail;
 
 const SNAPSHOTS: &str = "components/snapshots";
 const VACS: &str = "components/volume-attributes-classes";
+const MONITORING: &str = "components/monitoring";
 
 /// snapshot.storage.k8s.io/v1 VolumeSnapshotClass (a CRD of external-snapshotter, so not in
 /// k8s-openapi): the fields of its schema.
@@ -40,6 +41,66 @@ struct VolumeSnapshotClass {
     deletion_policy: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     parameters: Option<BTreeMap<String, String>>,
+}
+
+/// monitoring.coreos.com/v1 PodMonitor (prometheus-operator's CRD): the fields used here.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PodMonitor {
+    api_version: String,
+    kind: String,
+    metadata: ObjectMeta,
+    spec: PodMonitorSpec,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PodMonitorSpec {
+    selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    pod_metrics_endpoints: Vec<PodMetricsEndpoint>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PodMetricsEndpoint {
+    port: String,
+    path: String,
+    interval: String,
+}
+
+/// monitoring.coreos.com/v1 PrometheusRule: its spec is a Prometheus rule file
+/// (`csi-shim/tests/metrics.rs` loads it into a real Prometheus).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PrometheusRule {
+    api_version: String,
+    kind: String,
+    metadata: ObjectMeta,
+    spec: RuleFile,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleFile {
+    groups: Vec<RuleGroup>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleGroup {
+    name: String,
+    rules: Vec<Rule>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rule {
+    alert: String,
+    expr: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    r#for: Option<String>,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
 }
 
 /// The command that renders a kustomization directory, if there is one.
@@ -181,6 +242,17 @@ fn check_type(obj: &Value) -> Result<(), String> {
         Deployment,
         DaemonSet
     );
+    if (api, kind) == ("monitoring.coreos.com/v1", "PodMonitor") {
+        return strict::<PodMonitor>(obj).map(drop);
+    }
+    if (api, kind) == ("monitoring.coreos.com/v1", "PrometheusRule") {
+        let r = strict::<PrometheusRule>(obj)?;
+        let mut rules = r.spec.groups.iter().flat_map(|g| &g.rules);
+        return rules.try_for_each(|r| match r.labels.get("severity").map(String::as_str) {
+            Some("warning" | "critical") => Ok(()),
+            s => Err(format!("alert {}: severity {s:?}", r.alert)),
+        });
+    }
     if (api, kind) == ("snapshot.storage.k8s.io/v1", "VolumeSnapshotClass") {
         let c = strict::<VolumeSnapshotClass>(obj)?;
         return ["Delete", "Retain"]
@@ -349,7 +421,8 @@ fn deploy_renders_to_objects_the_api_accepts() {
     let Some(cmd) = kustomize() else {
         return;
     };
-    for components in [&[][..], &[SNAPSHOTS], &[VACS], &[SNAPSHOTS, VACS]] {
+    let all = [SNAPSHOTS, VACS, MONITORING];
+    for components in [&[][..], &[SNAPSHOTS], &[VACS], &[MONITORING], &all] {
         let objs = render(&cmd, components);
         for o in &objs {
             if let Err(e) = check_type(o) {

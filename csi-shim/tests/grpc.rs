@@ -52,21 +52,7 @@ async fn identity_and_socket() {
 /// a value (a liveness check then does not restart the driver), and ready once joined.
 #[tokio::test]
 async fn probe_is_not_ready_until_the_lockspace_is_joined() {
-    let lun = Arc::new(MemDevice::new("lun", 512 << 20, 512));
-    let fake = Arc::new(lvmeta::lease::FakeLeases::default());
-    let host = lvmeta::lease::Host::new(fake, 3, 10, std::time::Duration::from_millis(300));
-    let session = Session::new(vec![Box::new(lun.clone()) as Box<dyn BlockDevice>]).with_host(host);
-    let spec = lvmeta::edit::VgSpec {
-        name: "vg".into(),
-        extent_size: 8192,
-        tags: vec![],
-        shared: Some(lvmeta::edit::SharedVg {
-            lock_lv_size: 256 << 20,
-        }),
-    };
-    session
-        .vgcreate(&spec, &["lun"])
-        .expect("vgcreate --shared");
+    let (session, lun) = shared_vg(|h| h);
     session.lockstop("vg").expect("lockstop");
     let mut d = serve(Backend::new(session, vec!["vg".into()]), lun).await;
     let probe = d.identity.probe(ProbeRequest {}).await.expect("probe");

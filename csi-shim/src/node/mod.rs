@@ -59,6 +59,16 @@ pub struct NodeConfig {
     pub system: Arc<dyn System>,
 }
 
+/// A thin pool active under a staged volume, as the kernel reports it.
+pub struct ActivePool {
+    /// The VG.
+    pub vg: String,
+    /// The pool LV.
+    pub pool: String,
+    /// The kernel's status of the pool.
+    pub status: activate::thin::PoolStatus,
+}
+
 /// A volume staged on this node.
 struct Staged {
     activation: Activation,
@@ -628,6 +638,35 @@ impl Node {
             Some(w) => Ok(w.fs.clone()),
             None => self.config.system.fs_type(dev).map_err(sys_status),
         }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> &str {
+        &self.config.node_id
+    }
+
+    /// The thin pools under this node's staged volumes, with what the kernel says of each
+    /// (pools it cannot tell of are left out).
+    pub fn thin_pools(&self) -> Vec<ActivePool> {
+        let placements: Vec<_> = self
+            .staged()
+            .values()
+            .map(|s| s.activation.placement.clone())
+            .collect();
+        placements
+            .into_iter()
+            .filter_map(|p| {
+                let activate::Layout::Thin { pool, .. } = &p.layout else {
+                    return None;
+                };
+                let status = self.config.activation.pool_status(&p).ok()??;
+                Some(ActivePool {
+                    vg: p.vg.clone(),
+                    pool: pool.name.clone(),
+                    status,
+                })
+            })
+            .collect()
     }
 
     /// What the kernel says of the thin pool under staged volume `id`: `Err` saying what is

@@ -28,6 +28,8 @@ pub struct Driver {
     pub identity: IdentityClient<Channel>,
     pub controller: ControllerClient<Channel>,
     pub node: NodeClient<Channel>,
+    /// The Node service itself (for what no RPC shows, e.g. metrics).
+    pub node_service: Arc<Node>,
     pub socket: std::path::PathBuf,
     /// The kubelet directory the node service accepts paths under.
     pub kubelet: std::path::PathBuf,
@@ -125,6 +127,7 @@ pub async fn serve_with(
         .expect("node"),
     );
     let served = backend.clone();
+    let node_service = node.clone();
     let server = tokio::spawn(async move {
         csi_shim::server::serve(served, Some(node), listener, async {
             let _ = rx.await;
@@ -137,6 +140,7 @@ pub async fn serve_with(
         identity: IdentityClient::new(channel.clone()),
         controller: ControllerClient::new(channel.clone()),
         node: NodeClient::new(channel),
+        node_service,
         socket,
         kubelet,
         activation,
@@ -246,4 +250,29 @@ pub fn skip_or_fail(msg: &str) {
     assert!(!required, "{msg} (CI=true: this test must run)");
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
+}
+
+/// A session over a new 512 MiB LUN holding shared VG `vg` (leases in memory, this host id
+/// 3, 300 ms lease wait; `host` may add to the host), its lockspace joined; and the LUN.
+pub fn shared_vg(
+    host: impl FnOnce(lvmeta::lease::Host) -> lvmeta::lease::Host,
+) -> (Session, Arc<MemDevice>) {
+    let lun = Arc::new(MemDevice::new("lun", 512 << 20, 512));
+    let fake = Arc::new(lvmeta::lease::FakeLeases::default());
+    let h = lvmeta::lease::Host::new(fake, 3, 10, std::time::Duration::from_millis(300));
+    let session =
+        Session::new(vec![Box::new(lun.clone()) as Box<dyn BlockDevice>]).with_host(host(h));
+    let spec = VgSpec {
+        name: "vg".into(),
+        extent_size: 8192,
+        tags: vec![],
+        shared: Some(lvmeta::edit::SharedVg {
+            lock_lv_size: 256 << 20,
+        }),
+    };
+    session
+        .vgcreate(&spec, &["lun"])
+        .expect("vgcreate --shared");
+    session.lockstart("vg").expect("lockstart");
+    (session, lun)
 }

@@ -9,6 +9,7 @@
 
 pub mod layout;
 mod linger;
+pub mod observe;
 pub mod paxos;
 #[cfg(feature = "sanlock")]
 pub mod sanlock;
@@ -359,6 +360,8 @@ pub struct Host {
     pub wait: std::time::Duration,
     /// The VG leases kept after use (see [`Host::with_linger`]).
     linger: std::sync::Arc<linger::Linger>,
+    /// Told of every VG lease request (see [`Host::with_observer`]).
+    observer: Option<std::sync::Arc<dyn observe::LeaseObserver>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -517,7 +520,14 @@ impl Host {
             io_timeout,
             wait,
             linger,
+            observer: None,
         }
+    }
+
+    /// The same, telling `observer` what every VG lease request cost.
+    pub fn with_observer(mut self, observer: std::sync::Arc<dyn observe::LeaseObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// Keeps an exclusive VG lease for `idle` after a change, so that the next change (or
@@ -578,14 +588,29 @@ impl Host {
     ) -> Result<(ResourceSpec, bool), LeaseError> {
         let r =
             layout::vg_lease(vg, &at.paths, at.geometry).ok_or_else(|| missing(vg, "VG lease"))?;
-        let deadline = std::time::Instant::now() + self.wait;
+        let started = std::time::Instant::now();
+        let deadline = started + self.wait;
+        let busy = std::cell::Cell::new(0);
         // A kept lease proves the lockspace joined: sanlock ends the holders of a lost one.
         // The value block is asked for so that a release can store one (sanlock keeps it
         // only for leases acquired with it).
         let kept = self.linger.take(&r, mode, deadline, || {
             self.check_joined(vg, at)?;
-            self.acquire_waiting(&vg.name, &r, mode, true)
-        })?;
+            self.acquire_waiting(&vg.name, &r, mode, true, &busy)
+        });
+        if let Some(o) = &self.observer {
+            o.vg_lease(&observe::VgLeaseTaken {
+                vg: &vg.name,
+                waited: started.elapsed(),
+                busy: busy.get(),
+                outcome: match kept {
+                    Ok(true) => observe::Outcome::Kept,
+                    Ok(false) => observe::Outcome::Acquired,
+                    Err(_) => observe::Outcome::Failed,
+                },
+            });
+        }
+        let kept = kept?;
         Ok((r, kept))
     }
 
@@ -617,7 +642,7 @@ impl Host {
         }
         let r = layout::gl_lease(vg, &at.paths, layout::GL_NAME, at.geometry)
             .ok_or_else(|| missing(vg, "GL lease"))?;
-        self.acquire_waiting(&vg.name, &r, mode, false)?;
+        self.acquire_waiting(&vg.name, &r, mode, false, &std::cell::Cell::new(0))?;
         Ok(Some(r))
     }
 
@@ -629,19 +654,22 @@ impl Host {
         }
     }
 
-    /// Acquires `r`, retrying while another host holds it, up to [`Host::wait`].
+    /// Acquires `r`, retrying while another host holds it, up to [`Host::wait`]; counts
+    /// those refusals in `busy`.
     fn acquire_waiting(
         &self,
         vg: &str,
         r: &ResourceSpec,
         mode: Mode,
         want_lvb: bool,
+        busy: &std::cell::Cell<u32>,
     ) -> Result<Option<Lvb>, LeaseError> {
         let deadline = std::time::Instant::now() + self.wait;
         loop {
             match self.manager.acquire(r, mode, want_lvb) {
                 Ok(lvb) => return Ok(lvb),
                 Err(LeaseError::Busy { .. }) if std::time::Instant::now() < deadline => {
+                    busy.set(busy.get().saturating_add(1));
                     tracing::debug!(vg, lease = %r.name, "lease busy; retrying");
                     // 20-80 ms, different per process, so contending hosts do not stay in step.
                     let jitter = u64::from(std::process::id() % 61);

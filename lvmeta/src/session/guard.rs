@@ -8,7 +8,7 @@ use crate::Error;
 /// What guards a VG while a group of its changes is formed and written.
 pub(super) enum Guard {
     /// A shared VG: its VG lease, held exclusively by this host.
-    Leased(VgHold),
+    Leased(Box<VgHold>),
     /// A VG without leases (local, or `--nolocking`): lvm2's file lock alone; this session's
     /// thin pool activations stand in for pool leases.
     Local,

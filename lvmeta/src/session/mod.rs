@@ -30,7 +30,7 @@ mod pv;
 mod update;
 mod write;
 pub use data::{Erase, EraseWith, END_BYTES};
-pub use update::{Edited, MetadataUse};
+pub use update::{Edited, MetadataArea, MetadataUse};
 
 /// The largest transfer of [`Session::copy_lv`].
 const COPY_CHUNK: u64 = 1 << 20;
@@ -391,6 +391,11 @@ impl VgView {
     /// How full the VG's metadata areas are.
     pub fn metadata(&self) -> MetadataUse {
         update::metadata_use(&self.scan, self.scanned())
+    }
+
+    /// The VG's metadata areas in use, PV by PV.
+    pub fn metadata_areas(&self) -> Vec<MetadataArea> {
+        update::metadata_areas(&self.scan, self.scanned())
     }
 }
 

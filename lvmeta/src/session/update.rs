@@ -27,8 +27,8 @@ use crate::scan::Scan;
 use crate::uuid::Uuid;
 use crate::Error;
 
-pub use super::write::MetadataUse;
-pub(super) use super::write::{committed_checksum, metadata_use};
+pub(super) use super::write::{committed_checksum, metadata_areas, metadata_use};
+pub use super::write::{MetadataArea, MetadataUse};
 
 /// What an edit passed to [`Session::update`] returns: the changed VG, alone or with a
 /// value for the caller (the edit functions of [`crate::edit`] return one or the other).
@@ -278,11 +278,11 @@ impl Session {
             Some(h) => {
                 let at = places(&first, sv);
                 let (lease, kept) = h.lock_vg(&sv.vg, &at, lease::Mode::Exclusive)?;
-                let guard = Guard::Leased(VgHold {
+                let guard = Guard::Leased(Box::new(VgHold {
                     host: h.clone(),
                     lease: Some(lease),
                     at,
-                });
+                }));
                 // A lease kept since before `first` was read: nobody can have changed the
                 // VG. Otherwise another host may have: read again under the lease.
                 (guard, if kept { first } else { self.current() })

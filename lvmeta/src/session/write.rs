@@ -51,20 +51,41 @@ impl MetadataUse {
     }
 }
 
-/// How full the metadata areas of `sv` are.
-pub(in crate::session) fn metadata_use(scan: &Scan, sv: &ScannedVg) -> MetadataUse {
-    let smallest = sv
-        .pv_devices
+/// One metadata area in use by a VG.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataArea {
+    /// The PV's device.
+    pub device: String,
+    /// The area's size in bytes, header included.
+    pub size: u64,
+    /// The largest text it takes (it keeps the committed copy and the next one).
+    pub max_text: u64,
+}
+
+/// The metadata areas in use by `sv` (ignored ones left out), PV by PV.
+pub(in crate::session) fn metadata_areas(scan: &Scan, sv: &ScannedVg) -> Vec<MetadataArea> {
+    sv.pv_devices
         .iter()
         .flatten()
         .flat_map(|&i| scan.pvs[i].mdas.iter().map(move |m| (i, m)))
         .filter(|(_, m)| !m.header.as_ref().is_some_and(|h| h.committed.is_ignored()))
-        .map(|(i, m)| (mda::max_text_size(m.locn.size), i))
-        .min();
+        .map(|(i, m)| MetadataArea {
+            device: scan.pvs[i].device.clone(),
+            size: m.locn.size,
+            max_text: mda::max_text_size(m.locn.size),
+        })
+        .collect()
+}
+
+/// How full the metadata areas of `sv` are.
+pub(in crate::session) fn metadata_use(scan: &Scan, sv: &ScannedVg) -> MetadataUse {
+    let smallest = metadata_areas(scan, sv)
+        .into_iter()
+        .min_by_key(|a| a.max_text);
     MetadataUse {
         used: sv.text_bytes as u64 + 1,
-        max: smallest.map_or(0, |(max, _)| max),
-        device: smallest.map_or_else(String::new, |(_, i)| scan.pvs[i].device.clone()),
+        max: smallest.as_ref().map_or(0, |a| a.max_text),
+        device: smallest.map_or_else(String::new, |a| a.device),
     }
 }
 

@@ -69,6 +69,21 @@ impl Volumes<'_> {
         Ok(out)
     }
 
+    /// How many wipe LVs wait for the wiper, and how many bytes they hold.
+    pub fn wipe_backlog(&self) -> Result<(usize, u64), VolumeError> {
+        let vg = self.view()?;
+        let extents: Vec<u64> = vg
+            .lvs
+            .iter()
+            .filter(|l| is_wipe(l))
+            .map(|l| l.extents())
+            .collect();
+        Ok((
+            extents.len(),
+            extents.iter().sum::<u64>() * super::extent_bytes(&vg),
+        ))
+    }
+
     /// Erases wipe LV `name` as `with` says ([`crate::session::Session::erase_lv`]), then
     /// removes it; returns the bytes erased (0 when it is gone already). Refused while a
     /// device of `with.host` maps its extents or, in a shared VG, while a host holds its

@@ -1,0 +1,363 @@
+//! Prometheus metrics, served in the OpenMetrics text format at `/metrics` of
+//! `--metrics-address` ([`http`]).
+//!
+//! - VG space under TopoLVM's names (`topolvm_volumegroup_size_bytes`,
+//!   `topolvm_volumegroup_available_bytes`, label `device_class` = the VG), so dashboards and
+//!   alerts made for TopoLVM and LVMS work; thin pools active on a node under TopoLVM's
+//!   `topolvm_thinpool_data_percent` / `_metadata_percent`, from the kernel's status.
+//! - The rest under `lvmeta_`: volumes and snapshots per VG, metadata text and areas, the
+//!   wipe backlog, lockspace state, RPC latency by method and code, VG lease requests.
+//!
+//! Invariants:
+//! - gauges are read from the session's cached model at scrape time (no disk I/O but what
+//!   the scan cache does anyway) and every series that no longer exists disappears;
+//! - VG gauges come from the controller only ([`Scope::vgs`]): node plugins would repeat them.
+
+pub mod http;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lvmeta::lease::observe::{LeaseObserver, VgLeaseTaken};
+use lvmeta::volume::Volumes;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::controller::Backend;
+use crate::node::Node;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceClass {
+    device_class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Pool {
+    device_class: String,
+    thinpool: String,
+    node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Vg {
+    vg: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VgMode {
+    vg: String,
+    mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Area {
+    vg: String,
+    device: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Rpc {
+    method: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Lease {
+    vg: String,
+    outcome: String,
+}
+
+type Percent = Gauge<f64, AtomicU64>;
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// 1 ms to about 33 s.
+fn seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// What a scrape reports.
+pub struct Scope<'a> {
+    /// The served VGs' gauges (the controller's).
+    pub vgs: bool,
+    /// This node's thin pools (a node plugin's).
+    pub node: Option<&'a Node>,
+}
+
+/// Every metric of the process, and the registry that prints them.
+pub struct Metrics {
+    registry: Registry,
+    vg_size: Family<DeviceClass, Gauge>,
+    vg_available: Family<DeviceClass, Gauge>,
+    thin_data: Family<Pool, Percent>,
+    thin_metadata: Family<Pool, Percent>,
+    volumes: Family<VgMode, Gauge>,
+    snapshots: Family<Vg, Gauge>,
+    text: Family<Vg, Gauge>,
+    area_size: Family<Area, Gauge>,
+    area_limit: Family<Area, Gauge>,
+    wipe_volumes: Family<Vg, Gauge>,
+    wipe_bytes: Family<Vg, Gauge>,
+    lockspace: Family<Vg, Gauge>,
+    rpc: Histograms<Rpc>,
+    lease: Histograms<Lease>,
+    lease_busy: Family<Vg, Counter>,
+    /// One scrape at a time: each clears and refills the gauges.
+    scraping: Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut r = Registry::default();
+        let m = Metrics {
+            registry: Registry::default(),
+            vg_size: Family::default(),
+            vg_available: Family::default(),
+            thin_data: Family::default(),
+            thin_metadata: Family::default(),
+            volumes: Family::default(),
+            snapshots: Family::default(),
+            text: Family::default(),
+            area_size: Family::default(),
+            area_limit: Family::default(),
+            wipe_volumes: Family::default(),
+            wipe_bytes: Family::default(),
+            lockspace: Family::default(),
+            rpc: Family::new_with_constructor(seconds),
+            lease: Family::new_with_constructor(seconds),
+            lease_busy: Family::default(),
+            scraping: Mutex::new(()),
+        };
+        {
+            let t = r.sub_registry_with_prefix("topolvm");
+            t.register_with_unit(
+                "volumegroup_size",
+                "Size of the VG (device_class: the VG)",
+                Unit::Bytes,
+                m.vg_size.clone(),
+            );
+            t.register_with_unit(
+                "volumegroup_available",
+                "Free space of the VG",
+                Unit::Bytes,
+                m.vg_available.clone(),
+            );
+            t.register(
+                "thinpool_data_percent",
+                "Data space of a thin pool active on this node, in percent used",
+                m.thin_data.clone(),
+            );
+            t.register(
+                "thinpool_metadata_percent",
+                "Metadata space of a thin pool active on this node, in percent used",
+                m.thin_metadata.clone(),
+            );
+        }
+        let l = r.sub_registry_with_prefix("lvmeta");
+        l.register("volumes", "Volumes in the VG by mode", m.volumes.clone());
+        l.register("snapshots", "Snapshots in the VG", m.snapshots.clone());
+        l.register_with_unit(
+            "metadata_text",
+            "Size of the VG's committed metadata text",
+            Unit::Bytes,
+            m.text.clone(),
+        );
+        l.register_with_unit(
+            "metadata_area_size",
+            "Size of a metadata area of the VG, by PV device",
+            Unit::Bytes,
+            m.area_size.clone(),
+        );
+        l.register_with_unit(
+            "metadata_area_text_limit",
+            "Largest metadata text a metadata area takes; new volumes are refused beyond it",
+            Unit::Bytes,
+            m.area_limit.clone(),
+        );
+        l.register(
+            "wipe_backlog_volumes",
+            "Deleted volumes whose extents wait to be erased",
+            m.wipe_volumes.clone(),
+        );
+        l.register_with_unit(
+            "wipe_backlog",
+            "Bytes of deleted volumes waiting to be erased",
+            Unit::Bytes,
+            m.wipe_bytes.clone(),
+        );
+        l.register(
+            "lockspace_joined",
+            "1 when this host has joined the shared VG's lockspace, else 0",
+            m.lockspace.clone(),
+        );
+        l.register_with_unit(
+            "csi_rpc_duration",
+            "CSI calls by method and gRPC code",
+            Unit::Seconds,
+            m.rpc.clone(),
+        );
+        l.register_with_unit(
+            "vg_lease_request_duration",
+            "VG lease requests by outcome (acquired, kept, failed), waits included",
+            Unit::Seconds,
+            m.lease.clone(),
+        );
+        l.register(
+            "vg_lease_busy",
+            "Times the lock manager said another host held a VG lease (then retried)",
+            m.lease_busy.clone(),
+        );
+        Metrics { registry: r, ..m }
+    }
+}
+
+impl Metrics {
+    /// Records a finished CSI call.
+    pub fn rpc(&self, method: &str, code: tonic::Code, took: Duration) {
+        let labels = Rpc {
+            method: method.to_owned(),
+            code: format!("{code:?}"),
+        };
+        self.rpc.get_or_create(&labels).observe(took.as_secs_f64());
+    }
+
+    /// The metrics of `scope` now, in the OpenMetrics text format.
+    pub fn scrape(&self, backend: &Backend, scope: &Scope<'_>) -> String {
+        let _one = self.scraping.lock().unwrap_or_else(|p| p.into_inner());
+        macro_rules! clear {
+            ($($f:ident),*) => { $(self.$f.clear();)* };
+        }
+        clear!(
+            vg_size,
+            vg_available,
+            thin_data,
+            thin_metadata,
+            volumes,
+            snapshots,
+            text
+        );
+        clear!(area_size, area_limit, wipe_volumes, wipe_bytes, lockspace);
+        if scope.vgs {
+            for vg in backend.vgs() {
+                self.vg(backend, vg);
+            }
+        }
+        if let Some(node) = scope.node {
+            for p in node.thin_pools() {
+                let labels = Pool {
+                    device_class: p.vg,
+                    thinpool: p.pool,
+                    node: node.id().to_owned(),
+                };
+                self.thin_data
+                    .get_or_create(&labels)
+                    .set(percent(p.status.data));
+                self.thin_metadata
+                    .get_or_create(&labels)
+                    .set(percent(p.status.metadata));
+            }
+        }
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics");
+        }
+        out
+    }
+
+    /// The gauges of served VG `name` (none when it does not read now: logged).
+    fn vg(&self, backend: &Backend, name: &str) {
+        let vols = Volumes::new(backend.session(), name);
+        let gauges = || -> Result<(), lvmeta::volume::VolumeError> {
+            let view = vols.view()?;
+            let extent = u64::from(view.extent_size) * 512;
+            let dc = DeviceClass {
+                device_class: name.to_owned(),
+            };
+            let vg = Vg {
+                vg: name.to_owned(),
+            };
+            self.vg_size
+                .get_or_create(&dc)
+                .set(gauge(view.extent_count() * extent));
+            self.vg_available
+                .get_or_create(&dc)
+                .set(gauge(view.free_count() * extent));
+            self.text
+                .get_or_create(&vg)
+                .set(gauge(view.metadata().used));
+            for a in view.metadata_areas() {
+                let at = Area {
+                    vg: name.to_owned(),
+                    device: a.device,
+                };
+                self.area_size.get_or_create(&at).set(gauge(a.size));
+                self.area_limit.get_or_create(&at).set(gauge(a.max_text));
+            }
+            if view.is_shared() {
+                let joined = backend.session().ready(name).is_ok();
+                self.lockspace.get_or_create(&vg).set(i64::from(joined));
+            }
+            drop(view);
+            for mode in [lvmeta::volume::Mode::Linear, lvmeta::volume::Mode::Thin] {
+                let labels = VgMode {
+                    vg: name.to_owned(),
+                    mode: mode.as_str().to_owned(),
+                };
+                self.volumes.get_or_create(&labels).set(0);
+            }
+            for v in vols.list()? {
+                self.volumes
+                    .get_or_create(&VgMode {
+                        vg: name.to_owned(),
+                        mode: v.mode.as_str().to_owned(),
+                    })
+                    .inc();
+            }
+            let snapshots = vols.snapshots()?.len() as u64;
+            self.snapshots.get_or_create(&vg).set(gauge(snapshots));
+            let (n, bytes) = vols.wipe_backlog()?;
+            self.wipe_volumes.get_or_create(&vg).set(gauge(n as u64));
+            self.wipe_bytes.get_or_create(&vg).set(gauge(bytes));
+            Ok(())
+        };
+        if let Err(e) = gauges() {
+            tracing::warn!(vg = name, error = %e, "metrics of a VG");
+        }
+    }
+}
+
+impl LeaseObserver for Metrics {
+    fn vg_lease(&self, t: &VgLeaseTaken<'_>) {
+        let labels = Lease {
+            vg: t.vg.to_owned(),
+            outcome: t.outcome.as_str().to_owned(),
+        };
+        self.lease
+            .get_or_create(&labels)
+            .observe(t.waited.as_secs_f64());
+        if t.busy > 0 {
+            let vg = Vg {
+                vg: t.vg.to_owned(),
+            };
+            self.lease_busy.get_or_create(&vg).inc_by(u64::from(t.busy));
+        }
+    }
+}
+
+/// A byte count as a gauge value.
+fn gauge(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// `used` of `all` in percent (0 when `all` is 0).
+fn percent((used, all): (u64, u64)) -> f64 {
+    if all == 0 {
+        0.0
+    } else {
+        used as f64 * 100.0 / all as f64
+    }
+}
