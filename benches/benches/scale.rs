@@ -29,10 +29,10 @@ use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::{
     CreateVolumeRequest, DeleteVolumeRequest, GetCapacityRequest, ListVolumesRequest,
 };
+use csi_shim::volume::{Mode, MODE_TAG};
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::edit::{self, LvSpec, PoolSpec, ThinSpec};
 use lvmeta::session::Session;
-use lvmeta::volume::{Mode, MODE_TAG};
 use lvmeta_tests::csi_hosts::{cap, create_request, Killed, MIB};
 use lvmeta_tests::sandbox::Sandbox;
 use lvmeta_tests::workspace_bin;

@@ -20,9 +20,9 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::process::Command;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use csi_shim::volume::{Mode, SizeRange, Volumes};
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::session::{Erase, EraseWith, Session};
-use lvmeta::volume::{Mode, SizeRange, Volumes};
 use lvmeta_tests::sandbox::Sandbox;
 
 const MIB: u64 = 1 << 20;

@@ -1,5 +1,5 @@
 //! The Controller service: volumes created, listed, grown and deleted through
-//! [`lvmeta::volume`], one VG commit per change.
+//! [`crate::volume`], one VG commit per change.
 //!
 //! No ControllerPublish step: every node sees the LUN, so there is nothing to attach; a node
 //! takes the LV's lease when it stages the volume (README, "CSI driver").
@@ -7,10 +7,6 @@
 use std::sync::Arc;
 
 use lvmeta::session::{Erase, Session};
-use lvmeta::volume::{
-    Condition, Content, Mode, Request as VolumeRequest, SizeRange, Snapshot, Volume, VolumeError,
-    Volumes,
-};
 use tonic::{Request, Response, Status};
 
 use crate::csi::controller_server::Controller;
@@ -35,6 +31,10 @@ use crate::inflight::InFlight;
 use crate::listing::{Listing, Listings};
 use crate::params::{self, Class};
 use crate::status::from_volume;
+use crate::volume::{
+    Condition, Content, Mode, Request as VolumeRequest, SizeRange, Snapshot, Volume, VolumeError,
+    Volumes,
+};
 
 /// The storage side of the driver: one lvmeta session over the LUN and the VGs served.
 pub struct Backend {
@@ -65,7 +65,7 @@ pub const METADATA_WARN_PERCENT: f64 = 80.0;
 const METADATA_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long a controller call waits for the node where a thin pool is active to make the
-/// change asked of it (see [`lvmeta::volume::Request`]) before answering UNAVAILABLE.
+/// change asked of it (see [`crate::volume::Request`]) before answering UNAVAILABLE.
 pub const HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl Backend {
@@ -215,7 +215,7 @@ impl Backend {
     fn existing(&self, vg: &str, name: &str) -> Result<Volume, Status> {
         self.volumes_of_id(vg)?
             .get(name)
-            .map_err(from_volume)?
+            ?
             .ok_or_else(|| volume_not_found(vg, name))
     }
 
@@ -223,7 +223,7 @@ impl Backend {
     fn existing_with_condition(&self, vg: &str, name: &str) -> Result<(Volume, Condition), Status> {
         self.volumes_of_id(vg)?
             .get_with_condition(name)
-            .map_err(from_volume)?
+            ?
             .ok_or_else(|| volume_not_found(vg, name))
     }
 
@@ -459,7 +459,7 @@ impl Controller for ControllerService {
                     }
                     _ => create(&vols),
                 }
-                .map_err(from_volume)?;
+                ?;
                 b.warn_if_filling(&class.vg);
                 Ok(v)
             })
@@ -495,7 +495,7 @@ impl Controller for ControllerService {
             let deleted = b
                 .volumes_of_id(&vg)?
                 .delete_through_holder(&name, b.holder_wait)
-                .map_err(from_volume)?;
+                ?;
             if deleted {
                 b.wiper.kick();
             }
@@ -640,7 +640,7 @@ impl Controller for ControllerService {
                 // A VG whose metadata cannot take one more volume of the mode offers none.
                 let mode = class.as_ref().map_or(Mode::Linear, |c| c.mode);
                 for vg in vgs {
-                    let f = b.volumes(&vg)?.room(mode).map_err(from_volume)?;
+                    let f = b.volumes(&vg)?.room(mode)?;
                     sum += f;
                     largest = largest.max(f);
                 }
@@ -732,7 +732,7 @@ impl Controller for ControllerService {
             let deleted = b
                 .volumes_of_id(&vg)?
                 .through_holder(&r, b.holder_wait, |v| v.delete_snapshot(&name))
-                .map_err(from_volume)?;
+                ?;
             b.wiper.kick();
             Ok(deleted)
         })
@@ -753,7 +753,7 @@ impl Controller for ControllerService {
                     out.extend(
                         Volumes::new(&b.session, vg)
                             .snapshots()
-                            .map_err(from_volume)?,
+                            ?,
                     );
                 }
                 out.retain(|s| {
@@ -788,7 +788,7 @@ impl Controller for ControllerService {
             .blocking(move |b| {
                 b.volumes_of_id(&vg)?
                     .get_snapshot(&name)
-                    .map_err(from_volume)?
+                    ?
                     .ok_or_else(|| Status::not_found(format!("snapshot {vg}/{name} not found")))
             })
             .await?;

@@ -1,7 +1,8 @@
 //! The CSI gRPC server that maps Kubernetes volume requests onto lvmeta.
 //!
-//! The shim is thin: it checks and translates requests, runs the storage work of
-//! [`lvmeta::volume`] on blocking threads, and maps its errors to the gRPC codes the CSI spec
+//! It checks and translates requests, runs the storage work of [`volume`] (the driver's
+//! volume policy over lvmeta's lvm2 model: CSI tags, the node request mailbox, conditions,
+//! erasure) on blocking threads, and maps its errors to the gRPC codes the CSI spec
 //! prescribes. See README.md ("CSI driver") for the StorageClass parameters and what is served.
 
 // tonic::Status is the error of every RPC; boxing it in helpers would only add conversions.
@@ -11,6 +12,7 @@ pub mod authority;
 pub mod client;
 pub mod controller;
 pub mod demo;
+pub mod fuzzing;
 pub mod identity;
 pub mod inflight;
 pub mod kubelet;
@@ -21,6 +23,7 @@ pub mod node;
 pub mod params;
 pub mod server;
 pub mod status;
+pub mod volume;
 pub mod wiper;
 
 /// The CSI v1 messages and services, generated from the pinned `proto/csi.proto` (spec

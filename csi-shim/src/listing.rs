@@ -11,8 +11,9 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use lvmeta::volume::{Condition, Volume};
 use tonic::Status;
+
+use crate::volume::{Condition, Volume};
 
 /// Snapshots kept for listings in progress.
 pub const KEPT: usize = 4;
@@ -113,7 +114,7 @@ impl Listing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lvmeta::volume::Mode;
+    use crate::volume::Mode;
 
     fn entries(n: usize) -> Vec<(Volume, Condition)> {
         (0..n)

@@ -91,6 +91,10 @@ pub trait System: Send + Sync {
     fn freeze(&self, at: &Place, frozen: bool) -> Result<(), SysError>;
 }
 
+/// How often an unmount refused as busy is tried again, and how long apart.
+const UMOUNT_BUSY_TRIES: u32 = 20;
+const UMOUNT_BUSY_WAIT: std::time::Duration = std::time::Duration::from_millis(25);
+
 /// Checks one mount flag of a volume capability: a VFS flag mount(8) knows
 /// (`ro`, `noatime`, ...) or a filesystem option `name` / `name=value` of plain characters (no `,`,
 /// quote, space or control character: nothing that could smuggle another option in).
@@ -373,9 +377,20 @@ impl System for Real {
         Ok(())
     }
 
+    /// EBUSY is retried for a moment: a child process another thread is starting holds
+    /// copies of this process's descriptors (close-on-exec or not) until its exec, and one of
+    /// them may be on the mount. A mount in use for real stays busy and fails.
     fn umount(&self, at: &Place) -> Result<(), SysError> {
-        nix::mount::umount2(&at.via_parent(), MntFlags::UMOUNT_NOFOLLOW)
-            .map_err(|e| sys_err("umount", at.path(), e))
+        let mut tries = 0;
+        loop {
+            match nix::mount::umount2(&at.via_parent(), MntFlags::UMOUNT_NOFOLLOW) {
+                Err(nix::errno::Errno::EBUSY) if tries < UMOUNT_BUSY_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(UMOUNT_BUSY_WAIT);
+                }
+                r => return r.map_err(|e| sys_err("umount", at.path(), e)),
+            }
+        }
     }
 
     fn grow(&self, dev: &Path, at: &Place, fs: &str) -> Result<(), SysError> {

@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 
-use lvmeta::volume::{Mode, PoolOptions};
 use tonic::Status;
 
 use crate::csi::volume_capability::access_mode::Mode as Access;
 use crate::csi::volume_capability::AccessType;
 use crate::csi::VolumeCapability;
+use crate::volume::{Mode, PoolOptions};
 
 /// The VG volumes are carved from (required).
 pub const VG: &str = "vg";
@@ -221,12 +221,12 @@ pub const HASHED_PREFIX: &str = "csi-h-";
 /// else `csi-h-` and 32 hex digits of a 128-bit FNV-1a hash of it. CSI allows any name up to
 /// 128 bytes; lvm2 allows 127 bytes for VG and LV name together, a few characters and no
 /// reserved words. The mapping is stable (idempotency by name depends on it), and no plain
-/// name starts with the prefix (nor with [`lvmeta::volume::WIPE_PREFIX`], the names of
+/// name starts with the prefix (nor with [`crate::volume::WIPE_PREFIX`], the names of
 /// deleted volumes' extents), so the kinds never meet.
 pub fn lv_name(vg: &str, name: &str) -> String {
     let fits = lvmeta::names::check_new_lv_name(vg, name).is_ok()
         && lvmeta::names::check_lv_name_in_vg(vg, &format!("{name}-pool_tdata")).is_ok();
-    let reserved = name.starts_with(HASHED_PREFIX) || name.starts_with(lvmeta::volume::WIPE_PREFIX);
+    let reserved = name.starts_with(HASHED_PREFIX) || name.starts_with(crate::volume::WIPE_PREFIX);
     if fits && !reserved {
         return name.to_owned();
     }

@@ -1,9 +1,10 @@
-//! lvmeta's errors as gRPC status codes.
+//! Every error of the driver as a gRPC status: the one place codes are chosen.
 
 use std::sync::Arc;
 
-use lvmeta::volume::VolumeError;
 use tonic::Status;
+
+use crate::volume::VolumeError;
 
 /// The CSI code for a failed volume call.
 pub fn from_volume(e: VolumeError) -> Status {
@@ -17,6 +18,29 @@ pub fn from_volume(e: VolumeError) -> Status {
         VolumeError::Refused(m) => Status::failed_precondition(m),
         VolumeError::Pending(m) => Status::unavailable(m),
         VolumeError::Lvmeta(e) => from_lvmeta(e),
+    }
+}
+
+impl From<VolumeError> for Status {
+    fn from(e: VolumeError) -> Self {
+        from_volume(e)
+    }
+}
+
+/// The CSI code for a failed activation on this node: a lease held elsewhere (the volume is
+/// in use on another node) or a layout this node cannot build is FAILED_PRECONDITION.
+pub fn from_activation(e: lvmeta::Error) -> Status {
+    use lvmeta::activate::ActivateError;
+    use lvmeta::lease::LeaseError;
+    match e {
+        lvmeta::Error::Lease(LeaseError::Busy { name }) => Status::failed_precondition(format!(
+            "the volume's lease {name} is held by another node (it is in use there)"
+        )),
+        lvmeta::Error::Activate(e @ ActivateError::Unsupported { .. }) => {
+            Status::failed_precondition(e.to_string())
+        }
+        lvmeta::Error::Activate(e) => Status::internal(e.to_string()),
+        e => from_lvmeta(e),
     }
 }
 

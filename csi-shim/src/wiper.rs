@@ -1,6 +1,6 @@
 //! The controller's wiper: erases the extents of deleted volumes, then frees them.
 //!
-//! DeleteVolume only hands a volume's extents to a wipe LV ([`lvmeta::volume`], "wipe"), so
+//! DeleteVolume only hands a volume's extents to a wipe LV ([`crate::volume`], "wipe"), so
 //! it answers at once whatever the volume's size. This thread finds every wipe LV of the
 //! served VGs, erases it ([`lvmeta::session::Erase`]) and removes it: when kicked by a
 //! deletion, at start (wipes a crash or a failover left behind) and every [`POLL`]
@@ -71,7 +71,7 @@ pub fn pass(backend: &Backend, stop: &dyn Fn() -> bool) -> (usize, usize) {
     };
     let (mut done, mut failed) = (0, 0);
     for vg in backend.vgs() {
-        let vols = lvmeta::volume::Volumes::new(backend.session(), vg);
+        let vols = crate::volume::Volumes::new(backend.session(), vg);
         let names = match vols.wipes() {
             Ok(n) => n,
             Err(e) => {

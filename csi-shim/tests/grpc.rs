@@ -565,7 +565,7 @@ async fn volume_condition_shows_an_unfinished_copy() {
         let mut spec = lvmeta::edit::LvSpec::linear("pvc-half", 1, lvmeta::edit::Stamp::now());
         spec.tags = vec![
             "lvmeta.csi/mode=linear".into(),
-            format!("{}pvc-src", lvmeta::volume::CLONE_PENDING_TAG),
+            format!("{}pvc-src", csi_shim::volume::CLONE_PENDING_TAG),
         ];
         lvmeta::edit::lv::create(vg, &spec)
     })

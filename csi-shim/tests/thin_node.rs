@@ -78,7 +78,7 @@ async fn a_staged_thin_volume_is_changed_by_its_node() {
     assert!(
         !tags
             .iter()
-            .any(|t| t.starts_with(lvmeta::volume::REQUEST_TAG)),
+            .any(|t| t.starts_with(csi_shim::volume::REQUEST_TAG)),
         "{tags:?}"
     );
     // The same call again finds it made (idempotent), and asks nothing more of the node.
@@ -171,7 +171,7 @@ async fn a_staged_thin_volume_is_modified_by_its_node() {
     assert!(
         !tags
             .iter()
-            .any(|t| t.starts_with(lvmeta::volume::REQUEST_TAG)),
+            .any(|t| t.starts_with(csi_shim::volume::REQUEST_TAG)),
         "{tags:?}"
     );
     // The kernel cannot switch a live pool's discard support.

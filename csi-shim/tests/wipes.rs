@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use csi_shim::volume::{Mode as VolMode, SizeRange, Volumes, WIPE_PREFIX, WIPE_TAG};
 use lvmeta::activate::{self, FakeBackend, Piece};
 use lvmeta::dev::{BlockDevice, MemDevice};
 use lvmeta::edit::{SharedVg, VgSpec};
 use lvmeta::lease::{layout, FakeLeases, Host, LeaseError, LeaseManager, Mode};
 use lvmeta::session::{Erase, EraseWith, Session, END_BYTES};
-use lvmeta::volume::{Mode as VolMode, SizeRange, Volumes, WIPE_PREFIX, WIPE_TAG};
 use lvmeta::Error;
 
 const MIB: u64 = 1 << 20;
@@ -239,7 +239,7 @@ fn in_a_shared_vg_a_wipe_lv_has_a_lease_and_a_held_one_is_not_erased() {
         .expect("held elsewhere");
     assert!(matches!(
         v.delete("a"),
-        Err(lvmeta::volume::VolumeError::Lvmeta(Error::Lease(
+        Err(csi_shim::volume::VolumeError::Lvmeta(Error::Lease(
             LeaseError::InUse { .. }
         )))
     ));

@@ -251,7 +251,7 @@ impl UsedMap {
 
     /// [`UsedMap::of`], through the index of the version the running edit started from
     /// when `vg` is a small change of it ([`crate::edit::in_group`]).
-    pub(crate) fn of_version(vg: &Vg) -> Self {
+    pub fn of_version(vg: &Vg) -> Self {
         crate::edit::base()
             .and_then(|b| b.used_of(vg))
             .unwrap_or_else(|| Self::of(vg))

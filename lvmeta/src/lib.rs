@@ -27,10 +27,9 @@ pub mod names;
 pub mod report;
 pub mod scan;
 pub mod session;
-#[cfg(test)]
-mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod text;
 pub mod uuid;
-pub mod volume;
 
 pub use error::{Error, Result};

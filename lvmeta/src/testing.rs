@@ -1,4 +1,5 @@
-//! Helpers of the library's unit tests.
+//! Helpers of the library's unit tests, and (feature `testing`) of the tests of crates built
+//! on it: in-memory sessions, fixed stamps.
 
 use crate::dev::{BlockDevice, MemDevice};
 use crate::edit::{Stamp, VgSpec};

@@ -27,7 +27,7 @@ fn corpora_replay() {
     assert!(replay("device", fuzzing::device) >= 1);
     assert!(replay("history", fuzzing::history) >= 1);
     assert!(replay("lease", fuzzing::lease) >= 3);
-    assert!(replay("words", fuzzing::words) >= 6);
+    assert!(replay("words", fuzzing::words) >= 3);
 }
 
 #[test]

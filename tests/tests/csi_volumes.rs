@@ -2,9 +2,9 @@
 //! controller calls) on a loop device, judged by stock lvm2 after each step (`vgck` clean,
 //! reports equal to lvmeta's, the LVs and tags where the driver says).
 
+use csi_shim::volume::{Content, Mode, PoolOptions, SizeRange, Volumes};
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::session::Session;
-use lvmeta::volume::{Content, Mode, PoolOptions, SizeRange, Volumes};
 use lvmeta_tests::privileged;
 use lvmeta_tests::sandbox::Sandbox;
 

@@ -259,11 +259,11 @@ fn lvm2_reads_a_pool_whose_messages_were_delivered() {
         .expect("activate");
     // While the pool is active here, a snapshot is asked of its holder: the request is a
     // tag on the pool LV, which lvm2 reads and keeps as any tag.
-    let r = lvmeta::volume::Request::Snapshot {
+    let r = csi_shim::volume::Request::Snapshot {
         name: "s2".into(),
         source: "t".into(),
     };
-    let snapshot = |_: &lvmeta::volume::Volumes<'_>| {
+    let snapshot = |_: &csi_shim::volume::Volumes<'_>| {
         let spec = lvmeta::edit::ThinSpec {
             name: Some("s2".into()),
             pool: "pool".into(),
@@ -276,14 +276,14 @@ fn lvm2_reads_a_pool_whose_messages_were_delivered() {
         s.update("vg", "lvcreate -s", |v| {
             lvmeta::edit::thin::create_thin(v, &spec)
         })
-        .map_err(lvmeta::volume::VolumeError::from)
+        .map_err(csi_shim::volume::VolumeError::from)
     };
-    let vols = lvmeta::volume::Volumes::new(&s, "vg");
+    let vols = csi_shim::volume::Volumes::new(&s, "vg");
     let err = vols
         .through_holder(&r, std::time::Duration::from_millis(100), snapshot)
         .expect_err("nobody serves it here");
     assert!(
-        matches!(err, lvmeta::volume::VolumeError::Pending(_)),
+        matches!(err, csi_shim::volume::VolumeError::Pending(_)),
         "{err}"
     );
     sb.vgck_clean("vg", None);

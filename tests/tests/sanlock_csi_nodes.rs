@@ -315,7 +315,7 @@ fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
                 Some("global/use_lvmlockd=1"),
             );
             let names = String::from_utf8_lossy(&out.stdout).into_owned();
-            if !names.contains(lvmeta::volume::WIPE_PREFIX) {
+            if !names.contains(csi_shim::volume::WIPE_PREFIX) {
                 break;
             }
             assert!(t.elapsed() < Duration::from_secs(60), "not wiped: {names}");

@@ -9,12 +9,12 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use csi_shim::volume::{Mode, SizeRange, Volumes};
 use lvmeta::activate::{self, Piece};
 use lvmeta::dev::{BlockDevice, Fault, FaultyDevice, MemDevice};
 use lvmeta::edit::VgSpec;
 use lvmeta::layout::PvOptions;
 use lvmeta::session::{Erase, EraseWith, Session};
-use lvmeta::volume::{Mode, SizeRange, Volumes};
 use lvmeta_tests::privileged;
 use lvmeta_tests::sandbox::Sandbox;
 

@@ -20,7 +20,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use lvmeta::lease::observe::{LeaseObserver, VgLeaseTaken};
-use lvmeta::volume::Volumes;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -30,6 +29,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::controller::Backend;
 use crate::node::Node;
+use crate::volume::Volumes;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeviceClass {
@@ -271,7 +271,7 @@ impl Metrics {
     /// The gauges of served VG `name` (none when it does not read now: logged).
     fn vg(&self, backend: &Backend, name: &str) {
         let vols = Volumes::new(backend.session(), name);
-        let gauges = || -> Result<(), lvmeta::volume::VolumeError> {
+        let gauges = || -> Result<(), crate::volume::VolumeError> {
             let view = vols.view()?;
             let extent = u64::from(view.extent_size) * 512;
             let dc = DeviceClass {
@@ -302,7 +302,7 @@ impl Metrics {
                 self.lockspace.get_or_create(&vg).set(i64::from(joined));
             }
             drop(view);
-            for mode in [lvmeta::volume::Mode::Linear, lvmeta::volume::Mode::Thin] {
+            for mode in [crate::volume::Mode::Linear, crate::volume::Mode::Thin] {
                 let labels = VgMode {
                     vg: name.to_owned(),
                     mode: mode.as_str().to_owned(),

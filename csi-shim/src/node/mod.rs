@@ -27,8 +27,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use lvmeta::activate::{self, ActivateError, Activation};
-use lvmeta::lease::LeaseError;
-use lvmeta::volume::{Mode, Volume};
 use tonic::Status;
 
 use crate::controller::Backend;
@@ -40,7 +38,8 @@ use crate::csi::{
 use crate::kubelet::{KubeletDir, Place};
 use crate::mount::{Source, SysError, System};
 use crate::params;
-use crate::status::from_lvmeta;
+use crate::status::from_activation;
+use crate::volume::{Mode, Volume};
 use want::Want;
 
 pub use want::DEFAULT_FS;
@@ -174,7 +173,7 @@ impl Node {
         self.backend
             .session()
             .active_device(vg, lv, self.config.activation.as_ref())
-            .map_err(node_err)
+            .map_err(from_activation)
     }
 
     /// What the mount at `at` shows, compared with device `dev`.
@@ -275,7 +274,7 @@ impl Node {
                 want.read_only,
                 self.config.activation.as_ref(),
             )
-            .map_err(node_err)?;
+            .map_err(from_activation)?;
         tracing::info!(volume_id = %req.volume_id, device = %activation.device.display(), shared, read_only = want.read_only, "activated");
         if let Some(fs) = &want.fs {
             if let Err(e) = self.mount_staging(&activation.device, &staging, fs, &want) {
@@ -400,7 +399,7 @@ impl Node {
             Some(s) => {
                 if let Err(e) = s.activation.deactivate(act) {
                     self.staged().insert(req.volume_id, s);
-                    return Err(node_err(e.into()));
+                    return Err(from_activation(e.into()));
                 }
             }
             // Not staged by this process (it restarted): remove the device if it is there
@@ -411,7 +410,7 @@ impl Node {
                     lvmeta::Error::VgNotFound(_)
                     | lvmeta::Error::Activate(ActivateError::NoLv { .. }),
                 ) => {}
-                Err(e) => return Err(node_err(e)),
+                Err(e) => return Err(from_activation(e)),
             },
         }
         tracing::info!(volume_id = %req.volume_id, "unstaged");
@@ -716,7 +715,7 @@ impl Node {
         self.backend
             .session()
             .refresh(&vg, &lv, act)
-            .map_err(node_err)?;
+            .map_err(from_activation)?;
         let want = req.volume_capability.as_ref().map(Want::of).transpose()?;
         if let Some(fs) = self.fs_of(&req.volume_id, &dev, want.as_ref())? {
             self.config
@@ -736,21 +735,6 @@ fn usage(unit: volume_usage::Unit, total: u64, available: u64, used: u64) -> Vol
         total: i(total),
         used: i(used),
         unit: unit as i32,
-    }
-}
-
-/// The CSI code for a failed activation: a lease held elsewhere or a layout this node cannot
-/// build is FAILED_PRECONDITION.
-fn node_err(e: lvmeta::Error) -> Status {
-    match e {
-        lvmeta::Error::Lease(LeaseError::Busy { name }) => Status::failed_precondition(format!(
-            "the volume's lease {name} is held by another node (it is in use there)"
-        )),
-        lvmeta::Error::Activate(e @ ActivateError::Unsupported { .. }) => {
-            Status::failed_precondition(e.to_string())
-        }
-        lvmeta::Error::Activate(e) => Status::internal(e.to_string()),
-        e => from_lvmeta(e),
     }
 }
 

@@ -1,5 +1,5 @@
 //! The node's request server: changes the controller asks of the node where a thin pool is
-//! active ([`lvmeta::volume::Request`]), made here as the pool's holder.
+//! active ([`crate::volume::Request`]), made here as the pool's holder.
 
 use lvmeta::activate;
 
@@ -19,7 +19,7 @@ struct ThinStaged {
 
 impl Node {
     /// Serves the requests posted on the pools of the thin volumes staged here (see
-    /// [`lvmeta::volume::Request`]): for each, freezes the filesystem whose data it takes,
+    /// [`crate::volume::Request`]): for each, freezes the filesystem whose data it takes,
     /// makes the change as the pool's holder, delivers it to the kernel pool, thaws, and
     /// removes the request. A request that fails is logged and removed, so the controller
     /// stops waiting for it.
@@ -40,7 +40,7 @@ impl Node {
         }
         for t in &pools {
             // on_host: a volume active here is never deleted for a request.
-            let holder = lvmeta::volume::Volumes::new(self.backend.session(), &t.vg)
+            let holder = crate::volume::Volumes::new(self.backend.session(), &t.vg)
                 .holding(vec![t.pool.clone()])
                 .on_host(self.config.activation.as_ref());
             let requests = match holder.fresh_requests(&t.pool) {
@@ -76,10 +76,10 @@ impl Node {
     /// around the change and its delivery to the kernel pool.
     fn serve_one(
         &self,
-        holder: &lvmeta::volume::Volumes<'_>,
+        holder: &crate::volume::Volumes<'_>,
         t: &ThinStaged,
         all: &[ThinStaged],
-        r: &lvmeta::volume::Request,
+        r: &crate::volume::Request,
     ) -> Result<(), String> {
         let sys = &self.config.system;
         let frozen: Option<Place> = r

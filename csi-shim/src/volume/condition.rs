@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use super::{clone_source_of, volume_in, Volume, VolumeError, Volumes};
-use crate::model::{Area, Lv, Vg};
+use lvmeta::model::{Area, Lv, Vg};
 
 /// A volume's health.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,8 +141,8 @@ fn pvs_under<'a>(lv: &'a Lv, find: impl Fn(&str) -> Option<&'a Lv>) -> Vec<usize
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edit::{self, LvSpec};
-    use crate::testing::{session_with_vg, stamp};
+    use lvmeta::edit::{self, LvSpec};
+    use lvmeta::testing::{session_with_vg, stamp};
 
     #[test]
     fn a_volume_on_a_missing_pv_or_an_unfinished_copy_is_abnormal() {
@@ -189,7 +189,7 @@ mod tests {
         assert!(c.abnormal && c.message.contains("copy of a"), "{c:?}");
         // lvm2 marks a PV it lost MISSING in its flags.
         s.update("vg", "test", |mut v| {
-            v.pvs[1].flags.push(crate::model::word("MISSING"));
+            v.pvs[1].flags.push(lvmeta::model::word("MISSING"));
             Ok(v)
         })
         .expect("mark");

@@ -17,12 +17,12 @@ pub use condition::{condition, Condition};
 pub use request::{Posted, Request, MAX_AGE as REQUEST_MAX_AGE, REQUEST_TAG};
 pub use wipe::{is_wipe, WIPE_PREFIX, WIPE_TAG};
 
-use crate::activate::Backend;
-use crate::alloc::UsedMap;
-pub use crate::edit::thin::PoolOptions;
-use crate::edit::{self, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
-use crate::model::{Lv, SegKind, Vg};
-use crate::session::{Session, VgView};
+use lvmeta::activate::Backend;
+use lvmeta::alloc::UsedMap;
+pub use lvmeta::edit::thin::PoolOptions;
+use lvmeta::edit::{self, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
+use lvmeta::model::{Lv, SegKind, Vg};
+use lvmeta::session::{Session, VgView};
 
 /// The tag prefix marking a volume's LV and telling its mode.
 pub const MODE_TAG: &str = "lvmeta.csi/mode=";
@@ -194,13 +194,13 @@ pub enum VolumeError {
     Pending(String),
     /// Reading or writing the VG failed.
     #[error(transparent)]
-    Lvmeta(crate::Error),
+    Lvmeta(lvmeta::Error),
 }
 
-impl From<crate::Error> for VolumeError {
-    fn from(e: crate::Error) -> Self {
+impl From<lvmeta::Error> for VolumeError {
+    fn from(e: lvmeta::Error) -> Self {
         match e {
-            crate::Error::Edit(e) => e.into(),
+            lvmeta::Error::Edit(e) => e.into(),
             e => VolumeError::Lvmeta(e),
         }
     }
@@ -216,7 +216,7 @@ impl From<EditError> for VolumeError {
             e @ (EditError::Option { .. } | EditError::Refused { .. }) => {
                 VolumeError::Refused(e.to_string())
             }
-            e @ EditError::Invalid(_) => VolumeError::Lvmeta(crate::Error::Edit(e)),
+            e @ EditError::Invalid(_) => VolumeError::Lvmeta(lvmeta::Error::Edit(e)),
         }
     }
 }
@@ -299,22 +299,22 @@ impl<'s> Volumes<'s> {
     }
 
     /// One commit of `edit` (see [`Session::update`]), as the holder of `self.holding`.
-    fn update<R: crate::session::Edited>(
+    fn update<R: lvmeta::session::Edited>(
         &self,
         verb: &str,
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
-    ) -> Result<R::Value, crate::Error> {
+    ) -> Result<R::Value, lvmeta::Error> {
         self.update_clearing(verb, &[], edit)
     }
 
     /// [`Volumes::update`] that also clears the ends of the new LVs named in `clear` (see
     /// [`Session::update_clearing`]).
-    fn update_clearing<R: crate::session::Edited>(
+    fn update_clearing<R: lvmeta::session::Edited>(
         &self,
         verb: &str,
         clear: &[&str],
         edit: impl FnOnce(Vg) -> Result<R, EditError>,
-    ) -> Result<R::Value, crate::Error> {
+    ) -> Result<R::Value, lvmeta::Error> {
         let pools: Vec<&str> = self.holding.iter().map(String::as_str).collect();
         self.session
             .update_clearing(&self.vg, verb, &pools, clear, edit)
@@ -402,10 +402,10 @@ impl<'s> Volumes<'s> {
                 )));
             }
         }
-        crate::names::check_new_lv_name(&self.vg, name)
+        lvmeta::names::check_new_lv_name(&self.vg, name)
             .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         if mode == Mode::Thin {
-            crate::names::check_new_lv_name(&self.vg, &Volume::pool_name(name))
+            lvmeta::names::check_new_lv_name(&self.vg, &Volume::pool_name(name))
                 .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         }
         let vg = self.vg()?;
@@ -481,7 +481,7 @@ impl<'s> Volumes<'s> {
 
     /// A linear clone: the new linear volume `name` is made tagged [`CLONE_PENDING_TAG`],
     /// the bytes of the linear volume `src` are copied into it through the session's
-    /// devices ([`crate::session::Session::copy_lv`], under both LV leases), and the tag is
+    /// devices ([`lvmeta::session::Session::copy_lv`], under both LV leases), and the tag is
     /// removed. A copy that fails removes the new volume again; a request that finds the
     /// volume still pending (an earlier attempt was cut short by a crash) copies again; one
     /// whose pending clone has another source is refused.
@@ -538,7 +538,7 @@ impl<'s> Volumes<'s> {
                 tracing::warn!(vg = %self.vg, name, error = %d, "removing a clone whose copy failed");
             }
             return Err(match e {
-                crate::Error::Lease(crate::lease::LeaseError::Busy { .. }) => {
+                lvmeta::Error::Lease(lvmeta::lease::LeaseError::Busy { .. }) => {
                     VolumeError::Refused(format!(
                         "the source volume {}/{src} is in use for writing on a node (or {name} is in use): a linear clone copies the source's data and needs it unstaged or staged read-only",
                         self.vg
@@ -584,7 +584,7 @@ impl<'s> Volumes<'s> {
     /// Takes snapshot `name` of thin volume `source` (a thin snapshot in its pool, which grows
     /// by the source's size); returns it when it exists already of the same source.
     pub fn snapshot(&self, name: &str, source: &str) -> Result<Snapshot, VolumeError> {
-        crate::names::check_new_lv_name(&self.vg, name)
+        lvmeta::names::check_new_lv_name(&self.vg, name)
             .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         let stamp = Stamp::now();
         self.update("lvcreate", |vg| {

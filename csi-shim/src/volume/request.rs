@@ -13,10 +13,10 @@
 use std::time::{Duration, Instant};
 
 use super::{Content, Mode, SizeRange, VolumeError, Volumes};
-use crate::edit::thin::PoolOptions;
-use crate::edit::EditError;
-use crate::lease::LeaseError;
-use crate::model::DISCARDS;
+use lvmeta::edit::thin::PoolOptions;
+use lvmeta::edit::EditError;
+use lvmeta::lease::LeaseError;
+use lvmeta::model::DISCARDS;
 
 /// The tag prefix of a request on a pool LV.
 pub const REQUEST_TAG: &str = "lvmeta.csi/request=";
@@ -355,7 +355,7 @@ impl Volumes<'_> {
             None => return op(self),
         };
         let in_use = |e: &VolumeError| {
-            matches!(e, VolumeError::Lvmeta(crate::Error::Lease(LeaseError::InUse { lv }))
+            matches!(e, VolumeError::Lvmeta(lvmeta::Error::Lease(LeaseError::InUse { lv }))
                 if *lv == format!("{}/{pool}", self.vg))
         };
         let live_here = match self.host {
@@ -461,7 +461,7 @@ mod tests {
         ];
         for r in &all {
             let tag = r.tag_at(1_800_000_000);
-            crate::names::check_tag(&tag).expect("lvm2 takes it as a tag");
+            lvmeta::names::check_tag(&tag).expect("lvm2 takes it as a tag");
             assert_eq!(
                 Request::parse(&tag),
                 Some((r.clone(), 1_800_000_000)),

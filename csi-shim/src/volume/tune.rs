@@ -12,9 +12,9 @@
 use std::time::Duration;
 
 use super::{pool_of, volume_of, Mode, Request, VolumeError, Volumes};
-use crate::edit::thin::{self, PoolOptions};
-use crate::lease::LeaseError;
-use crate::model::Vg;
+use lvmeta::edit::thin::{self, PoolOptions};
+use lvmeta::lease::LeaseError;
+use lvmeta::model::Vg;
 
 impl Volumes<'_> {
     /// The settings of thin volume `name`'s pool.
@@ -57,7 +57,7 @@ impl Volumes<'_> {
         let (pool, p) = thin_pool(&vg, name)?;
         if opts.switches_discard_support(p) {
             return self.tune(name, opts).map_err(|e| match e {
-                VolumeError::Lvmeta(crate::Error::Lease(LeaseError::InUse { lv }))
+                VolumeError::Lvmeta(lvmeta::Error::Lease(LeaseError::InUse { lv }))
                     if lv == format!("{}/{pool}", self.vg) =>
                 {
                     switch_refused(&self.vg, name)
@@ -86,7 +86,7 @@ fn switch_refused(vg: &str, name: &str) -> VolumeError {
 fn thin_pool<'v>(
     vg: &'v Vg,
     name: &str,
-) -> Result<(String, &'v crate::model::ThinPool), VolumeError> {
+) -> Result<(String, &'v lvmeta::model::ThinPool), VolumeError> {
     let v = volume_of(vg, name).ok_or_else(|| VolumeError::NotFound(name.to_owned()))?;
     if v.mode != Mode::Thin {
         return Err(VolumeError::Invalid(format!(

@@ -4,7 +4,7 @@
 //! them, in the same commit, to a new linear LV `csi-wipe-<hex>` tagged
 //! `lvmeta.csi/wipe-of=<volume>` and skipped by activation: the volume is gone at once (not
 //! listed, its name free, a repeat of the deletion a no-op) while nothing can allocate its
-//! extents. A wiper then erases that LV's extents ([`crate::session::Session::erase_lv`]) and
+//! extents. A wiper then erases that LV's extents ([`lvmeta::session::Session::erase_lv`]) and
 //! removes it. The state is the LV itself, in the metadata every host reads, so a wipe cut
 //! short by a crash, a kill or a failover is found and done again by the next wiper; stock
 //! lvm2 sees an ordinary LV (Proxmox's shared-LVM `saferemove` works the same way).
@@ -14,11 +14,11 @@
 //! - a wipe LV is removed only after its erasure checked out, never activated by the driver.
 
 use super::{VolumeError, Volumes};
-use crate::alloc::UsedMap;
-use crate::edit::{self, EditError, LvSpec, Stamp};
-use crate::model::Vg;
-use crate::session::EraseWith;
-use crate::uuid::Uuid;
+use lvmeta::alloc::UsedMap;
+use lvmeta::edit::{self, EditError, LvSpec, Stamp};
+use lvmeta::model::Vg;
+use lvmeta::session::EraseWith;
+use lvmeta::uuid::Uuid;
 
 /// The tag prefix of a wipe LV, naming the volume (or snapshot) whose extents it holds.
 pub const WIPE_TAG: &str = "lvmeta.csi/wipe-of=";
@@ -51,7 +51,7 @@ pub(super) fn hold_freed(
 }
 
 /// Is `lv` a wipe LV (carries [`WIPE_TAG`])?
-pub fn is_wipe(lv: &crate::model::Lv) -> bool {
+pub fn is_wipe(lv: &lvmeta::model::Lv) -> bool {
     lv.tags.iter().any(|t| t.starts_with(WIPE_TAG))
 }
 
@@ -84,7 +84,7 @@ impl Volumes<'_> {
         ))
     }
 
-    /// Erases wipe LV `name` as `with` says ([`crate::session::Session::erase_lv`]), then
+    /// Erases wipe LV `name` as `with` says ([`lvmeta::session::Session::erase_lv`]), then
     /// removes it; returns the bytes erased (0 when it is gone already). Refused while a
     /// device of `with.host` maps its extents or, in a shared VG, while a host holds its
     /// lease; erasing again after a crash or a stop is harmless.

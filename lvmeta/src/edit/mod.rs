@@ -89,7 +89,8 @@ pub enum EditError {
     Invalid(#[from] ModelError),
 }
 
-pub(crate) fn refused(object: impl Into<String>, why: impl Into<String>) -> EditError {
+/// An edit refused: `object` cannot be changed so, for the reason `why`.
+pub fn refused(object: impl Into<String>, why: impl Into<String>) -> EditError {
     EditError::Refused {
         object: object.into(),
         why: why.into(),
@@ -221,6 +222,6 @@ pub(crate) fn base() -> Option<Arc<Indexed>> {
 
 /// Whether `vg` certainly has no LV named `name`, known through the index of the version
 /// this thread's edit started from (`false`: look).
-pub(crate) fn lacks_lv(vg: &Vg, name: &str) -> bool {
+pub fn lacks_lv(vg: &Vg, name: &str) -> bool {
     base().is_some_and(|b| b.lacks(vg, name))
 }
