@@ -214,16 +214,14 @@ impl Backend {
     /// The volume `vg/name`, or NOT_FOUND.
     fn existing(&self, vg: &str, name: &str) -> Result<Volume, Status> {
         self.volumes_of_id(vg)?
-            .get(name)
-            ?
+            .get(name)?
             .ok_or_else(|| volume_not_found(vg, name))
     }
 
     /// The volume `vg/name` with its condition, or NOT_FOUND.
     fn existing_with_condition(&self, vg: &str, name: &str) -> Result<(Volume, Condition), Status> {
         self.volumes_of_id(vg)?
-            .get_with_condition(name)
-            ?
+            .get_with_condition(name)?
             .ok_or_else(|| volume_not_found(vg, name))
     }
 
@@ -458,8 +456,7 @@ impl Controller for ControllerService {
                         vols.through_holder(&r, b.holder_wait, create)
                     }
                     _ => create(&vols),
-                }
-                ?;
+                }?;
                 b.warn_if_filling(&class.vg);
                 Ok(v)
             })
@@ -494,8 +491,7 @@ impl Controller for ControllerService {
             // source) is deleted by that node, as the pool's holder.
             let deleted = b
                 .volumes_of_id(&vg)?
-                .delete_through_holder(&name, b.holder_wait)
-                ?;
+                .delete_through_holder(&name, b.holder_wait)?;
             if deleted {
                 b.wiper.kick();
             }
@@ -731,8 +727,7 @@ impl Controller for ControllerService {
             let r = VolumeRequest::DeleteSnapshot { name: name.clone() };
             let deleted = b
                 .volumes_of_id(&vg)?
-                .through_holder(&r, b.holder_wait, |v| v.delete_snapshot(&name))
-                ?;
+                .through_holder(&r, b.holder_wait, |v| v.delete_snapshot(&name))?;
             b.wiper.kick();
             Ok(deleted)
         })
@@ -750,11 +745,7 @@ impl Controller for ControllerService {
             .blocking(move |b| {
                 let mut out = Vec::new();
                 for vg in &b.vgs {
-                    out.extend(
-                        Volumes::new(&b.session, vg)
-                            .snapshots()
-                            ?,
-                    );
+                    out.extend(Volumes::new(&b.session, vg).snapshots()?);
                 }
                 out.retain(|s| {
                     (snapshot_id.is_empty() || params::volume_id(&s.vg, &s.name) == snapshot_id)
@@ -787,8 +778,7 @@ impl Controller for ControllerService {
         let snap = self
             .blocking(move |b| {
                 b.volumes_of_id(&vg)?
-                    .get_snapshot(&name)
-                    ?
+                    .get_snapshot(&name)?
                     .ok_or_else(|| Status::not_found(format!("snapshot {vg}/{name} not found")))
             })
             .await?;

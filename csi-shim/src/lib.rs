@@ -11,7 +11,6 @@
 pub mod authority;
 pub mod client;
 pub mod controller;
-pub mod demo;
 pub mod fuzzing;
 pub mod identity;
 pub mod inflight;

@@ -5,7 +5,7 @@
 //! csi-shim --endpoint /csi/csi.sock --devices /dev/mapper/lun0 --vg vg0 [--host-id N]
 //!          [--node-id NODE --kubelet-dir /var/lib/kubelet] [--metrics-address :9810]
 //! ```
-//! `csi-shim demo` runs the driver's whole job on this machine (see [`csi_shim::demo`]).
+//! `cargo run -p lvmeta-tests --bin csi-demo` runs the driver's whole job on this machine.
 //!
 //! The VGs served must be on the devices given; a shared VG needs this host's sanlock host id
 //! (`--host-id`, or lvm2's lvmlocal.conf) and its lockspace started (`lvmeta vgchange
@@ -24,44 +24,9 @@ use csi_shim::controller::Backend;
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::session::Session;
 
-/// Command line of the driver: serve (the default), or a subcommand.
-#[derive(Debug, Parser)]
-#[command(
-    version,
-    about = "Kubernetes CSI driver over lvmeta",
-    subcommand_negates_reqs = true,
-    args_conflicts_with_subcommands = true
-)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: Option<Cmd>,
-    #[command(flatten)]
-    serve: Args,
-}
-
-/// What else the binary does.
-#[derive(Debug, clap::Subcommand)]
-enum Cmd {
-    /// As root: a LUN file on a loop device, a VG, the CSI server, and a scenario driven
-    /// through its socket with a table of timings; everything is removed at the end.
-    Demo {
-        /// Where the scratch directory is made.
-        #[arg(long, default_value = "/var/tmp")]
-        dir: PathBuf,
-        /// The LUN's size in MiB.
-        #[arg(long, default_value_t = 2048)]
-        lun_size: u64,
-        /// sanlock io_timeout in seconds (a lockspace join takes about 2.5 times this).
-        #[arg(long, default_value_t = 2)]
-        io_timeout: u32,
-        /// A local VG under lvm2's file locks even when sanlock is installed.
-        #[arg(long)]
-        no_sanlock: bool,
-    },
-}
-
 /// Serving the CSI endpoint.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Parser)]
+#[command(version, about = "Kubernetes CSI driver over lvmeta")]
 struct Args {
     /// The unix socket to serve on.
     #[arg(long, default_value = "/csi/csi.sock")]
@@ -137,21 +102,7 @@ fn main() -> std::process::ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    let result = match cli.cmd {
-        Some(Cmd::Demo {
-            dir,
-            lun_size,
-            io_timeout,
-            no_sanlock,
-        }) => csi_shim::demo::run(&csi_shim::demo::Options {
-            parent: dir,
-            lun_mib: lun_size,
-            io_timeout,
-            sanlock: !no_sanlock,
-        }),
-        None => run(cli.serve),
-    };
+    let result = run(Args::parse());
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

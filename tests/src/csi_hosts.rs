@@ -45,7 +45,7 @@ impl Drop for LogOnPanic {
 
 /// A sanlock daemon for one simulated host.
 pub fn sanlock(dir: &Path, name: &str) -> Killed {
-    Killed(csi_shim::demo::start_sanlock(dir, name).expect("start sanlock"))
+    Killed(crate::lab::start_sanlock(dir, name).expect("start sanlock"))
 }
 
 /// One simulated node: its sanlock daemon, host id and csi-shim.

@@ -74,7 +74,7 @@ impl Sandbox {
         let sys = self.dir.path().join("sys");
         std::fs::create_dir_all(&sys).expect("sys dir");
         let devices: Vec<&std::path::Path> = self.loops.iter().map(std::path::Path::new).collect();
-        let conf = csi_shim::demo::private_lvm_conf(&self.lock_dir(), &devices);
+        let conf = crate::lab::private_lvm_conf(&self.lock_dir(), &devices);
         std::fs::write(sys.join("lvm.conf"), conf).expect("lvm.conf");
     }
 

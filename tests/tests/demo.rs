@@ -1,4 +1,4 @@
-//! Privileged: README's first command, `csi-shim demo`, runs its whole scenario on this
+//! Privileged: README's demo, `csi-demo` (a binary of this crate), runs its whole scenario on this
 //! machine (private sanlock daemon, loop-device LUN, CSI server, stock `lvs` judging) and
 //! leaves nothing behind: no loop device, mount or file, also when interrupted with Ctrl-C.
 
@@ -42,8 +42,8 @@ fn leftovers(dir: &Path) -> Vec<String> {
 }
 
 fn demo(parent: &Path) -> Command {
-    let mut c = Command::new(workspace_bin("csi-shim", "csi-shim"));
-    c.arg("demo").arg("--dir").arg(parent);
+    let mut c = Command::new(workspace_bin("lvmeta-tests", "csi-demo"));
+    c.arg("--dir").arg(parent);
     c
 }
 

@@ -1,382 +1,29 @@
-//! `csi-shim demo`: the driver's whole job on one machine, in one command.
-//!
-//! As root it makes a sparse LUN file and a loop device over it, creates a VG with lvmeta
-//! (shared, with a private sanlock daemon, when sanlock is installed; otherwise a local VG
-//! under lvm2's file locks, and it says which), serves the CSI services on a unix socket and
-//! drives a scenario through that socket: a thin volume, its snapshot and a restore; a linear
-//! filesystem volume (xfs, or ext4 without xfsprogs) staged, published, written, grown online, unstaged, staged again and read
-//! back; stock `lvs` (when installed) judging the volumes; everything deleted. Each step is
-//! printed with its time as it ends, then a table of all. Everything made is removed at the
-//! end, also after Ctrl-C or SIGTERM (the step running finishes first).
+//! The demo's scenario: the VG, the CSI server on a unix socket, and the volumes driven
+//! through it, each step timed.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::{Child, Command};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lvmeta::activate::loopdev::{self, LoopBackend};
+use csi_shim::controller::Backend;
+use csi_shim::csi::controller_client::ControllerClient;
+use csi_shim::csi::identity_client::IdentityClient;
+use csi_shim::csi::node_client::NodeClient;
+use csi_shim::csi::volume_capability::access_mode::Mode as Access;
+use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+use csi_shim::csi::volume_content_source::{SnapshotSource, Type as Source};
+use csi_shim::csi::*;
+use csi_shim::node::{Node, NodeConfig};
+use lvmeta::activate::loopdev;
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::edit::{SharedVg, VgSpec};
 use lvmeta::session::Session;
+use lvmeta_tests::lab::{private_lvm_conf, start_sanlock};
 use tonic::transport::Channel;
 
-use crate::controller::Backend;
-use crate::csi::controller_client::ControllerClient;
-use crate::csi::identity_client::IdentityClient;
-use crate::csi::node_client::NodeClient;
-use crate::csi::volume_capability::access_mode::Mode as Access;
-use crate::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
-use crate::csi::volume_content_source::{SnapshotSource, Type as Source};
-use crate::csi::*;
-use crate::node::{Node, NodeConfig};
-
-const MIB: u64 = 1 << 20;
-/// The demo's VG.
-const VG: &str = "demo";
-/// The sanlock host id the demo joins the lockspace with.
-const HOST_ID: u64 = 1;
-/// What the pod writes and reads back.
-const PAYLOAD: &[u8] = b"written through a CSI volume carved from one shared LUN\n";
-
-/// What the demo is told.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// The directory the scratch directory is made in.
-    pub parent: PathBuf,
-    /// The LUN's size in MiB.
-    pub lun_mib: u64,
-    /// sanlock io_timeout in seconds written into the lockspace (a join takes about 2.5x).
-    pub io_timeout: u32,
-    /// Make a shared VG with a private sanlock daemon when sanlock is installed (otherwise, or
-    /// when false, a local VG under lvm2's file locks).
-    pub sanlock: bool,
-}
-
-/// Runs the demo; `Err` says which step failed and why (everything is cleaned up either way).
-pub fn run(o: &Options) -> Result<(), String> {
-    preflight()?;
-    let dir = o.parent.join(format!("lvmeta-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let sanlock = o.sanlock && on_path("sanlock");
-    if sanlock {
-        // Before any thread exists: libsanlock reads this to find the private daemon.
-        std::env::set_var("SANLOCK_RUN_DIR", dir.join("sanlock"));
-    }
-    let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio runtime: {e}"))?;
-    rt.block_on(async {
-        let stop = Arc::new(AtomicBool::new(false));
-        tokio::spawn(watch_signals(stop.clone()));
-        let mut steps = Steps {
-            rows: Vec::new(),
-            stop,
-        };
-        let mut lab = Lab {
-            dir,
-            lun: None,
-            sanlock: None,
-            backend: None,
-            node: None,
-            server: None,
-            activation: lvmeta::activate::best().unwrap_or_else(|| Arc::new(LoopBackend)),
-        };
-        println!("lvmeta CSI demo in {}", lab.dir.display());
-        let result = scenario(&mut lab, &mut steps, o, sanlock).await;
-        if let Err(e) = &result {
-            println!("stopped: {e}");
-        }
-        lab.stop_server().await;
-        let cleaned = steps
-            .step(
-                "clean up (VG, lockspace, sanlock, loop devices, files)",
-                async { blocking(move || lab.clean()).await },
-            )
-            .await;
-        steps.table();
-        result.and(cleaned)
-    })
-}
-
-/// Root, the loop driver and mkfs.ext4 are needed; say what is missing.
-fn preflight() -> Result<(), String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Err("the demo must run as root (it makes loop devices and mounts)".into());
-    }
-    if LoopBackend::probe().is_none() {
-        return Err("the demo needs the loop driver (/dev/loop-control; modprobe loop)".into());
-    }
-    if !on_path("mkfs.xfs") && !on_path("mkfs.ext4") {
-        return Err(
-            "the demo needs mkfs.xfs or mkfs.ext4 (apt-get install xfsprogs e2fsprogs)".into(),
-        );
-    }
-    Ok(())
-}
-
-/// Whether `tool` is an executable on PATH.
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| {
-        std::env::split_paths(&p).any(|d| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::metadata(d.join(tool))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
-}
-
-/// Sets `stop` on Ctrl-C or SIGTERM.
-async fn watch_signals(stop: Arc<AtomicBool>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-        if !stop.swap(true, Ordering::SeqCst) {
-            println!("interrupted: finishing the step running, then cleaning up");
-        }
-    }
-}
-
-/// Runs blocking work off the runtime's threads.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| format!("worker thread: {e}"))?
-}
-
-/// One line of the table.
-struct Row {
-    what: String,
-    took: Duration,
-    outcome: String,
-}
-
-/// The steps done so far and whether to stop.
-struct Steps {
-    rows: Vec<Row>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Steps {
-    /// Runs `f` as the step `what` unless interrupted; prints and records how it went.
-    async fn step<T>(
-        &mut self,
-        what: &str,
-        f: impl Future<Output = Result<T, String>>,
-    ) -> Result<T, String> {
-        self.step_with(what, f, |_| "ok".to_owned()).await
-    }
-
-    /// As [`Steps::step`], with the outcome said by `say`.
-    async fn step_with<T>(
-        &mut self,
-        what: &str,
-        f: impl Future<Output = Result<T, String>>,
-        say: impl FnOnce(&T) -> String,
-    ) -> Result<T, String> {
-        // Cleaning up runs even when interrupted.
-        if self.stop.load(Ordering::SeqCst) && !what.starts_with("clean up") {
-            return Err("interrupted".into());
-        }
-        let t = Instant::now();
-        let r = f.await;
-        let took = t.elapsed();
-        let outcome = match &r {
-            Ok(v) => say(v),
-            Err(e) => format!("FAILED: {e}"),
-        };
-        println!("{:>10}  {what}: {outcome}", ms(took));
-        self.rows.push(Row {
-            what: what.to_owned(),
-            took,
-            outcome,
-        });
-        r
-    }
-
-    /// Prints every step with its time.
-    fn table(&self) {
-        let w = self.rows.iter().map(|r| r.what.len()).max().unwrap_or(4);
-        println!("\n{:<w$}  {:>10}  outcome", "step", "time");
-        println!("{}", "-".repeat(w + 22));
-        for r in &self.rows {
-            let outcome = r.outcome.lines().next().unwrap_or("");
-            println!("{:<w$}  {:>10}  {outcome}", r.what, ms(r.took));
-        }
-        let total: Duration = self.rows.iter().map(|r| r.took).sum();
-        println!("{}", "-".repeat(w + 22));
-        println!("{:<w$}  {:>10}", "total", ms(total));
-    }
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
-}
-
-/// The running CSI server: how to stop it and its task.
-type Server = (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<Result<(), crate::server::ServeError>>,
-);
-
-/// Everything the demo made, removed by [`Lab::clean`].
-struct Lab {
-    dir: PathBuf,
-    /// The LUN's loop device.
-    lun: Option<PathBuf>,
-    sanlock: Option<Child>,
-    backend: Option<Arc<Backend>>,
-    node: Option<Arc<Node>>,
-    server: Option<Server>,
-    /// How the node makes LVs devices: device-mapper where the kernel has it, else loop.
-    activation: Arc<dyn lvmeta::activate::Backend>,
-}
-
-impl Lab {
-    fn kubelet(&self) -> PathBuf {
-        self.dir.join("kubelet")
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.join("csi.sock")
-    }
-
-    /// Stops the CSI server; calls in flight finish first.
-    async fn stop_server(&mut self) {
-        if let Some((tx, task)) = self.server.take() {
-            let _ = tx.send(());
-            match task.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => println!("CSI server: {e}"),
-                Err(e) => println!("CSI server task: {e}"),
-            }
-        }
-    }
-
-    /// Unmounts, deactivates, removes the VG, stops sanlock, detaches the LUN and removes
-    /// the directory; goes on past failures and reports them all.
-    fn clean(mut self) -> Result<(), String> {
-        let mut failed = Vec::new();
-        for m in mounts_under(&self.kubelet()) {
-            // The demo's own directory: nobody else makes paths there.
-            if let Err(e) = nix::mount::umount2(&m, nix::mount::MntFlags::empty()) {
-                failed.push(format!("umount {}: {e}", m.display()));
-            }
-        }
-        if let Some(node) = self.node.take() {
-            node.release_all();
-        }
-        if let Some(b) = self.backend.take() {
-            let s = b.session();
-            if let Ok(vg) = s.vg(VG) {
-                for lv in vg.lvs.iter().map(|l| l.name.as_str()) {
-                    match s.deactivate(VG, lv, self.activation.as_ref()) {
-                        // Gone meanwhile (the wiper removed a deleted volume's extents).
-                        Ok(())
-                        | Err(lvmeta::Error::Activate(lvmeta::activate::ActivateError::NoLv {
-                            ..
-                        })) => {}
-                        Err(e) => failed.push(format!("deactivate {VG}/{lv}: {e}")),
-                    }
-                }
-                if let Err(e) = s.vgremove(VG, true) {
-                    failed.push(format!("vgremove {VG}: {e}"));
-                    let _ = s.lockstop(VG);
-                }
-            }
-        }
-        if let Some(mut d) = self.sanlock.take() {
-            stop_daemon(&mut d);
-        }
-        if let Some(lun) = self.lun.take() {
-            if let Err(e) = loopdev::detach(&lun) {
-                failed.push(format!("detach {}: {e}", lun.display()));
-            }
-        }
-        if failed.is_empty() {
-            if let Err(e) = std::fs::remove_dir_all(&self.dir) {
-                failed.push(format!("remove {}: {e}", self.dir.display()));
-            }
-        } else {
-            failed.push(format!("{} kept for a look", self.dir.display()));
-        }
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(failed.join("; "))
-        }
-    }
-}
-
-/// Mount points under `dir`, deepest first.
-fn mounts_under(dir: &Path) -> Vec<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut found: Vec<PathBuf> = crate::mount::mounts(&info)
-        .map(|m| PathBuf::from(m.point))
-        .filter(|p| p.starts_with(dir))
-        .collect();
-    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    found
-}
-
-/// SIGTERM, then SIGKILL when the daemon is still there after 5 s.
-fn stop_daemon(d: &mut Child) {
-    if let Ok(pid) = i32::try_from(d.id()) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-    }
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(5) {
-        if let Ok(Some(_)) = d.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = d.kill();
-    let _ = d.wait();
-}
-
-/// A private sanlock daemon with its socket in `run`, known by the stable `host_name` (one
-/// simulated host; on machines without a watchdog or RLIMIT_MEMLOCK it needs `-w 0` and
-/// SANLOCK_PRIVILEGED=0, which a demo or a test may use). Returns once the socket is there.
-pub fn start_sanlock(run: &Path, host_name: &str) -> Result<Child, String> {
-    std::fs::create_dir_all(run).map_err(|e| format!("{}: {e}", run.display()))?;
-    let mut child = Command::new("sanlock")
-        .args(["daemon", "-D", "-w", "0", "-U", "root", "-G", "root"])
-        .args(["-L", "-1", "-S", "-1", "-e", host_name])
-        .env("SANLOCK_RUN_DIR", run)
-        .env("SANLOCK_PRIVILEGED", "0")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("sanlock daemon: {e}"))?;
-    let sock = run.join("sanlock.sock");
-    let t = Instant::now();
-    while !sock.exists() {
-        if let Ok(Some(st)) = child.try_wait() {
-            return Err(format!("sanlock daemon exited: {st}"));
-        }
-        if t.elapsed() > Duration::from_secs(10) {
-            stop_daemon(&mut child);
-            return Err("sanlock daemon: no socket after 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(child)
-}
+use crate::{blocking, on_path, Lab, Options, Steps, HOST_ID, MIB, PAYLOAD, VG};
 
 /// A capability: single-node writer, block or a filesystem.
 fn cap(fs: Option<&str>) -> VolumeCapability {
@@ -403,8 +50,8 @@ fn create_request(name: &str, mode: &str, bytes: u64, c: &VolumeCapability) -> C
         }),
         volume_capabilities: vec![c.clone()],
         parameters: HashMap::from([
-            (crate::params::VG.to_owned(), VG.to_owned()),
-            (crate::params::MODE.to_owned(), mode.to_owned()),
+            (csi_shim::params::VG.to_owned(), VG.to_owned()),
+            (csi_shim::params::MODE.to_owned(), mode.to_owned()),
         ]),
         ..Default::default()
     }
@@ -434,7 +81,7 @@ impl Paths {
         let p = Self {
             staging: kubelet
                 .join("plugins/kubernetes.io/csi")
-                .join(crate::DRIVER_NAME)
+                .join(csi_shim::DRIVER_NAME)
                 .join(name)
                 .join("globalmount"),
             target: kubelet
@@ -454,7 +101,7 @@ impl Paths {
     }
 }
 
-async fn scenario(
+pub(crate) async fn scenario(
     lab: &mut Lab,
     steps: &mut Steps,
     o: &Options,
@@ -505,7 +152,7 @@ async fn scenario(
     } else {
         println!(
             "            {}: a local VG under lvm2's file locks",
-            if o.sanlock {
+            if !o.no_sanlock {
                 "sanlock is not installed"
             } else {
                 "--no-sanlock"
@@ -593,15 +240,15 @@ async fn serve(lab: &mut Lab, session: Session) -> Result<Clients, String> {
                 kubelet_dir: lab.kubelet(),
                 max_volumes: 0,
                 activation: lab.activation.clone(),
-                system: Arc::new(crate::mount::Real),
+                system: Arc::new(csi_shim::mount::Real),
             },
         )
         .map_err(|e| format!("kubelet directory: {e}"))?,
     );
     let socket = lab.socket();
-    let listener = crate::server::listen(&socket).map_err(|e| e.to_string())?;
+    let listener = csi_shim::server::listen(&socket).map_err(|e| e.to_string())?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(crate::server::serve(
+    let task = tokio::spawn(csi_shim::server::serve(
         backend.clone(),
         Some(node.clone()),
         listener,
@@ -613,7 +260,7 @@ async fn serve(lab: &mut Lab, session: Session) -> Result<Clients, String> {
     lab.node = Some(node);
     lab.server = Some((tx, task));
     println!("            CSI server on {}", socket.display());
-    let ch = crate::client::connect(&socket)
+    let ch = csi_shim::client::connect(&socket)
         .await
         .map_err(|e| format!("connect {}: {e}", socket.display()))?;
     Ok(Clients {
@@ -1009,24 +656,6 @@ fn read_back(file: &Path) -> Result<(), String> {
 
 /// Stock `lvs` in a private lvm2 system directory that sees only the LUN; every listed
 /// volume must be among the LVs it reports.
-/// An lvm.conf for running stock lvm2 privately beside lvmeta (in its own LVM_SYSTEM_DIR):
-/// no activation, lvm2's file locks in `locking_dir`, only `devices` scanned, no device
-/// cache, hints, backups or archives.
-pub fn private_lvm_conf(locking_dir: &Path, devices: &[&Path]) -> String {
-    let accept: Vec<String> = devices
-        .iter()
-        .map(|d| format!("\"a|^{}$|\"", d.display()))
-        .collect();
-    format!(
-        "global {{ activation = 0 locking_dir = \"{}\" }}\n\
-         devices {{ obtain_device_list_from_udev = 0 use_devicesfile = 0 scan_lvs = 0 hints = \"none\" \
-         global_filter = [ {}, \"r|.*|\" ] }}\n\
-         backup {{ backup = 0 archive = 0 }}\n",
-        locking_dir.display(),
-        accept.join(", ")
-    )
-}
-
 fn stock_lvs(
     sys: &Path,
     lock: &Path,
