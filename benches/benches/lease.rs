@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::lease::{self, sanlock::SanlockLeases, Host};
+use lvmeta::lease::{sanlock::SanlockLeases, Host};
 use lvmeta::session::Session;
 
 fn bench(c: &mut Criterion) {
@@ -68,14 +68,14 @@ fn bench(c: &mut Criterion) {
         })
     });
     // Last, so the kept lease never makes lvmlockd wait: csi-shim's default linger.
-    let kept = session(lease::SERVER_LINGER, lease::SERVER_MAX_HOLD);
+    let kept = session(csi_shim::VG_LEASE_LINGER, csi_shim::VG_LEASE_MAX_HOLD);
     g.bench_function("lvmeta-kept-lease", |b| {
         b.iter(|| lvmeta_tests::create_remove_lv(&kept, "vgbench", 1))
     });
     drop(kept);
     csi_round_trips(
         &mut g,
-        session(lease::SERVER_LINGER, lease::SERVER_MAX_HOLD),
+        session(csi_shim::VG_LEASE_LINGER, csi_shim::VG_LEASE_MAX_HOLD),
     );
     g.finish();
 }

@@ -32,5 +32,12 @@ pub mod csi {
     include!("gen/csi.v1.rs");
 }
 
+/// How long the driver keeps an unused exclusive VG lease after a change, so that the next
+/// change of this host reuses it (see `lvmeta::lease::Host::with_linger`).
+pub const VG_LEASE_LINGER: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// How long one acquire of a VG lease is reused at most, so that other hosts get a turn.
+pub const VG_LEASE_MAX_HOLD: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The plugin name Kubernetes addresses the driver by.
 pub const DRIVER_NAME: &str = "lvmeta.csi.k8s.io";

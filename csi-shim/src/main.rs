@@ -49,10 +49,10 @@ struct Args {
     lock_wait: u64,
     /// Milliseconds an unused VG lease stays held after a change, so that back-to-back
     /// changes pay one sanlock acquire (0: released at once, as lvmlockd does).
-    #[arg(long, default_value_t = lvmeta::lease::SERVER_LINGER.as_millis() as u64)]
+    #[arg(long, default_value_t = csi_shim::VG_LEASE_LINGER.as_millis() as u64)]
     vg_lease_linger_ms: u64,
     /// Milliseconds one acquire of a VG lease is reused at most, so other hosts get a turn.
-    #[arg(long, default_value_t = lvmeta::lease::SERVER_MAX_HOLD.as_millis() as u64)]
+    #[arg(long, default_value_t = csi_shim::VG_LEASE_MAX_HOLD.as_millis() as u64)]
     vg_lease_max_hold_ms: u64,
     /// Serve the Node service as this Kubernetes node (its name).
     #[arg(long, env = "KUBE_NODE_NAME")]

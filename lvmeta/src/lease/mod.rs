@@ -340,13 +340,6 @@ impl LeaseManager for FakeLeases {
     }
 }
 
-/// How long a long-running server (csi-shim) keeps an unused exclusive VG lease by default
-/// (see [`Host::with_linger`]).
-pub const SERVER_LINGER: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// How long such a server reuses one acquire of a VG lease at most.
-pub const SERVER_MAX_HOLD: std::time::Duration = std::time::Duration::from_millis(500);
-
 /// This host in shared VGs: its lock manager, host id and how long it waits for a lease.
 #[derive(Clone)]
 pub struct Host {

@@ -147,7 +147,7 @@ pub(crate) async fn scenario(
                 o.io_timeout,
                 Duration::from_secs(30),
             )
-            .with_linger(lvmeta::lease::SERVER_LINGER, lvmeta::lease::SERVER_MAX_HOLD),
+            .with_linger(csi_shim::VG_LEASE_LINGER, csi_shim::VG_LEASE_MAX_HOLD),
         );
     } else {
         println!(
