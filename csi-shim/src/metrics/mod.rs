@@ -217,9 +217,20 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Records a finished CSI call.
+    ///
+    /// The method label is the call's path only for the CSI services' methods (a method
+    /// tonic does not serve answers UNIMPLEMENTED): any other path counts as `other`, so a
+    /// client cannot make series without end.
     pub fn rpc(&self, method: &str, code: tonic::Code, took: Duration) {
+        let csi = ["/csi.v1.Identity/", "/csi.v1.Controller/", "/csi.v1.Node/"];
+        let known = code != tonic::Code::Unimplemented
+            && csi.iter().any(|s| {
+                method
+                    .strip_prefix(s)
+                    .is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_alphabetic()))
+            });
         let labels = Rpc {
-            method: method.to_owned(),
+            method: if known { method } else { "other" }.to_owned(),
             code: format!("{code:?}"),
         };
         self.rpc.get_or_create(&labels).observe(took.as_secs_f64());
@@ -359,5 +370,36 @@ fn percent((used, all): (u64, u64)) -> f64 {
         0.0
     } else {
         used as f64 * 100.0 / all as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_csi_methods_name_a_series() {
+        let m = Metrics::default();
+        let ms = Duration::from_millis(1);
+        m.rpc("/csi.v1.Node/NodeStageVolume", tonic::Code::Ok, ms);
+        m.rpc("/csi.v1.Node/NoSuchCall", tonic::Code::Unimplemented, ms);
+        m.rpc("/csi.v1.Node/../../x", tonic::Code::Ok, ms);
+        m.rpc("/evil/\u{1b}[31m", tonic::Code::Unimplemented, ms);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &m.registry).expect("encode");
+        // A family's series come out in hash order.
+        let mut series: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("lvmeta_csi_rpc_duration_seconds_count"))
+            .collect();
+        series.sort_unstable();
+        assert_eq!(
+            series,
+            [
+                "lvmeta_csi_rpc_duration_seconds_count{method=\"/csi.v1.Node/NodeStageVolume\",code=\"Ok\"} 1",
+                "lvmeta_csi_rpc_duration_seconds_count{method=\"other\",code=\"Ok\"} 1",
+                "lvmeta_csi_rpc_duration_seconds_count{method=\"other\",code=\"Unimplemented\"} 2",
+            ]
+        );
     }
 }
