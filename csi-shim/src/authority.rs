@@ -10,9 +10,12 @@
 //!
 //! Invariants:
 //! - every byte other than a header block passes through unchanged and in order;
-//! - a header block is held until END_HEADERS, at most [`MAX_BLOCK`] bytes;
+//! - a header block is held until END_HEADERS, at most [`MAX_BLOCK`] bytes encoded in frames
+//!   of at most [`MAX_FRAME`], and decodes to at most [`MAX_LIST`] (HPACK's indexed entries
+//!   would otherwise let a few bytes expand to gigabytes before h2 could refuse them);
 //! - input that is not HTTP/2 (no client preface) passes through untouched;
-//! - malformed framing or HPACK is an error: the connection closes (h2 would close it too).
+//! - malformed framing or HPACK is an error: what was rewritten before it is still handed on,
+//!   then the connection closes (h2 would close it too).
 
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -21,12 +24,16 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The bytes every HTTP/2 client sends first (RFC 9113 section 3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-/// The longest header block held for rewriting (h2's default header list limit is 16 KiB).
-pub const MAX_BLOCK: usize = 256 << 10;
-/// The largest dynamic table a client may ask for (HPACK size updates beyond it are errors).
-const MAX_TABLE: usize = 64 << 10;
-/// The largest frame payload written out: the size every HTTP/2 peer must accept.
-const MAX_FRAME: usize = 16_384;
+/// The longest header block held for rewriting, as the client encoded it.
+pub const MAX_BLOCK: usize = 64 << 10;
+/// The largest header list a block may decode to (HPACK's size: name + value + 32 per
+/// header); h2 refuses lists over 16 KiB by default anyway.
+pub const MAX_LIST: usize = 64 << 10;
+/// The dynamic table a client may use: the 4096 bytes h2 advertises (its default), so size
+/// updates beyond it are errors here as there.
+const MAX_TABLE: usize = 4096;
+/// The largest frame payload read or written: h2's SETTINGS_MAX_FRAME_SIZE (its default).
+pub const MAX_FRAME: usize = 16_384;
 
 const HEADERS: u8 = 0x1;
 const CONTINUATION: u8 = 0x9;
@@ -61,6 +68,20 @@ pub enum MendError {
     /// A header block larger than [`MAX_BLOCK`].
     #[error("header block on stream {stream} exceeds {MAX_BLOCK} bytes")]
     TooLarge {
+        /// The stream of the block.
+        stream: u32,
+    },
+    /// A HEADERS or CONTINUATION frame larger than [`MAX_FRAME`].
+    #[error("header frame of {len} bytes on stream {stream} exceeds {MAX_FRAME}")]
+    FrameTooLarge {
+        /// The stream of the frame.
+        stream: u32,
+        /// Its payload length.
+        len: usize,
+    },
+    /// A header block that decodes to a list larger than [`MAX_LIST`].
+    #[error("header block on stream {stream} decodes to more than {MAX_LIST} bytes")]
+    ListTooLarge {
         /// The stream of the block.
         stream: u32,
     },
@@ -131,15 +152,16 @@ impl Rewriter {
             match &mut self.stage {
                 Stage::Preface(n) => {
                     let take = (PREFACE.len() - *n).min(input.len());
+                    // Held until whole: a mismatch hands on what matched, then everything.
                     if input[..take] != PREFACE[*n..*n + take] {
                         out.extend_from_slice(&PREFACE[..*n]);
                         self.stage = Stage::Raw;
                         continue;
                     }
-                    out.extend_from_slice(&input[..take]);
                     *n += take;
                     input = &input[take..];
                     if *n == PREFACE.len() {
+                        out.extend_from_slice(PREFACE);
                         self.stage = Stage::Head;
                     }
                 }
@@ -198,6 +220,9 @@ impl Rewriter {
             }
         }
         if kind == HEADERS || kind == CONTINUATION {
+            if len > MAX_FRAME {
+                return Err(MendError::FrameTooLarge { stream, len });
+            }
             if self.open.as_ref().map_or(0, |o| o.fragment.len()) + len > MAX_BLOCK {
                 return Err(MendError::TooLarge { stream });
             }
@@ -270,8 +295,14 @@ impl Rewriter {
     /// Decodes a whole header block and encodes it again, authority mended, literals only.
     fn reencode(&mut self, open: &Open) -> Result<Vec<u8>, MendError> {
         let mut block = Vec::with_capacity(open.fragment.len() + 64);
+        let mut list = 0usize;
         self.decoder
             .decode_with_cb(&open.fragment, |name, value| {
+                // Counted before anything is copied; past the limit nothing more is.
+                list = list.saturating_add(name.len() + value.len() + 32);
+                if list > MAX_LIST {
+                    return;
+                }
                 let value = if &*name == b":authority" {
                     mend(&value)
                 } else {
@@ -283,6 +314,11 @@ impl Rewriter {
                 stream: open.stream,
                 source,
             })?;
+        if list > MAX_LIST {
+            return Err(MendError::ListTooLarge {
+                stream: open.stream,
+            });
+        }
         Ok(block)
     }
 }
@@ -371,6 +407,8 @@ pub struct Mended<S> {
     out: Vec<u8>,
     pos: usize,
     raw: Box<[u8; 8192]>,
+    /// Why the rewriter gave up: every read after the rewritten bytes fails with it.
+    failed: Option<String>,
 }
 
 impl<S> Mended<S> {
@@ -382,6 +420,7 @@ impl<S> Mended<S> {
             out: Vec::new(),
             pos: 0,
             raw: Box::new([0; 8192]),
+            failed: None,
         }
     }
 }
@@ -404,14 +443,19 @@ impl<S: AsyncRead + Unpin> AsyncRead for Mended<S> {
                 }
                 return Poll::Ready(Ok(()));
             }
+            if let Some(why) = &me.failed {
+                let e = std::io::Error::new(std::io::ErrorKind::InvalidData, why.clone());
+                return Poll::Ready(Err(e));
+            }
             let mut raw = ReadBuf::new(&mut me.raw[..]);
             ready!(Pin::new(&mut me.inner).poll_read(cx, &mut raw))?;
             if raw.filled().is_empty() {
                 return Poll::Ready(Ok(()));
             }
+            // What was rewritten before an error is still handed on (h2 may answer it).
             if let Err(e) = me.rewriter.feed(raw.filled(), &mut me.out) {
                 tracing::warn!(error = %e, "closing a client connection");
-                return Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)));
+                me.failed = Some(e.to_string());
             }
         }
     }
@@ -587,8 +631,16 @@ mod tests {
         let mut h = grpc_headers("a%b");
         h.push((b"x-big".to_vec(), vec![b'v'; 40_000]));
         let block = loona_hpack::Encoder::new().encode(h.iter().map(|(n, v)| (&n[..], &v[..])));
+        // The client splits it too: a HEADERS frame, then CONTINUATION frames.
         let mut wire = PREFACE.to_vec();
-        wire.extend_from_slice(&headers_frame(5, &block, END_HEADERS | END_STREAM));
+        let (first, rest) = block.split_at(10_000);
+        wire.extend_from_slice(&headers_frame(5, first, END_STREAM));
+        for (i, part) in rest.chunks(MAX_FRAME).enumerate() {
+            let last = (i + 1) * MAX_FRAME >= rest.len();
+            let flags = if last { END_HEADERS } else { 0 };
+            frame_head(part.len(), CONTINUATION, flags, 5, &mut wire);
+            wire.extend_from_slice(part);
+        }
         let mut out = Vec::new();
         Rewriter::default().feed(&wire, &mut out).expect("rewrite");
         let (blocks, _) = server_view(&out);
@@ -606,6 +658,69 @@ mod tests {
         r.feed(b"PRI * HTTP/1.1\r\n", &mut out).expect("raw");
         r.feed(b"more", &mut out).expect("raw");
         assert_eq!(out, b"PRI * HTTP/1.1\r\nmore");
+        // A preface that stops matching after a read: every byte once.
+        let mut out = Vec::new();
+        let mut r = Rewriter::default();
+        r.feed(b"PRI * HTTP/", &mut out).expect("partial");
+        assert!(out.is_empty(), "held until it matches or not");
+        r.feed(b"1.1\r\n", &mut out).expect("raw");
+        assert_eq!(out, b"PRI * HTTP/1.1\r\n");
+    }
+
+    #[test]
+    fn an_hpack_bomb_is_refused_before_it_expands() {
+        // One 4000-byte entry in the client's table, then 16,000 one-byte references to it:
+        // 16 KiB on the wire, 64 MB as literals.
+        let mut block = vec![0x40, 0x01, b'x', 0x7f];
+        let mut n = 4000 - 127;
+        while n >= 128 {
+            block.push((n % 128) as u8 | 0x80);
+            n /= 128;
+        }
+        block.push(n as u8);
+        block.extend(std::iter::repeat_n(b'v', 4000));
+        block.extend(std::iter::repeat_n(0xbe, MAX_FRAME - block.len()));
+        let mut wire = PREFACE.to_vec();
+        frame_head(block.len(), HEADERS, END_HEADERS, 1, &mut wire);
+        wire.extend_from_slice(&block);
+        let mut out = Vec::new();
+        let err = Rewriter::default().feed(&wire, &mut out);
+        assert!(
+            matches!(err, Err(MendError::ListTooLarge { stream: 1 })),
+            "{err:?}"
+        );
+        assert!(
+            out.len() <= PREFACE.len(),
+            "nothing of the block was handed on"
+        );
+        // A frame larger than h2 takes is refused as h2 refuses it.
+        let mut wire = PREFACE.to_vec();
+        frame_head(MAX_FRAME + 1, HEADERS, END_HEADERS, 3, &mut wire);
+        let err = Rewriter::default().feed(&wire, &mut Vec::new());
+        assert!(
+            matches!(err, Err(MendError::FrameTooLarge { stream: 3, .. })),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn what_came_before_an_error_is_handed_on() {
+        use tokio::io::AsyncReadExt;
+        let mut wire = PREFACE.to_vec();
+        let settings = [0u8, 0, 0, 4, 0, 0, 0, 0, 0];
+        wire.extend_from_slice(&settings);
+        frame_head(1, HEADERS, END_HEADERS, 1, &mut wire);
+        wire.push(0xff);
+        let mut m = Mended::new(&wire[..]);
+        let mut got = Vec::new();
+        let r = m.read_to_end(&mut got).await;
+        assert_eq!(
+            r.expect_err("bad HPACK").kind(),
+            std::io::ErrorKind::InvalidData
+        );
+        let mut want = PREFACE.to_vec();
+        want.extend_from_slice(&settings);
+        assert_eq!(got, want);
     }
 
     #[test]

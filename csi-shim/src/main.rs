@@ -185,11 +185,11 @@ fn run(args: Args) -> Result<(), String> {
                     .await
                     .map_err(|e| format!("--metrics-address {addr}: {e}"))?;
                 tracing::info!(%addr, "serving metrics at /metrics");
-                let endpoint = csi_shim::metrics::http::Endpoint {
-                    backend: backend.clone(),
-                    vgs: node.is_none(),
-                    node: node.clone(),
-                };
+                let endpoint = csi_shim::metrics::http::Endpoint::new(
+                    backend.clone(),
+                    node.is_none(),
+                    node.clone(),
+                );
                 let serve = csi_shim::metrics::http::serve(l, endpoint, std::future::pending());
                 Some(tokio::spawn(serve))
             }

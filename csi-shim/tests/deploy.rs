@@ -453,6 +453,18 @@ fn deploy_renders_to_objects_the_api_accepts() {
             .filter(|c| c["args"].to_string().contains("VolumeAttributesClass=true"))
             .count();
         assert_eq!(gated, if components.contains(&VACS) { 2 } else { 0 });
+        // VolumeAttributesClass v1 (Kubernetes 1.34) is read by csi-provisioner v6 and
+        // csi-resizer v2 on; older ones read v1beta1, which 1.34 serves only when enabled.
+        if components.contains(&VACS) {
+            for (sidecar, major) in [("csi-provisioner", ":v6."), ("csi-resizer", ":v2.")] {
+                let c = containers
+                    .iter()
+                    .find(|c| c["name"] == sidecar)
+                    .expect(sidecar);
+                let image = c["image"].as_str().expect("image");
+                assert!(image.contains(major), "{sidecar}: {image}");
+            }
+        }
     }
 }
 

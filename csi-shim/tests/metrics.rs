@@ -146,11 +146,7 @@ async fn metrics_are_scraped_by_prometheus_and_the_alerts_fire() {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let endpoint = Endpoint {
-        backend: d.backend.clone(),
-        vgs: true,
-        node: Some(d.node_service.clone()),
-    };
+    let endpoint = Endpoint::new(d.backend.clone(), true, Some(d.node_service.clone()));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(serve(listener, endpoint, async {
         let _ = stopped.await;
@@ -197,7 +193,7 @@ async fn metrics_are_scraped_by_prometheus_and_the_alerts_fire() {
             900.0 * 100.0 / 1024.0,
         ),
         (
-            "lvmeta_csi_rpc_duration_seconds_count{method=\"/csi.v1.Controller/CreateVolume\",code=\"Ok\"}",
+            "lvmeta_csi_rpc_duration_seconds_count{method=\"/csi.v1.Controller/CreateVolume\",code=\"OK\"}",
             2.0,
         ),
         (
@@ -367,13 +363,11 @@ async fn lease_requests_and_the_lockspace_are_measured() {
     let backend = csi_shim::controller::Backend::new(session, vec!["vg".into()])
         .with_metrics(metrics.clone());
     let mut d = common::serve(backend, lun).await;
-    let scrape = |d: &Driver| {
-        let scope = csi_shim::metrics::Scope {
-            vgs: true,
-            node: None,
-        };
+    let scrape_as = |d: &Driver, vgs: bool| {
+        let scope = csi_shim::metrics::Scope { vgs, node: None };
         samples(&d.backend.metrics().scrape(&d.backend, &scope))
     };
+    let scrape = |d: &Driver| scrape_as(d, true);
     d.controller
         .create_volume(create("a", "linear", 8 * MIB, rwo()))
         .await
@@ -391,7 +385,52 @@ async fn lease_requests_and_the_lockspace_are_measured() {
     assert!(refused.is_err());
     let m = scrape(&d);
     assert_eq!(m.get("lvmeta_lockspace_joined{vg=\"vg\"}"), Some(&0.0));
+    // A node plugin reports its own lockspace, not the VG's gauges.
+    let node = scrape_as(&d, false);
+    assert_eq!(node.get("lvmeta_lockspace_joined{vg=\"vg\"}"), Some(&0.0));
+    assert!(
+        !node.keys().any(|k| k.starts_with("topolvm_volumegroup")),
+        "{node:?}"
+    );
     let failed = "lvmeta_vg_lease_request_duration_seconds_count{vg=\"vg\",outcome=\"failed\"}";
     assert!(m.get(failed).is_some_and(|&n| n >= 1.0), "{m:?}");
+    d.stop.take().map(|s| s.send(()));
+}
+
+/// Idle and half-sent connections neither pile up nor keep a scrape out: after
+/// `HEADER_TIMEOUT` they are closed and the waiting scrape is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_do_not_keep_scrapes_out() {
+    use csi_shim::metrics::http::{HEADER_TIMEOUT, MAX_CONNECTIONS};
+    let mut d = driver().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let endpoint = Endpoint::new(d.backend.clone(), true, None);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, endpoint, async {
+        let _ = stopped.await;
+    }));
+    let started = std::time::Instant::now();
+    let (response, idle) = tokio::task::spawn_blocking(move || {
+        // Every slot taken by a request that never ends, and more waiting behind them.
+        let idle: Vec<std::net::TcpStream> = (0..MAX_CONNECTIONS + 4)
+            .map(|_| {
+                let mut s = std::net::TcpStream::connect(addr).expect("connect");
+                s.write_all(b"GET /metr").expect("half a request");
+                s
+            })
+            .collect();
+        (get(addr, "/metrics"), idle)
+    })
+    .await
+    .expect("scrape");
+    assert!(response.starts_with("HTTP/1.0 200 "), "{response}");
+    let took = started.elapsed();
+    assert!(took < HEADER_TIMEOUT * 3, "served after {took:?}");
+    drop(idle);
+    let _ = stop.send(());
+    server.await.expect("metrics server ends");
     d.stop.take().map(|s| s.send(()));
 }

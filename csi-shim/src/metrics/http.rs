@@ -1,4 +1,13 @@
 //! The metrics endpoint: `GET /metrics` over HTTP/1.1 (hyper), anything else 404.
+//!
+//! Invariants (the port is reachable from the pod network):
+//! - at most [`MAX_CONNECTIONS`] connections at once; more wait in the listen backlog;
+//! - a request's headers must arrive within [`HEADER_TIMEOUT`] and a connection ends after
+//!   [`CONNECTION_TIMEOUT`], so idle or half-sent connections do not hold descriptors;
+//! - concurrent requests share one scrape at a time and reuse a result younger than
+//!   [`SCRAPE_REUSE`] (waiting without a thread), so a flood of scrapes cannot fill the blocking pool that CSI
+//!   calls and Probe use;
+//! - a failing accept (descriptors exhausted) is retried after a pause, logged once a minute.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -14,6 +23,17 @@ use super::Scope;
 use crate::controller::Backend;
 use crate::node::Node;
 
+/// Most connections served at once.
+pub const MAX_CONNECTIONS: usize = 16;
+/// How long a request's headers may take to arrive.
+pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long one connection may last, whatever it does.
+pub const CONNECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a scrape's result answers later requests.
+pub const SCRAPE_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
+/// The pause after a failed accept.
+const ACCEPT_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The content type of the OpenMetrics text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -21,15 +41,25 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// thin pools of `node` when given.
 #[derive(Clone)]
 pub struct Endpoint {
-    /// The driver's backend (its [`super::Metrics`] and session).
-    pub backend: Arc<Backend>,
-    /// Report the served VGs' gauges (the controller does).
-    pub vgs: bool,
-    /// This node, for its thin pools.
-    pub node: Option<Arc<Node>>,
+    backend: Arc<Backend>,
+    vgs: bool,
+    node: Option<Arc<Node>>,
+    /// The last scrape and when it was made; held while one is made.
+    last: Arc<tokio::sync::Mutex<Option<(std::time::Instant, Bytes)>>>,
 }
 
 impl Endpoint {
+    /// The metrics of `backend` (its [`super::Metrics`] and session), with the served VGs'
+    /// gauges when `vgs` (the controller), and the thin pools of `node` when given.
+    pub fn new(backend: Arc<Backend>, vgs: bool, node: Option<Arc<Node>>) -> Self {
+        Endpoint {
+            backend,
+            vgs,
+            node,
+            last: Arc::default(),
+        }
+    }
+
     /// The answer to one request.
     async fn answer(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         if req.method() != hyper::Method::GET || req.uri().path() != "/metrics" {
@@ -37,19 +67,35 @@ impl Endpoint {
             *r.status_mut() = StatusCode::NOT_FOUND;
             return r;
         }
-        let me = self.clone();
-        // The scrape reads the session: a blocking call.
-        let text = tokio::task::spawn_blocking(move || {
-            let scope = Scope {
-                vgs: me.vgs,
-                node: me.node.as_deref(),
-            };
-            me.backend.metrics().scrape(&me.backend, &scope)
-        })
-        .await;
+        // One scrape at a time; those who waited for it take its result.
+        let mut last = self.last.lock().await;
+        let fresh = last
+            .as_ref()
+            .filter(|(t, _)| t.elapsed() < SCRAPE_REUSE)
+            .map(|(_, b)| b.clone());
+        let text = match fresh {
+            Some(b) => Ok(b),
+            None => {
+                let me = self.clone();
+                // The scrape reads the session: a blocking call.
+                let made = tokio::task::spawn_blocking(move || {
+                    let scope = Scope {
+                        vgs: me.vgs,
+                        node: me.node.as_deref(),
+                    };
+                    Bytes::from(me.backend.metrics().scrape(&me.backend, &scope))
+                })
+                .await;
+                if let Ok(b) = &made {
+                    *last = Some((std::time::Instant::now(), b.clone()));
+                }
+                made
+            }
+        };
+        drop(last);
         match text {
             Ok(text) => {
-                let mut r = Response::new(Full::new(Bytes::from(text)));
+                let mut r = Response::new(Full::new(text));
                 if let Ok(v) = hyper::header::HeaderValue::from_str(CONTENT_TYPE) {
                     r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
                 }
@@ -69,27 +115,45 @@ impl Endpoint {
 /// dropped then: a scrape is retried by Prometheus).
 pub async fn serve(listener: TcpListener, endpoint: Endpoint, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut last_warning: Option<std::time::Instant> = None;
     loop {
+        let slot = tokio::select! {
+            () = &mut shutdown => return,
+            s = slots.clone().acquire_owned() => match s {
+                Ok(s) => s,
+                Err(_) => return,
+            },
+        };
         let (stream, peer) = tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accepting a metrics connection");
+                    if last_warning.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(60)) {
+                        tracing::warn!(error = %e, "accepting a metrics connection");
+                        last_warning = Some(std::time::Instant::now());
+                    }
+                    tokio::time::sleep(ACCEPT_PAUSE).await;
                     continue;
                 }
             },
         };
         let endpoint = endpoint.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let service = hyper::service::service_fn(move |req| {
                 let endpoint = endpoint.clone();
                 async move { Ok::<_, Infallible>(endpoint.answer(req).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "metrics connection");
+            match tokio::time::timeout(CONNECTION_TIMEOUT, conn).await {
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics connection"),
+                Err(_) => tracing::debug!(%peer, "metrics connection timed out"),
+                Ok(Ok(())) => {}
             }
         });
     }

@@ -11,7 +11,8 @@
 //! Invariants:
 //! - gauges are read from the session's cached model at scrape time (no disk I/O but what
 //!   the scan cache does anyway) and every series that no longer exists disappears;
-//! - VG gauges come from the controller only ([`Scope::vgs`]): node plugins would repeat them.
+//! - VG gauges come from the controller only ([`Scope::vgs`]): node plugins would repeat them;
+//!   the lockspace gauge is every host's own and comes from every process.
 
 pub mod http;
 
@@ -231,7 +232,7 @@ impl Metrics {
             });
         let labels = Rpc {
             method: if known { method } else { "other" }.to_owned(),
-            code: format!("{code:?}"),
+            code: code_name(code),
         };
         self.rpc.get_or_create(&labels).observe(took.as_secs_f64());
     }
@@ -252,8 +253,10 @@ impl Metrics {
             text
         );
         clear!(area_size, area_limit, wipe_volumes, wipe_bytes, lockspace);
-        if scope.vgs {
-            for vg in backend.vgs() {
+        for vg in backend.vgs() {
+            // Every host's own state: the node plugins report theirs too.
+            self.lockspace(backend, vg);
+            if scope.vgs {
                 self.vg(backend, vg);
             }
         }
@@ -277,6 +280,22 @@ impl Metrics {
             tracing::warn!(error = %e, "encoding metrics");
         }
         out
+    }
+
+    /// Whether this host has joined the lockspace of served VG `name`, if it is shared and
+    /// reads.
+    fn lockspace(&self, backend: &Backend, name: &str) {
+        let Ok(view) = backend.session().view(name) else {
+            return;
+        };
+        if view.is_shared() {
+            drop(view);
+            let joined = backend.session().ready(name).is_ok();
+            let vg = Vg {
+                vg: name.to_owned(),
+            };
+            self.lockspace.get_or_create(&vg).set(i64::from(joined));
+        }
     }
 
     /// The gauges of served VG `name` (none when it does not read now: logged).
@@ -307,10 +326,6 @@ impl Metrics {
                 };
                 self.area_size.get_or_create(&at).set(gauge(a.size));
                 self.area_limit.get_or_create(&at).set(gauge(a.max_text));
-            }
-            if view.is_shared() {
-                let joined = backend.session().ready(name).is_ok();
-                self.lockspace.get_or_create(&vg).set(i64::from(joined));
             }
             drop(view);
             for mode in [crate::volume::Mode::Linear, crate::volume::Mode::Thin] {
@@ -359,6 +374,16 @@ impl LeaseObserver for Metrics {
     }
 }
 
+/// A gRPC code as gRPC's own libraries name it (`OK`, `Canceled`, `InvalidArgument`, ...),
+/// the values dashboards of gRPC servers expect.
+fn code_name(code: tonic::Code) -> String {
+    match code {
+        tonic::Code::Ok => "OK".into(),
+        tonic::Code::Cancelled => "Canceled".into(),
+        c => format!("{c:?}"),
+    }
+}
+
 /// A byte count as a gauge value.
 fn gauge(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
@@ -396,8 +421,8 @@ mod tests {
         assert_eq!(
             series,
             [
-                "lvmeta_csi_rpc_duration_seconds_count{method=\"/csi.v1.Node/NodeStageVolume\",code=\"Ok\"} 1",
-                "lvmeta_csi_rpc_duration_seconds_count{method=\"other\",code=\"Ok\"} 1",
+                "lvmeta_csi_rpc_duration_seconds_count{method=\"/csi.v1.Node/NodeStageVolume\",code=\"OK\"} 1",
+                "lvmeta_csi_rpc_duration_seconds_count{method=\"other\",code=\"OK\"} 1",
                 "lvmeta_csi_rpc_duration_seconds_count{method=\"other\",code=\"Unimplemented\"} 2",
             ]
         );
