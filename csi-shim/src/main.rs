@@ -82,6 +82,12 @@ struct Args {
     metrics_address: Option<std::net::SocketAddr>,
 }
 
+/// How long an idle blocking thread (lvmeta's disk I/O, lease waits, mkfs) is kept: each
+/// one that ran a commit holds allocator pages of its own, so they go soon after a burst of
+/// calls (tokio's default keeps them 10 s). Their number is not capped: a call waiting for
+/// another host's lease must not hold up Probe or the node's request server.
+const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// `HOST:PORT`, or `:PORT` for 0.0.0.0.
 fn metrics_address(s: &str) -> Result<std::net::SocketAddr, String> {
     let full = if s.starts_with(':') {
@@ -175,7 +181,11 @@ fn run(args: Args) -> Result<(), String> {
         }
         None => None,
     };
-    let rt = tokio::runtime::Runtime::new().map_err(|e| format!("tokio runtime: {e}"))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
     rt.block_on(async {
         let listener = csi_shim::server::listen(&args.endpoint).map_err(|e| e.to_string())?;
         tracing::info!(endpoint = %args.endpoint.display(), "serving CSI");
