@@ -92,6 +92,14 @@ fn a_pool_held_by_a_node_is_changed_through_a_request() {
     assert_eq!(received[2..], ["create_snap 2 1", "set_transaction_id 1 2"]);
     assert_eq!(queue(&s, "src-pool"), (2, 0));
     assert!(vols.requests("src-pool").expect("requests").is_empty());
+    // A retry after the node served it (the caller had given up) posts nothing.
+    let again = vols
+        .through_holder(&r, Duration::from_millis(100), |v| {
+            v.snapshot("snap", "src")
+        })
+        .expect("served already");
+    assert_eq!(again, snap);
+    assert!(vols.requests("src-pool").expect("requests").is_empty());
     // Posted, not served, and then the pool comes free: the caller makes it itself, and the
     // posted request goes, so that it is never served later.
     let r2 = Request::Snapshot {
@@ -125,9 +133,9 @@ fn a_pool_held_by_a_node_is_changed_through_a_request() {
     assert!(vols.get_snapshot("snap2").expect("get").is_some());
 }
 
-/// Runs `call` while a node thread serves the first request posted on thin volume `lv`'s
-/// pool as its holder (the change, its delivery, the tag's removal), as csi-shim's node
-/// does.
+/// Runs `call` while a node thread serves the requests posted on thin volume `lv`'s pool
+/// as its holder (the change, its delivery, the tag's removal), as csi-shim's node does:
+/// it keeps serving until `call` returns, so a request posted again is served too.
 fn while_node_serves<T: Send>(
     s: &lvmeta::session::Session,
     backend: &lvmeta::activate::FakeBackend,
@@ -135,21 +143,27 @@ fn while_node_serves<T: Send>(
     call: impl FnOnce() -> T + Send,
 ) -> T {
     use csi_shim::volume::Volumes;
+    use std::sync::atomic::{AtomicBool, Ordering};
     let pool = format!("{lv}-pool");
+    let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        let node = scope.spawn(|| loop {
-            let holder = Volumes::new(s, "vg").holding(vec![pool.clone()]);
-            let pending = holder.fresh_requests(&pool).expect("requests");
-            if let Some(r) = pending.first() {
-                holder.serve(r).expect("serve");
-                s.refresh("vg", lv, backend).expect("deliver");
-                holder.finish(&pool, r).expect("finish");
-                return;
+        let node = scope.spawn(|| {
+            let mut served = 0;
+            while !stop.load(Ordering::Acquire) {
+                let holder = Volumes::new(s, "vg").holding(vec![pool.clone()]);
+                for r in holder.fresh_requests(&pool).expect("requests") {
+                    holder.serve(&r).expect("serve");
+                    s.refresh("vg", lv, backend).expect("deliver");
+                    holder.finish(&pool, &r).expect("finish");
+                    served += 1;
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
-            std::thread::sleep(Duration::from_millis(20));
+            served
         });
         let out = call();
-        node.join().expect("node");
+        stop.store(true, Ordering::Release);
+        assert!(node.join().expect("node") > 0, "the node served nothing");
         out
     })
 }

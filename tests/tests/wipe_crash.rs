@@ -170,7 +170,7 @@ fn all_hold(bytes: &[u8], runs: &[Piece], byte: u8) -> bool {
 }
 
 fn extent(vg: &lvmeta::model::Vg) -> u64 {
-    u64::from(vg.extent_size) * 512
+    vg.extent_bytes()
 }
 
 fn pe_start(vg: &lvmeta::model::Vg) -> u64 {

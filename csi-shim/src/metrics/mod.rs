@@ -303,7 +303,7 @@ impl Metrics {
         let vols = Volumes::new(backend.session(), name);
         let gauges = || -> Result<(), crate::volume::VolumeError> {
             let view = vols.view()?;
-            let extent = u64::from(view.extent_size) * 512;
+            let extent = view.extent_bytes();
             let dc = DeviceClass {
                 device_class: name.to_owned(),
             };

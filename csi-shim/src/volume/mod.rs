@@ -343,7 +343,7 @@ impl<'s> Volumes<'s> {
     /// Bytes a new volume can take at most (the VG's free extents).
     pub fn free_bytes(&self) -> Result<u64, VolumeError> {
         let vg = self.view()?;
-        Ok(vg.free_count() * extent_bytes(&vg))
+        Ok(vg.free_count() * vg.extent_bytes())
     }
 
     /// Bytes a new volume of `mode` can take at most: the VG's free extents, or 0 when its
@@ -354,7 +354,7 @@ impl<'s> Volumes<'s> {
         if !vg.metadata().fits(mode.text_bytes()) {
             return Ok(0);
         }
-        Ok(vg.free_count() * extent_bytes(&vg))
+        Ok(vg.free_count() * vg.extent_bytes())
     }
 
     /// Creates `name`, or returns it when it exists in this mode with a size in `size`.
@@ -391,10 +391,10 @@ impl<'s> Volumes<'s> {
             let vg = self.vg()?;
             check_source(&vg, content, mode)?;
             check_shared_pool(&vg, src, options)?;
-            let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * extent_bytes(&vg);
+            let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * vg.extent_bytes();
             let asked = match size.required {
                 0 => src_bytes,
-                _ => u64::from(size.extents(extent_bytes(&vg))?) * extent_bytes(&vg),
+                _ => u64::from(size.extents(vg.extent_bytes())?) * vg.extent_bytes(),
             };
             if asked < src_bytes || (size.limit != 0 && src_bytes > size.limit) {
                 return Err(VolumeError::OutOfRange(format!(
@@ -415,7 +415,7 @@ impl<'s> Volumes<'s> {
         if let Some(v) = existing(&vg, name, mode, size)? {
             return Ok(v);
         }
-        let extents = size.extents(extent_bytes(&vg))?;
+        let extents = size.extents(vg.extent_bytes())?;
         let tags = vec![format!("{MODE_TAG}{}", mode.as_str())];
         let stamp = Stamp::now();
         // A new linear volume starts with its first and last MiB zeroed.
@@ -505,12 +505,12 @@ impl<'s> Volumes<'s> {
                 Some(_) => {}
             }
         }
-        let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * extent_bytes(vg);
+        let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * vg.extent_bytes();
         let want = SizeRange {
             required: size.required.max(src_bytes),
             limit: size.limit,
         };
-        let extents = want.extents(extent_bytes(vg))?;
+        let extents = want.extents(vg.extent_bytes())?;
         let stamp = Stamp::now();
         let (v, copy) = self
             .update_clearing("lvcreate", &[name], |vg| {
@@ -672,8 +672,8 @@ impl<'s> Volumes<'s> {
     pub fn expand(&self, name: &str, size: SizeRange) -> Result<Volume, VolumeError> {
         let vg = self.vg()?;
         let v = volume_of(&vg, name).ok_or_else(|| VolumeError::NotFound(name.to_owned()))?;
-        let extents = size.extents(extent_bytes(&vg))?;
-        if u64::from(extents) * extent_bytes(&vg) <= v.bytes {
+        let extents = size.extents(vg.extent_bytes())?;
+        if u64::from(extents) * vg.extent_bytes() <= v.bytes {
             return Ok(v);
         }
         self.update("lvextend", |vg| {
@@ -681,7 +681,7 @@ impl<'s> Volumes<'s> {
                 vg: vg.name.clone(),
                 lv: name.to_owned(),
             })?;
-            if u64::from(extents) * extent_bytes(&vg) <= v.bytes {
+            if u64::from(extents) * vg.extent_bytes() <= v.bytes {
                 return Ok((vg, v));
             }
             let vg = match v.mode {
@@ -788,7 +788,7 @@ fn thin_copy(
     stamp: Stamp,
 ) -> Result<Vg, EditError> {
     let src_extents = vg.lv(src).map_or(0, |l| l.extents());
-    let ext = extent_bytes(&vg);
+    let ext = vg.extent_bytes();
     let want = if size.required == 0 {
         src_extents
     } else {
@@ -856,13 +856,9 @@ fn snapshot_in<'a>(vg: &Vg, lv: &Lv, find: impl Fn(&str) -> Option<&'a Lv>) -> O
         vg: vg.name.clone(),
         name: lv.name.clone(),
         source,
-        bytes: lv.extents() * extent_bytes(vg),
+        bytes: lv.extents() * vg.extent_bytes(),
         created: lv.creation.as_ref().map(|c| c.0),
     })
-}
-
-fn extent_bytes(vg: &Vg) -> u64 {
-    u64::from(vg.extent_size) * 512
 }
 
 /// The volumes of `vg`, by name (one index of the LVs, then one pass).
@@ -897,7 +893,7 @@ fn volume_in<'a>(vg: &Vg, lv: &Lv, find: impl Fn(&str) -> Option<&'a Lv>) -> Opt
         vg: vg.name.clone(),
         name: lv.name.clone(),
         mode,
-        bytes: lv.extents() * extent_bytes(vg),
+        bytes: lv.extents() * vg.extent_bytes(),
     })
 }
 

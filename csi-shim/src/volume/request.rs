@@ -376,6 +376,11 @@ impl Volumes<'_> {
                 }
             }
         }
+        // Served already (a retry after the node made it): nothing to post. Only once the
+        // node has taken the request away: until then it may still undo what it made.
+        if live_here && !self.posted(&pool, r)? && self.is_done(r)? {
+            return op(self);
+        }
         let tag = r.tag_at(now_secs());
         self.update("lvchange --addtag", |mut vg| {
             let name = vg.name.clone();

@@ -80,7 +80,7 @@ impl Volumes<'_> {
             .collect();
         Ok((
             extents.len(),
-            extents.iter().sum::<u64>() * super::extent_bytes(&vg),
+            extents.iter().sum::<u64>() * vg.extent_bytes(),
         ))
     }
 
@@ -134,7 +134,7 @@ impl Volumes<'_> {
     /// Bytes held by wipe LVs (not free yet).
     pub fn wiping_bytes(&self) -> Result<u64, VolumeError> {
         let vg = self.vg()?;
-        let ext = u64::from(vg.extent_size) * 512;
+        let ext = vg.extent_bytes();
         Ok(vg
             .lvs
             .iter()

@@ -176,7 +176,7 @@ pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, A
         vg: vg.name.clone(),
         lv: lv.into(),
     })?;
-    let ext = u64::from(vg.extent_size) * 512;
+    let ext = vg.extent_bytes();
     let dm_uuid = dm_uuid(vg, l);
     let thin_layout = match l.segments.first().map(|s| &s.kind) {
         Some(SegKind::Thin(t)) if t.external_origin.is_none() && t.merge.is_none() => {

@@ -157,7 +157,7 @@ pub fn plan_pool(vg: &Vg, pool: &str, paths: &[Option<String>]) -> Result<PoolPl
     Ok(PoolPlan {
         name: pool.into(),
         dm_uuid: super::plan::dm_uuid(vg, lv),
-        bytes: lv.extents() * u64::from(vg.extent_size) * 512,
+        bytes: lv.extents() * vg.extent_bytes(),
         metadata: linear(&p.metadata)?,
         data: linear(&p.pool)?,
         chunk_size: p.chunk_size,

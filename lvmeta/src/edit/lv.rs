@@ -263,7 +263,7 @@ pub(crate) fn assign_lease(
     super::reserved(|r| used.extend_from_slice(&r.leases));
     used.sort_unstable();
     loop {
-        let size = vg.lvs[lock_lv].extents() * u64::from(vg.extent_size) * 512;
+        let size = vg.lvs[lock_lv].extents() * vg.extent_bytes();
         let free = (FIRST_LEASE_SLOT..)
             .map(|k| k * align)
             .take_while(|o| o + align <= size)

@@ -105,7 +105,7 @@ pub fn lockspace_name(vg: &str) -> String {
 /// (linear and striped-with-one-stripe segments; `None` past the end or on other layouts).
 pub fn lv_byte(vg: &Vg, lv: &str, offset: u64) -> Option<(usize, u64)> {
     let lv = vg.lv(lv)?;
-    let ext = u64::from(vg.extent_size) * 512;
+    let ext = vg.extent_bytes();
     let le = offset / ext;
     let seg = lv.segments.iter().find(|s| {
         u64::from(s.start_extent) <= le
@@ -188,7 +188,7 @@ pub fn lv_lease(vg: &Vg, paths: &[Option<String>], lv: &str, g: Geometry) -> Opt
 /// Every LV lease slot of `lvmlock`, free or not (what `vgcreate --shared` fills with
 /// `#unused`).
 pub fn lv_slots(vg: &Vg, paths: &[Option<String>], g: Geometry) -> Vec<ResourceSpec> {
-    let size = vg.lv("lvmlock").map_or(0, |l| l.extents()) * u64::from(vg.extent_size) * 512;
+    let size = vg.lv("lvmlock").map_or(0, |l| l.extents()) * vg.extent_bytes();
     (FIRST_LV_SLOT..)
         .map(|k| k * g.align)
         .take_while(|o| o + g.align <= size)

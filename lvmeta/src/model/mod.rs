@@ -258,6 +258,11 @@ impl Vg {
         self.is_shared() || self.system_id.as_deref().is_some_and(|s| !s.is_empty())
     }
 
+    /// The extent size in bytes.
+    pub fn extent_bytes(&self) -> u64 {
+        u64::from(self.extent_size) * 512
+    }
+
     /// Total PEs.
     pub fn extent_count(&self) -> u64 {
         self.pvs.iter().map(|p| u64::from(p.pe_count)).sum()

@@ -180,7 +180,7 @@ fn tags(t: &[String]) -> Cell {
 /// A VG field.
 pub fn vg_field(c: &VgCtx<'_>, name: &str) -> Option<Cell> {
     let vg = &c.svg.vg;
-    let ext = u64::from(vg.extent_size) * 512;
+    let ext = vg.extent_bytes();
     Some(match name {
         "vg_name" => Cell::Str(vg.name.clone()),
         "vg_uuid" => Cell::Str(vg.id.to_string()),
@@ -248,7 +248,7 @@ pub fn pv_field(scan: &Scan, i: usize, name: &str) -> Option<Cell> {
             (
                 u64::from(pv.pe_count),
                 alloc,
-                u64::from(svg.vg.extent_size) * 512,
+                svg.vg.extent_bytes(),
                 pv.pe_start * 512,
                 pv.tags.clone(),
                 allocatable,
@@ -304,7 +304,7 @@ pub fn lv_field(
         return Some(v);
     }
     let vg = &c.svg.vg;
-    let ext = u64::from(vg.extent_size) * 512;
+    let ext = vg.extent_bytes();
     Some(match name {
         "lv_name" => Cell::Str(lv.name.clone()),
         "lv_uuid" => Cell::Str(lv.id.to_string()),

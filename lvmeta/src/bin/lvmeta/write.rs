@@ -483,7 +483,7 @@ fn vg_lv(s: &str) -> Result<(&str, &str), (u8, String)> {
 
 /// Extents for `-L`/`-l`: sizes round up to whole extents.
 fn extents_of(vg: &Vg, size: Option<u64>, extents: Option<&str>) -> Result<u32, (u8, String)> {
-    let ext_bytes = u64::from(vg.extent_size) * 512;
+    let ext_bytes = vg.extent_bytes();
     let n = match (size, extents) {
         (Some(b), None) => b.div_ceil(ext_bytes),
         (None, Some(e)) => {
