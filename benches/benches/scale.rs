@@ -121,7 +121,19 @@ impl Driver {
         let dir = tempfile::tempdir().expect("dir");
         let socket = dir.path().join("csi.sock");
         let log = std::fs::File::create(dir.path().join("csi-shim.log")).expect("log");
-        let shim = Command::new(workspace_bin("csi-shim", "csi-shim"))
+        // `LVMETA_SCALE_WRAP` runs the driver under a profiler (e.g. `heaptrack -o F`).
+        let wrap = std::env::var("LVMETA_SCALE_WRAP").unwrap_or_default();
+        let mut words = wrap.split_whitespace();
+        let bin = workspace_bin("csi-shim", "csi-shim");
+        let mut cmd = match words.next() {
+            Some(w) => {
+                let mut c = Command::new(w);
+                c.args(words).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
+        let shim = cmd
             .arg("--endpoint")
             .arg(&socket)
             .args(["--devices", &sb.loops[0], "--vg", vg, "--wiper", "true"])

@@ -16,6 +16,7 @@ pub mod identity;
 pub mod inflight;
 pub mod kubelet;
 pub mod listing;
+pub mod malloc;
 pub mod metrics;
 pub mod mount;
 pub mod node;

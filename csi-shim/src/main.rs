@@ -11,11 +11,6 @@
 //! (`--host-id`, or lvm2's lvmlocal.conf) and its lockspace started (`lvmeta vgchange
 //! --lockstart`); the Probe RPC says not ready until it is.
 
-/// mimalloc: the model of a large VG is many small allocations that glibc's allocator
-/// serves (and returns to the kernel) more slowly; see README, "Parse + model build".
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -108,6 +103,10 @@ fn main() -> std::process::ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
+    // glibc's malloc tuned for a large VG (csi_shim::malloc): start again under it once.
+    if let Some(e) = csi_shim::malloc::restart_tuned() {
+        tracing::warn!(error = %e, tunables = csi_shim::malloc::TUNABLES, "running with glibc's default malloc settings");
+    }
     let result = run(Args::parse());
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

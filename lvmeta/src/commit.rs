@@ -53,76 +53,30 @@ pub struct AreaPlan {
     pub header: MdaHeader,
 }
 
-/// The metadata text as it goes to disk: its bytes and a NUL, followed by enough zeroes to pad
-/// any piece to a whole sector, starting at a 4 KiB-aligned address (so block devices can take
-/// it without a bounce copy). Built once per commit, shared by every area.
+/// The metadata text as it goes to disk, where it already is: its bytes in a buffer, followed
+/// there by zero bytes (the NUL, and what pads any piece to a whole sector). At a 4 KiB-aligned
+/// address, block devices take it without a bounce copy. Shared by every area of a commit.
 #[derive(Debug, Clone)]
-pub struct Text {
-    buf: Vec<u8>,
+pub struct Text<'a> {
+    buf: &'a [u8],
     start: usize,
     len: usize,
     checksum: u32,
 }
 
-impl Text {
-    /// Lays out `text`, reusing `scratch`'s allocation.
-    pub fn new(text: &[u8], mut scratch: Vec<u8>) -> Self {
-        let len = text.len() + 1;
-        let padded = len.div_ceil(SECTOR) * SECTOR + SECTOR;
-        scratch.clear();
-        scratch.reserve_exact(padded + padded / 8 + 4096);
-        let start = scratch.as_ptr().align_offset(4096).min(4095);
-        scratch.resize(start, 0);
-        scratch.extend_from_slice(text);
-        scratch.resize(start + padded, 0);
-        let checksum = crc::calc(&scratch[start..start + len]);
-        Self {
-            buf: scratch,
-            start,
-            len,
-            checksum,
-        }
-    }
+impl<'a> Text<'a> {
+    /// The zero bytes a laid-out text needs after it (see [`Text::laid_out`]).
+    pub const ZEROES: usize = 2 * SECTOR;
 
-    /// A buffer to print a text into for [`Text::in_place`]: `scratch`'s allocation (a
-    /// former [`Text::into_scratch`]) holding zeroes up to the first 4 KiB-aligned address,
-    /// and where the text is to begin.
-    pub fn room(mut scratch: Vec<u8>) -> (String, usize) {
-        // Room for the last text and an eighth more, without keeping twice that.
-        let want = scratch.len() + scratch.len() / 8 + 8192;
-        scratch.clear();
-        scratch.shrink_to(want.saturating_mul(2));
-        scratch.reserve_exact(want);
-        let start = scratch.as_ptr().align_offset(4096).min(4095);
-        scratch.resize(start, 0);
-        // Zeroes are UTF-8.
-        let buf = String::from_utf8(scratch).unwrap_or_default();
-        (buf, start)
-    }
-
-    /// Lays out the text printed into `buf` from `start` (see [`Text::room`]) where it is,
-    /// when it is still aligned (the buffer did not move while the text grew); else copies
-    /// it, as [`Text::new`].
-    pub fn in_place(mut buf: Vec<u8>, start: usize) -> Self {
-        let aligned = (buf.as_ptr() as usize + start).is_multiple_of(4096);
-        if !aligned || buf.len() < start {
-            let text = buf.get(start..).unwrap_or_default().to_vec();
-            return Self::new(&text, buf);
-        }
-        let len = buf.len() - start + 1;
-        let padded = len.div_ceil(SECTOR) * SECTOR + SECTOR;
-        if buf.capacity() < start + padded {
-            // Growing would move it: lay it out anew.
-            let text = buf[start..].to_vec();
-            return Self::new(&text, buf);
-        }
-        buf.resize(start + padded, 0);
-        let checksum = crc::calc(&buf[start..start + len]);
+    /// The text at `range` of `buf`, which holds at least [`Text::ZEROES`] zero bytes after
+    /// it (a shorter buffer gets pieces cut short at its end, never past it).
+    pub fn laid_out(buf: &'a [u8], range: std::ops::Range<usize>) -> Self {
+        let body = buf.get(range.clone()).unwrap_or_default();
         Self {
             buf,
-            start,
-            len,
-            checksum,
+            start: range.start,
+            len: body.len() + 1,
+            checksum: crc::update(crc::calc(body), &[0]),
         }
     }
 
@@ -138,18 +92,24 @@ impl Text {
 
     /// The whole buffer [`Write::range`]s index into.
     pub fn buffer(&self) -> &[u8] {
-        &self.buf
-    }
-
-    /// Gives the allocation back for the next commit.
-    pub fn into_scratch(self) -> Vec<u8> {
         self.buf
     }
 }
 
+/// `text` laid out in a buffer of its own for [`Text::laid_out`]: the buffer and where the
+/// text is in it (a 4 KiB-aligned address).
+pub fn lay_out(text: &[u8]) -> (Vec<u8>, std::ops::Range<usize>) {
+    let mut buf: Vec<u8> = Vec::with_capacity(text.len() + Text::ZEROES + 4096);
+    let start = buf.as_ptr().align_offset(4096).min(4095);
+    buf.resize(start, 0);
+    buf.extend_from_slice(text);
+    buf.resize(start + text.len() + Text::ZEROES, 0);
+    (buf, start..start + text.len())
+}
+
 /// Plans the writes that put `text` into an area whose header is `h`: lvm2's placement, the
 /// NUL, zeroes up to the next 512-byte boundary. Pure; nothing is written.
-pub fn plan_area(h: &MdaHeader, text: &Text) -> Result<AreaPlan, mda::MdaError> {
+pub fn plan_area(h: &MdaHeader, text: &Text<'_>) -> Result<AreaPlan, mda::MdaError> {
     let mut slot = mda::next_slot(h, text.len as u64)?;
     slot.checksum = text.checksum;
     let [(o1, l1), (o2, l2)] = mda::text_pieces(&slot, h.size);
@@ -178,7 +138,7 @@ pub fn plan_area(h: &MdaHeader, text: &Text) -> Result<AreaPlan, mda::MdaError> 
     for w in &mut writes {
         let room = (h.start + h.size).saturating_sub(w.offset);
         let room = usize::try_from(room).unwrap_or(usize::MAX);
-        w.range.end = w.range.end.min(w.range.start + room);
+        w.range.end = w.range.end.min(w.range.start + room).min(text.buf.len());
     }
     Ok(AreaPlan {
         text: writes,
@@ -232,7 +192,7 @@ pub fn write_header(dev: &dyn BlockDevice, h: &MdaHeader) -> Result<(), Error> {
 pub fn commit(
     labels: &[LabelWrite<'_>],
     areas: &[Area<'_>],
-    text: &Text,
+    text: &Text<'_>,
 ) -> Result<Vec<MdaHeader>, Error> {
     let plans = areas
         .iter()
@@ -293,7 +253,8 @@ mod tests {
     #[test]
     fn plan_pads_and_wraps() {
         let h = empty_header(4096, 61440);
-        let t = Text::new(b"vg {}\n", Vec::new());
+        let (buf, at) = lay_out(b"vg {}\n");
+        let t = Text::laid_out(&buf, at);
         let p = plan_area(&h, &t).expect("fits");
         assert_eq!(p.text.len(), 1);
         assert_eq!(p.text[0].offset, 4096 + 512);
@@ -317,7 +278,8 @@ mod tests {
             },
             ..empty_header(4096, 61440)
         };
-        let t = Text::new(&[b'v'; 6156], Vec::new());
+        let (buf, at) = lay_out(&[b'v'; 6156]);
+        let t = Text::laid_out(&buf, at);
         let p = plan_area(&h, &t).expect("fits");
         assert_eq!(p.header.committed.offset, 57856);
         assert_eq!(p.text[0].offset, 4096 + 57856);
@@ -344,7 +306,8 @@ mod tests {
                 fresh: true,
             },
         ];
-        let text = Text::new("v".repeat(40_000).as_bytes(), Vec::new());
+        let (buf, at) = lay_out("v".repeat(40_000).as_bytes());
+        let text = Text::laid_out(&buf, at);
         assert!(matches!(
             commit(&[], &areas, &text),
             Err(Error::Mda {

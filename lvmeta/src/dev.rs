@@ -81,8 +81,10 @@ fn check_range(dev: &dyn BlockDevice, offset: u64, len: usize) -> io::Result<()>
 /// A block device or a regular image file.
 ///
 /// Opened with O_DIRECT where the file system allows it (tmpfs does not: then buffered I/O),
-/// and O_DSYNC when writable, so a write is durable when it returns. Transfers go through a bounce buffer aligned to 4096 bytes, which
-/// satisfies both 512- and 4096-byte logical sectors.
+/// and O_DSYNC when writable, so a write is durable when it returns. Transfers whose memory,
+/// offset and length are aligned (to the logical sector of a block device, 4096 bytes for an
+/// image file) go straight to the device; others through a bounce buffer aligned to 4096
+/// bytes, which satisfies both 512- and 4096-byte logical sectors.
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
@@ -155,6 +157,15 @@ impl FileDevice {
         })
     }
 
+    /// Whether a transfer of `buf` at `offset` needs no bounce buffer: memory, offset and
+    /// length all aligned (O_DIRECT's rule for block devices: the logical sector).
+    fn is_aligned(&self, offset: u64, buf: &[u8]) -> bool {
+        let a = self.align;
+        offset.is_multiple_of(a)
+            && (buf.len() as u64).is_multiple_of(a)
+            && buf.as_ptr().align_offset(a as usize) == 0
+    }
+
     fn aligned_span(&self, offset: u64, len: usize) -> (u64, usize) {
         let a = self.align;
         let start = offset / a * a;
@@ -212,6 +223,16 @@ impl BlockDevice for FileDevice {
         if !self.direct {
             return self.file.read_exact_at(buf, offset);
         }
+        if self.is_aligned(offset, buf) {
+            let got = read_direct(&self.file, buf, offset)?;
+            return match got == buf.len() {
+                true => Ok(()),
+                false => Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("{}: short read at {}", self.name, offset),
+                )),
+            };
+        }
         let (start, len) = self.aligned_span(offset, buf.len());
         let mut bounce = AlignedBuf::new(len);
         // The aligned span may run past the end of a file whose size is not a multiple of 4096:
@@ -232,12 +253,12 @@ impl BlockDevice for FileDevice {
         if !self.direct {
             return self.file.write_all_at(buf, offset);
         }
-        let (start, len) = self.aligned_span(offset, buf.len());
         // Already aligned in memory, offset and length (the commit lays its text out so): no
         // bounce copy.
-        if start == offset && len == buf.len() && buf.as_ptr().align_offset(DIRECT_ALIGN) == 0 {
+        if self.is_aligned(offset, buf) {
             return self.file.write_all_at(buf, offset);
         }
+        let (start, len) = self.aligned_span(offset, buf.len());
         let mut bounce = AlignedBuf::new(len);
         let skip = (offset - start) as usize;
         // Never extend a file whose size is not a multiple of the alignment.

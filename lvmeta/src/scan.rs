@@ -42,7 +42,7 @@ pub struct ScannedVg {
     pub vg: Vg,
     /// The committed text it was read from (without the NUL); empty in the scans a session
     /// keeps (it keeps no copy of the text: see `text_bytes`).
-    pub text: Arc<str>,
+    pub text: Arc<String>,
     /// The size of the committed text (without the NUL).
     pub text_bytes: usize,
     /// For each PV of the VG (same order as `vg.pvs`), its index in [`Scan::pvs`].
@@ -155,7 +155,7 @@ struct Copy {
     device: String,
     offset: u64,
     checksum: u32,
-    text: Arc<str>,
+    text: Arc<String>,
 }
 
 /// Scans `devices` for PVs and VGs.
@@ -291,6 +291,33 @@ fn scan_device(
     )))
 }
 
+/// Reads the committed text of the area at `locn` (header `h`) into a buffer of its own: the
+/// buffer and where the text begins in it. The pieces are read whole sectors at a time into
+/// memory aligned for the device, so that it needs no bounce copy; reads never leave the area.
+fn read_text(
+    dev: &dyn BlockDevice,
+    locn: &DiskLocn,
+    h: &MdaHeader,
+) -> Result<(Vec<u8>, usize), Error> {
+    const ALIGN: usize = 4096;
+    let slot = &h.committed;
+    let [(o1, l1), (o2, l2)] = mda::text_pieces(slot, h.size);
+    let sector = |n: u64| n.div_ceil(MDA_HEADER_SIZE) * MDA_HEADER_SIZE;
+    // Rounded up to a sector, within the area (a wrapped first piece ends at the area's end).
+    let r1 = sector(l1).min(h.size.saturating_sub(o1)) as usize;
+    let r2 = sector(l2).min(h.size.saturating_sub(o2)) as usize;
+    let (l1, l2) = (l1 as usize, l2 as usize);
+    let mut buf: Vec<u8> = Vec::with_capacity(l1.max(r1) + r2.max(l2) + ALIGN);
+    let start = buf.as_ptr().align_offset(ALIGN).min(ALIGN - 1);
+    // Never shorter than the text (bytes no read reaches stay zero and fail its checksum).
+    buf.resize(start + (l1 + r2.max(l2)).max(r1), 0);
+    read(dev, locn.offset + o1, &mut buf[start..start + r1])?;
+    if l2 > 0 {
+        read(dev, locn.offset + o2, &mut buf[start + l1..start + l1 + r2])?;
+    }
+    Ok((buf, start))
+}
+
 /// Reads and checks one area's header and committed text.
 fn read_mda(dev: &dyn BlockDevice, locn: &DiskLocn) -> Result<(MdaHeader, Option<Copy>), Error> {
     let name = dev.name().to_owned();
@@ -318,20 +345,20 @@ fn read_mda(dev: &dyn BlockDevice, locn: &DiskLocn) -> Result<(MdaHeader, Option
         return Ok((header, None));
     }
     // decode() bounded slot.size by the area size, itself inside the device.
-    let mut text = vec![0u8; slot.size as usize];
-    let mut at = 0usize;
-    for (rel, len) in mda::text_pieces(&slot, header.size) {
-        let len = len as usize;
-        read(dev, locn.offset + rel, &mut text[at..at + len])?;
-        at += len;
-    }
+    let (buf, start) = read_text(dev, locn, &header)?;
+    let size = slot.size as usize;
     let abs = locn.offset + slot.offset;
-    let body = mda::check_text(&text, &slot, abs).map_err(&mda_err)?;
-    let body = std::str::from_utf8(body).map_err(|e| Error::Text {
+    let body = mda::check_text(&buf[start..start + size], &slot, abs).map_err(&mda_err)?;
+    let body_len = body.len();
+    // The text keeps the buffer it was read into: no copy of a large VG's text.
+    let mut buf = buf;
+    buf.truncate(start + body_len);
+    buf.drain(..start);
+    let body = String::from_utf8(buf).map_err(|e| Error::Text {
         device: name.clone(),
         offset: abs,
         source: text::TextError::Syntax {
-            offset: e.valid_up_to(),
+            offset: e.utf8_error().valid_up_to(),
             line: 0,
             what: "metadata text is not UTF-8".into(),
         },
@@ -342,7 +369,7 @@ fn read_mda(dev: &dyn BlockDevice, locn: &DiskLocn) -> Result<(MdaHeader, Option
             device: name.clone(),
             offset: locn.offset,
             checksum: slot.checksum,
-            text: Arc::from(body),
+            text: Arc::new(body),
         }),
     ))
 }

@@ -284,12 +284,15 @@ fn a_restored_pool_keeps_its_metadata() {
 fn cached_printing_is_full_printing() {
     use lvmeta::model::TextCache;
     use lvmeta::text::Style;
-    let mut cache = TextCache::default();
-    let mut buf = String::new();
+    let mut cache = TextCache::aligned(4096, 1024);
     let mut check = |v: &Vg, what: &str| {
-        buf.clear();
-        buf = v.write_text_cached("t", std::mem::take(&mut buf), &mut cache);
-        assert_eq!(buf, v.to_text(Style::Raw, "t"), "{what}");
+        let text = v.write_text_cached("t", &mut cache);
+        assert_eq!(text, v.to_text(Style::Raw, "t"), "{what}");
+        // Where a commit writes it from: aligned, zeroes after it.
+        let at = cache.text_range();
+        assert_eq!(cache.buffer()[at.start..].as_ptr().align_offset(4096), 0);
+        assert!(cache.buffer()[at.end..].iter().all(|&b| b == 0));
+        assert!(cache.buffer().len() >= at.end + 1024, "{what}");
     };
     let mut v = vg(8, false);
     for i in 0..5 {

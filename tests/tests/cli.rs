@@ -42,7 +42,7 @@ fn dump_and_vgcfgbackup_match_lvm2() {
         let scan = scan_all(&fx.mem_devices());
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
-            &*scan.vgs[0].text,
+            scan.vgs[0].text.as_str(),
             "{name}: dump"
         );
 

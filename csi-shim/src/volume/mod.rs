@@ -388,7 +388,7 @@ impl<'s> Volumes<'s> {
             ));
         }
         if let Content::Snapshot(src) | Content::Volume(src) = content {
-            let vg = self.vg()?;
+            let vg = self.view()?;
             check_source(&vg, content, mode)?;
             check_shared_pool(&vg, src, options)?;
             let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * vg.extent_bytes();
@@ -408,7 +408,7 @@ impl<'s> Volumes<'s> {
             lvmeta::names::check_new_lv_name(&self.vg, &Volume::pool_name(name))
                 .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         }
-        let vg = self.vg()?;
+        let vg = self.view()?;
         if let (Mode::Linear, Content::Volume(src)) = (mode, content) {
             return self.clone_linear(&vg, name, src, size);
         }
@@ -629,7 +629,7 @@ impl<'s> Volumes<'s> {
     /// Removes snapshot `name` (and its pool when nothing else is left in it, its extents
     /// held for erasure). Returns false when there was no such snapshot.
     pub fn delete_snapshot(&self, name: &str) -> Result<bool, VolumeError> {
-        if snapshot_of(&self.vg()?, name).is_none() {
+        if snapshot_of(self.view()?.vg(), name).is_none() {
             return Ok(false);
         }
         self.check_unmapped(name)?;
@@ -649,7 +649,7 @@ impl<'s> Volumes<'s> {
     /// is in use: its lease held by a host (shared VG), or a device of this host mapping it
     /// ([`Volumes::on_host`]).
     pub fn delete(&self, name: &str) -> Result<bool, VolumeError> {
-        let vg = self.vg()?;
+        let vg = self.view()?;
         if volume_of(&vg, name).is_none() {
             return Ok(false);
         }
@@ -670,7 +670,7 @@ impl<'s> Volumes<'s> {
     /// Grows `name` to at least `size.required` bytes (a thin volume's pool grows with it).
     /// A volume already that large is returned unchanged; shrinking is refused.
     pub fn expand(&self, name: &str, size: SizeRange) -> Result<Volume, VolumeError> {
-        let vg = self.vg()?;
+        let vg = self.view()?;
         let v = volume_of(&vg, name).ok_or_else(|| VolumeError::NotFound(name.to_owned()))?;
         let extents = size.extents(vg.extent_bytes())?;
         if u64::from(extents) * vg.extent_bytes() <= v.bytes {

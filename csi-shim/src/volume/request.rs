@@ -212,7 +212,7 @@ impl Request {
 impl Volumes<'_> {
     /// The requests posted on pool `pool`, in tag order.
     pub fn requests(&self, pool: &str) -> Result<Vec<Posted>, VolumeError> {
-        let vg = self.vg()?;
+        let vg = self.view()?;
         Ok(vg
             .lv(pool)
             .map(|l| {
@@ -233,7 +233,7 @@ impl Volumes<'_> {
 
     /// Is `r` posted on pool `pool` (at any time)?
     fn posted(&self, pool: &str, r: &Request) -> Result<bool, VolumeError> {
-        let vg = self.vg()?;
+        let vg = self.view()?;
         Ok(vg
             .lv(pool)
             .is_some_and(|l| l.tags.iter().any(|t| r.is_posted_by(t))))
@@ -318,7 +318,7 @@ impl Volumes<'_> {
             Request::DeleteSnapshot { name } => self.get_snapshot(name)?.is_none(),
             Request::Delete { name } => self.get(name)?.is_none(),
             Request::Tune { name, options } => {
-                let vg = self.vg()?;
+                let vg = self.view()?;
                 super::pool_of(&vg, name)
                     .and_then(|p| vg.lv(&p).and_then(|l| l.pool()).cloned())
                     .is_some_and(|p| options.met_by(&p))
@@ -350,7 +350,7 @@ impl Volumes<'_> {
         wait: Duration,
         op: impl Fn(&Self) -> Result<T, VolumeError>,
     ) -> Result<T, VolumeError> {
-        let pool = match super::pool_of(&self.vg()?, r.subject()) {
+        let pool = match super::pool_of(self.view()?.vg(), r.subject()) {
             Some(p) => p,
             None => return op(self),
         };

@@ -19,7 +19,7 @@ use lvmeta::model::Vg;
 impl Volumes<'_> {
     /// The settings of thin volume `name`'s pool.
     pub fn tuning(&self, name: &str) -> Result<PoolOptions, VolumeError> {
-        let vg = self.vg()?;
+        let vg = self.view()?;
         let (_, p) = thin_pool(&vg, name)?;
         Ok(PoolOptions::of(p))
     }
@@ -28,7 +28,7 @@ impl Volumes<'_> {
     /// by this caller, see [`Volumes::holding`]); returns the pool's settings. Settings the
     /// pool has already change nothing.
     pub fn tune(&self, name: &str, opts: &PoolOptions) -> Result<PoolOptions, VolumeError> {
-        let vg = self.vg()?;
+        let vg = self.view()?;
         let (pool, p) = thin_pool(&vg, name)?;
         if opts.met_by(p) {
             return Ok(PoolOptions::of(p));
@@ -53,7 +53,7 @@ impl Volumes<'_> {
         opts: &PoolOptions,
         wait: Duration,
     ) -> Result<PoolOptions, VolumeError> {
-        let vg = self.vg()?;
+        let vg = self.view()?;
         let (pool, p) = thin_pool(&vg, name)?;
         if opts.switches_discard_support(p) {
             return self.tune(name, opts).map_err(|e| match e {

@@ -58,7 +58,7 @@ pub fn is_wipe(lv: &lvmeta::model::Lv) -> bool {
 impl Volumes<'_> {
     /// The wipe LVs of the VG (extents of deleted volumes waiting for erasure), by name.
     pub fn wipes(&self) -> Result<Vec<String>, VolumeError> {
-        let vg = self.vg()?;
+        let vg = self.view()?;
         let mut out: Vec<String> = vg
             .lvs
             .iter()
@@ -133,7 +133,7 @@ impl Volumes<'_> {
 
     /// Bytes held by wipe LVs (not free yet).
     pub fn wiping_bytes(&self) -> Result<u64, VolumeError> {
-        let vg = self.vg()?;
+        let vg = self.view()?;
         let ext = vg.extent_bytes();
         Ok(vg
             .lvs

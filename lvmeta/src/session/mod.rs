@@ -204,7 +204,7 @@ impl Session {
         // Nothing the session does reads the text again (the model holds it all): at 10,000
         // thin volumes it is 16 MB less to keep.
         for sv in &mut fresh.vgs {
-            sv.text = Arc::from("");
+            sv.text = Arc::default();
         }
         let fresh = Arc::new(fresh);
         *cache = Some(fresh.clone());

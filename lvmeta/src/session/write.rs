@@ -12,13 +12,15 @@ use crate::model::{TextCache, Vg};
 use crate::scan::{Scan, ScannedPv, ScannedVg};
 use crate::Error;
 
-/// What a commit reuses from the last one: the text's allocation (printed in place, padded
-/// and aligned for the device: see [`commit::Text::in_place`]), and the text of every LV
-/// (printed again only when it changed).
-#[derive(Default)]
-pub(super) struct Scratch {
-    buf: Vec<u8>,
-    lvs: TextCache,
+/// What a commit reuses from the last one: the text it wrote, where it was written from
+/// (aligned, zeroes after it: see [`commit::Text`]), reprinted in place, so that only the LVs
+/// that changed are printed again.
+pub(super) struct Scratch(TextCache);
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Self(TextCache::aligned(4096, commit::Text::ZEROES))
+    }
 }
 
 /// An area a commit wrote: its device, its index on the device, its new header.
@@ -114,9 +116,8 @@ impl Session {
     ) -> Result<(usize, Vec<Written>), Error> {
         let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         let scratch = &mut *scratch;
-        let (buf, start) = commit::Text::room(std::mem::take(&mut scratch.buf));
-        let printed = vg.write_text_cached(GENERATOR, buf, &mut scratch.lvs);
-        let text = commit::Text::in_place(printed.into_bytes(), start);
+        vg.write_text_cached(GENERATOR, &mut scratch.0);
+        let text = commit::Text::laid_out(scratch.0.buffer(), scratch.0.text_range());
         let size = text.len() - 1;
         let mut labels = Vec::new();
         let mut areas = Vec::new();
@@ -161,7 +162,6 @@ impl Session {
             },
             e => e,
         });
-        scratch.buf = text.into_scratch();
         let written = at
             .into_iter()
             .zip(result?)
@@ -206,7 +206,7 @@ impl Session {
             next.vgs.push(match (sv.vg.name == vg, out.take()) {
                 (true, Some(vg)) => ScannedVg {
                     vg,
-                    text: Arc::from(""),
+                    text: Arc::default(),
                     text_bytes,
                     pv_devices: sv.pv_devices.clone(),
                 },
