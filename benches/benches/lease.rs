@@ -2,7 +2,8 @@
 //! lvmeta (VG lease acquire, LV lease init, commit, value block, release; then the same for the
 //! removal) against `lvcreate -an -Zn` + `lvremove -f` through lvmlockd; the same with the VG
 //! lease kept between changes (csi-shim's default); and CreateVolume + DeleteVolume round
-//! trips through csi-shim's gRPC socket (issue #5).
+//! trips through csi-shim's gRPC socket (issue #5), without and with erasure of the deleted
+//! volume (csi-shim's default; its wiper works beside the calls).
 //!
 //! Needs the daemons `benches/lockd-bench.sh` starts (run that script as root; it passes the
 //! places in LVMETA_BENCH_*); prints SKIPPED otherwise.
@@ -73,18 +74,28 @@ fn bench(c: &mut Criterion) {
         b.iter(|| lvmeta_tests::create_remove_lv(&kept, "vgbench", 1))
     });
     drop(kept);
-    csi_round_trips(
-        &mut g,
-        session(csi_shim::VG_LEASE_LINGER, csi_shim::VG_LEASE_MAX_HOLD),
-    );
+    // Erasure off: the same work as before deleted volumes were erased (issue #6).
+    for erase in [None, Some(lvmeta::session::Erase::ZeroOut)] {
+        csi_round_trips(
+            &mut g,
+            session(csi_shim::VG_LEASE_LINGER, csi_shim::VG_LEASE_MAX_HOLD),
+            erase,
+        );
+    }
     g.finish();
 }
 
+/// Wipe LVs the wiper may fall behind by before an iteration waits (untimed) for none:
+/// deletions back to back outrun it (an LV lease ballot per wipe LV), and the VG would fill.
+const WIPE_BACKLOG: usize = 32;
+
 /// CreateVolume (a linear 4 MiB volume, one extent as `lvcreate -l 1`) + DeleteVolume
-/// through csi-shim's Controller on a unix socket, served in this process by `session`.
+/// through csi-shim's Controller on a unix socket, served in this process by `session`,
+/// deleted volumes erased `erase` says (by the server's wiper, beside the calls).
 fn csi_round_trips(
     g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     session: Session,
+    erase: Option<lvmeta::session::Erase>,
 ) {
     use csi_shim::csi::controller_client::ControllerClient;
     use csi_shim::csi::volume_capability::{access_mode, AccessMode, AccessType, BlockVolume};
@@ -95,19 +106,27 @@ fn csi_round_trips(
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("dir");
     let sock = dir.path().join("csi.sock");
-    let backend = Arc::new(csi_shim::controller::Backend::new(
-        session,
-        vec!["vgbench".into()],
-    ));
+    let backend = Arc::new(
+        csi_shim::controller::Backend::new(session, vec!["vgbench".into()]).with_erase(erase),
+    );
+    let backlog = || {
+        let vols = csi_shim::volume::Volumes::new(backend.session(), "vgbench");
+        vols.wipe_backlog().expect("wipe backlog").0
+    };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     // The listener needs the runtime; the server runs on it until `stop`.
     let listener = {
         let _in = rt.enter();
         csi_shim::server::listen(&sock).expect("listen")
     };
-    let server = rt.spawn(csi_shim::server::serve(backend, None, listener, async {
-        let _ = stopped.await;
-    }));
+    let server = rt.spawn(csi_shim::server::serve(
+        backend.clone(),
+        None,
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
     let mut client = rt.block_on(async {
         ControllerClient::new(csi_shim::client::connect(&sock).await.expect("connect"))
     });
@@ -129,25 +148,43 @@ fn csi_round_trips(
             .collect(),
         ..Default::default()
     };
-    g.bench_function("csi-create-delete", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let id = client
-                    .create_volume(request.clone())
-                    .await
-                    .expect("CreateVolume")
-                    .into_inner()
-                    .volume
-                    .expect("volume")
-                    .volume_id;
-                client
-                    .delete_volume(DeleteVolumeRequest {
-                        volume_id: id,
-                        ..Default::default()
-                    })
-                    .await
-                    .expect("DeleteVolume");
-            })
+    let name = match erase {
+        Some(_) => "csi-create-delete",
+        None => "csi-create-delete-no-erase",
+    };
+    let mut round_trip = || {
+        rt.block_on(async {
+            let id = client
+                .create_volume(request.clone())
+                .await
+                .expect("CreateVolume")
+                .into_inner()
+                .volume
+                .expect("volume")
+                .volume_id;
+            client
+                .delete_volume(DeleteVolumeRequest {
+                    volume_id: id,
+                    ..Default::default()
+                })
+                .await
+                .expect("DeleteVolume");
+        })
+    };
+    g.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                if backlog() > WIPE_BACKLOG {
+                    while backlog() > 0 {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+                let t = std::time::Instant::now();
+                round_trip();
+                spent += t.elapsed();
+            }
+            spent
         })
     });
     let _ = stop.send(());

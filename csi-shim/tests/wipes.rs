@@ -22,8 +22,18 @@ fn size(mib: u64) -> SizeRange {
     }
 }
 
-/// A session over one LUN `lun` holding `image`, with VG `vg` (4 MiB extents).
+/// A session over one LUN `lun` holding `image`, with VG `vg` (4 MiB extents; a 256 MiB
+/// `lvmlock` when shared).
 fn session(image: Vec<u8>, shared: Option<Host>) -> (Session, Arc<MemDevice>) {
+    session_with_lock_lv(image, shared, 256 << 20)
+}
+
+/// The same with an `lvmlock` of `lock_lv_size` bytes.
+fn session_with_lock_lv(
+    image: Vec<u8>,
+    shared: Option<Host>,
+    lock_lv_size: u64,
+) -> (Session, Arc<MemDevice>) {
     let mem = Arc::new(MemDevice::from_bytes("lun", image, 512));
     let mut s = Session::new(vec![Box::new(mem.clone()) as Box<dyn BlockDevice>]);
     if let Some(h) = &shared {
@@ -33,9 +43,7 @@ fn session(image: Vec<u8>, shared: Option<Host>) -> (Session, Arc<MemDevice>) {
         name: "vg".into(),
         extent_size: 8192,
         tags: vec![],
-        shared: shared.map(|_| SharedVg {
-            lock_lv_size: 256 << 20,
-        }),
+        shared: shared.map(|_| SharedVg { lock_lv_size }),
     };
     s.vgcreate(&spec, &["lun"]).expect("vgcreate");
     (s, mem)
@@ -260,4 +268,32 @@ fn in_a_shared_vg_a_wipe_lv_has_a_lease_and_a_held_one_is_not_erased() {
     v.wipe(&w, EraseWith::plain(Erase::ZeroOut))
         .expect("erased");
     assert_eq!(fake.resource_name(&lease_w), Ok(Some("#unused".into())));
+}
+
+#[test]
+fn in_a_shared_vg_too_full_to_grow_lvmlock_every_deletion_still_goes_through() {
+    // 13 lease slots (67..80 MiB) and about 43 free extents: lvmlock cannot grow (64).
+    let fake = Arc::new(FakeLeases::default());
+    let host = Host::new(fake, 7, 10, Duration::from_millis(300));
+    let (s, _) = session_with_lock_lv(vec![0; 256 << 20], Some(host), 80 << 20);
+    s.lockstart("vg").expect("lockstart");
+    let v = Volumes::new(&s, "vg");
+    // Creations leave eight slots spare for the deletions' wipe LVs.
+    for i in 0..5 {
+        v.create(&format!("v{i}"), VolMode::Linear, size(4))
+            .expect("create");
+    }
+    let e = v
+        .create("more", VolMode::Linear, size(4))
+        .expect_err("no slot to spare");
+    assert!(e.to_string().contains("free space"), "{e}");
+    // Every deletion's wipe LV finds a slot; the wiper frees them; creations work again.
+    for i in 0..5 {
+        assert!(v.delete(&format!("v{i}")).expect("delete"));
+    }
+    for w in v.wipes().expect("wipes") {
+        v.wipe(&w, EraseWith::plain(Erase::ZeroOut)).expect("erase");
+    }
+    v.create("more", VolMode::Linear, size(4))
+        .expect("room again");
 }

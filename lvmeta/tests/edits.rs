@@ -54,25 +54,67 @@ fn leases_take_the_first_free_slot_and_lvmlock_grows_when_full() {
     let mut v = vg(2, true);
     assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(64));
     assert!(v.lv("lvmlock").is_some_and(|l| !l.is_visible()));
-    for i in 0..189 {
+    // 189 slots fit in 256 MiB (67..=255); a creation leaves eight of them spare.
+    for i in 0..181 {
         v = edit::lv::create(v.clone(), &LvSpec::linear(&format!("l{i}"), 1, stamp()))
             .expect("create")
             .0;
     }
+    assert_eq!(edit::lv::SPARE_LEASE_SLOTS, 8);
     assert_eq!(lease(&v, "l0"), 67 << 20);
-    assert_eq!(lease(&v, "l188"), 255 << 20);
-    // Slot 189 does not fit in 256 MiB: lvmlock grows by 256 MiB, as lvm2 extends it.
+    assert_eq!(lease(&v, "l180"), 247 << 20);
+    assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(64));
+    // Only eight left: lvmlock grows by 256 MiB, as lvm2 extends it when full.
     v = edit::lv::create(v.clone(), &LvSpec::linear("more", 1, stamp()))
         .expect("create")
         .0;
     assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(128));
-    assert_eq!(lease(&v, "more"), 256 << 20);
+    assert_eq!(lease(&v, "more"), 248 << 20);
     // A freed slot is reused first.
     v = edit::lv::remove(v.clone(), "l5", false).expect("remove");
     v = edit::lv::create(v.clone(), &LvSpec::linear("again", 1, stamp()))
         .expect("create")
         .0;
     assert_eq!(lease(&v, "again"), (67 + 5) << 20);
+}
+
+#[test]
+fn a_removal_holding_its_extents_takes_a_spare_slot_in_a_full_vg() {
+    // 1 GiB: 64 extents for lvmlock, too few left for it to grow after 181 LVs.
+    let mut v = vg(1, true);
+    for i in 0..181 {
+        v = edit::lv::create(v.clone(), &LvSpec::linear(&format!("l{i}"), 1, stamp()))
+            .expect("create")
+            .0;
+    }
+    let e = edit::lv::create(v.clone(), &LvSpec::linear("more", 1, stamp()))
+        .expect_err("lvmlock cannot grow");
+    assert!(e.to_string().contains("free space"), "{e}");
+    // Each removal gives its extents to a holding LV: the freed slot is avoided (still the
+    // removed LV's on disk), a spare one or one an earlier removal freed taken, lvmlock
+    // unchanged.
+    for i in 0..8 {
+        let name = format!("l{i}");
+        let before = lvmeta::alloc::UsedMap::of_version(&v);
+        let freed_slot = lease(&v, &name);
+        let out = edit::lv::remove(v.clone(), &name, false).expect("remove");
+        let freed = before.freed_in(&out);
+        let spec = LvSpec::linear(&format!("w{i}"), 0, stamp());
+        v = edit::lv::hold(out, &freed, &spec, &[freed_slot])
+            .expect("hold")
+            .0;
+        let taken = lease(&v, &format!("w{i}"));
+        assert_ne!(taken, freed_slot);
+        assert_eq!(
+            taken,
+            if i == 0 {
+                248 << 20
+            } else {
+                (67 + i - 1) << 20
+            }
+        );
+    }
+    assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(64));
 }
 
 #[test]

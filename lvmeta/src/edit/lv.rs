@@ -14,6 +14,11 @@ pub const DEFAULT_STRIPE_SIZE: u32 = 128;
 const FIRST_LEASE_SLOT: u64 = 67;
 /// What lvm2 adds to a full `lvmlock` LV (`global/sanlock_lv_extend`), in bytes.
 const LOCK_LV_EXTEND: u64 = 256 << 20;
+/// Lease slots a created LV leaves free in `lvmlock` (growing it when fewer would be):
+/// - a removal that holds the extents it frees ([`hold`]) takes a slot other than the one
+///   it frees, so in a VG too full for `lvmlock` to grow it needs a spare one;
+/// - one per removal in a group commit: more wait for the next commit.
+pub const SPARE_LEASE_SLOTS: usize = 8;
 
 /// `-p r|rw`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -248,12 +253,14 @@ pub fn leases_in_use(vg: &Vg) -> Vec<u64> {
 }
 
 /// Gives `vg.lvs[index]` the first free lease slot of `lvmlock` that is not in `avoid`,
-/// growing `lvmlock` by 256 MiB when it is full (as lvm2 does).
+/// growing `lvmlock` by 256 MiB (as lvm2 does) while fewer than `spare` others would stay
+/// free.
 pub(crate) fn assign_lease(
     vg: &mut Vg,
     index: usize,
     align: u64,
     avoid: &[u64],
+    spare: usize,
 ) -> Result<(), EditError> {
     let lock_lv = lv_index(vg, "lvmlock")
         .map_err(|_| refused(vg.name.clone(), "shared VG without an lvmlock LV"))?;
@@ -264,11 +271,12 @@ pub(crate) fn assign_lease(
     used.sort_unstable();
     loop {
         let size = vg.lvs[lock_lv].extents() * vg.extent_bytes();
-        let free = (FIRST_LEASE_SLOT..)
+        let mut free = (FIRST_LEASE_SLOT..)
             .map(|k| k * align)
             .take_while(|o| o + align <= size)
-            .find(|o| used.binary_search(o).is_err());
-        if let Some(offset) = free {
+            .filter(|o| used.binary_search(o).is_err());
+        let first = free.next();
+        if let Some(offset) = first.filter(|_| free.take(spare).count() == spare) {
             Arc::make_mut(&mut vg.lvs[index]).lock_args = Some(format!("1.0.0:{offset}"));
             return Ok(());
         }
@@ -298,7 +306,7 @@ pub(crate) fn create_in(vg: &mut Vg, spec: &LvSpec) -> Result<usize, EditError> 
     vg.lvs.push(Arc::new(lv));
     let index = vg.lvs.len() - 1;
     if vg.is_shared() && !spec.internal {
-        assign_lease(vg, index, spec.lease_align, &[])?;
+        assign_lease(vg, index, spec.lease_align, &[], SPARE_LEASE_SLOTS)?;
     }
     Ok(index)
 }
@@ -355,7 +363,7 @@ pub fn hold(
     out.lvs.push(Arc::new(lv));
     let index = out.lvs.len() - 1;
     if out.is_shared() && !spec.internal {
-        assign_lease(&mut out, index, spec.lease_align, avoid_leases)?;
+        assign_lease(&mut out, index, spec.lease_align, avoid_leases, 0)?;
     }
     finish(&mut out)?;
     Ok((out, name))

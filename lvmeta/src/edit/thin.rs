@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use super::lv::{assign_lease, create_in, grow, lv_index, new_lv, new_name, users};
+use super::lv::{
+    assign_lease, create_in, grow, lv_index, new_lv, new_name, users, SPARE_LEASE_SLOTS,
+};
 use super::{finish, refused, EditError, LvSpec, Stamp};
 use crate::model::{
     Lv, SegKind, Segment, Thin, ThinMessage, ThinPool, Vg, DISCARDS, MAX_THIN_DEVICE_ID,
@@ -244,7 +246,7 @@ pub fn create_pool(vg: Vg, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
     out.lvs.push(Arc::new(pool));
     let pi = out.lvs.len() - 1;
     if out.is_shared() {
-        assign_lease(&mut out, pi, spec.data.lease_align, &[])?;
+        assign_lease(&mut out, pi, spec.data.lease_align, &[], SPARE_LEASE_SLOTS)?;
     }
     finish(&mut out)?;
     Ok((out, name))
