@@ -278,11 +278,18 @@ fn in_a_shared_vg_too_full_to_grow_lvmlock_every_deletion_still_goes_through() {
     let (s, _) = session_with_lock_lv(vec![0; 256 << 20], Some(host), 80 << 20);
     s.lockstart("vg").expect("lockstart");
     let v = Volumes::new(&s, "vg");
-    // Creations leave eight slots spare for the deletions' wipe LVs.
+    // Creations leave eight slots spare for the deletions' wipe LVs; GetCapacity's room
+    // counts the lvmlock growth a creation would need, which does not fit.
     for i in 0..5 {
+        assert_eq!(
+            v.room(VolMode::Linear).expect("room"),
+            v.free_bytes().expect("free")
+        );
         v.create(&format!("v{i}"), VolMode::Linear, size(4))
             .expect("create");
     }
+    assert!(v.free_bytes().expect("free") > 0);
+    assert_eq!(v.room(VolMode::Thin).expect("room"), 0);
     let e = v
         .create("more", VolMode::Linear, size(4))
         .expect_err("no slot to spare");

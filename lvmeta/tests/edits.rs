@@ -60,7 +60,7 @@ fn leases_take_the_first_free_slot_and_lvmlock_grows_when_full() {
             .expect("create")
             .0;
     }
-    assert_eq!(edit::lv::SPARE_LEASE_SLOTS, 8);
+    assert_eq!(edit::slots::SPARE_LEASE_SLOTS, 8);
     assert_eq!(lease(&v, "l0"), 67 << 20);
     assert_eq!(lease(&v, "l180"), 247 << 20);
     assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(64));

@@ -283,7 +283,7 @@ impl<'s> Volumes<'s> {
         let before = UsedMap::of_version(&vg);
         // Slots freed by this change are marked unused after its commit: not reused in it.
         let leases = match vg.is_shared() {
-            true => edit::lv::leases_in_use(&vg),
+            true => edit::slots::leases_in_use(&vg),
             false => Vec::new(),
         };
         let vg = removal(vg)?;
@@ -346,15 +346,17 @@ impl<'s> Volumes<'s> {
         Ok(vg.free_count() * vg.extent_bytes())
     }
 
-    /// Bytes a new volume of `mode` can take at most: the VG's free extents, or 0 when its
-    /// metadata areas cannot take the text of one more such volume (see
-    /// [`Mode::text_bytes`]).
+    /// Bytes a new volume of `mode` can take at most: the VG's free extents less what
+    /// `lvmlock` would grow by for its lease, or 0 when its metadata areas cannot take the
+    /// text of one more such volume (see [`Mode::text_bytes`]).
     pub fn room(&self, mode: Mode) -> Result<u64, VolumeError> {
         let vg = self.view()?;
         if !vg.metadata().fits(mode.text_bytes()) {
             return Ok(0);
         }
-        Ok(vg.free_count() * vg.extent_bytes())
+        let lease = edit::slots::lease_growth(vg.vg(), edit::slots::LEASE_ALIGN);
+        let free = vg.free_count().saturating_sub(u64::from(lease));
+        Ok(free * vg.extent_bytes())
     }
 
     /// Creates `name`, or returns it when it exists in this mode with a size in `size`.

@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use super::slots::{assign_lease, SPARE_LEASE_SLOTS};
 use super::{finish, refused, EditError, Stamp};
 use crate::alloc::{Extents, FreeMap};
 use crate::model::{Area, Lv, SegKind, Segment, Striped, Vg, Word};
@@ -10,15 +11,6 @@ use crate::uuid::Uuid;
 
 /// lvm2's default stripe size: 64 KiB, in sectors.
 pub const DEFAULT_STRIPE_SIZE: u32 = 128;
-/// Offset of the first LV lease in the `lvmlock` LV, in lease-alignment units.
-const FIRST_LEASE_SLOT: u64 = 67;
-/// What lvm2 adds to a full `lvmlock` LV (`global/sanlock_lv_extend`), in bytes.
-const LOCK_LV_EXTEND: u64 = 256 << 20;
-/// Lease slots a created LV leaves free in `lvmlock` (growing it when fewer would be):
-/// - a removal that holds the extents it frees ([`hold`]) takes a slot other than the one
-///   it frees, so in a VG too full for `lvmlock` to grow it needs a spare one;
-/// - one per removal in a group commit: more wait for the next commit.
-pub const SPARE_LEASE_SLOTS: usize = 8;
 
 /// `-p r|rw`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -70,7 +62,7 @@ impl LvSpec {
             permission: Permission::ReadWrite,
             activation_skip: false,
             stamp,
-            lease_align: 1 << 20,
+            lease_align: super::slots::LEASE_ALIGN,
             internal: false,
         }
     }
@@ -239,52 +231,6 @@ fn check_stripes(vg: &Vg, spec: &LvSpec) -> Result<Option<u32>, EditError> {
         });
     }
     Ok(Some(size))
-}
-
-/// The lease offsets LVs of the VG hold.
-pub fn leases_in_use(vg: &Vg) -> Vec<u64> {
-    let mut used: Vec<u64> = vg
-        .lvs
-        .iter()
-        .filter_map(|l| crate::lease::layout::lease_offset(l.lock_args.as_deref()?))
-        .collect();
-    used.sort_unstable();
-    used
-}
-
-/// Gives `vg.lvs[index]` the first free lease slot of `lvmlock` that is not in `avoid`,
-/// growing `lvmlock` by 256 MiB (as lvm2 does) while fewer than `spare` others would stay
-/// free.
-pub(crate) fn assign_lease(
-    vg: &mut Vg,
-    index: usize,
-    align: u64,
-    avoid: &[u64],
-    spare: usize,
-) -> Result<(), EditError> {
-    let lock_lv = lv_index(vg, "lvmlock")
-        .map_err(|_| refused(vg.name.clone(), "shared VG without an lvmlock LV"))?;
-    let mut used = leases_in_use(vg);
-    used.extend_from_slice(avoid);
-    // Slots an earlier change of the group freed are still their old owners' on disk.
-    super::reserved(|r| used.extend_from_slice(&r.leases));
-    used.sort_unstable();
-    loop {
-        let size = vg.lvs[lock_lv].extents() * vg.extent_bytes();
-        let mut free = (FIRST_LEASE_SLOT..)
-            .map(|k| k * align)
-            .take_while(|o| o + align <= size)
-            .filter(|o| used.binary_search(o).is_err());
-        let first = free.next();
-        if let Some(offset) = first.filter(|_| free.take(spare).count() == spare) {
-            Arc::make_mut(&mut vg.lvs[index]).lock_args = Some(format!("1.0.0:{offset}"));
-            return Ok(());
-        }
-        let more = u32::try_from(LOCK_LV_EXTEND / 512 / u64::from(vg.extent_size))
-            .unwrap_or(u32::MAX)
-            .max(1);
-        grow(vg, lock_lv, more, None)?;
-    }
 }
 
 /// Adds an LV to `vg` (no seqno change, no validation: the callers finish).

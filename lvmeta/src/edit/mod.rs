@@ -5,6 +5,7 @@
 //! Every edit ends in [`finish`]: seqno + 1 and every check lvm2 makes on write.
 
 pub mod lv;
+pub mod slots;
 pub mod thin;
 pub mod vg;
 

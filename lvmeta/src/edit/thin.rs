@@ -8,9 +8,8 @@
 
 use std::sync::Arc;
 
-use super::lv::{
-    assign_lease, create_in, grow, lv_index, new_lv, new_name, users, SPARE_LEASE_SLOTS,
-};
+use super::lv::{create_in, grow, lv_index, new_lv, new_name, users};
+use super::slots::{assign_lease, SPARE_LEASE_SLOTS};
 use super::{finish, refused, EditError, LvSpec, Stamp};
 use crate::model::{
     Lv, SegKind, Segment, Thin, ThinMessage, ThinPool, Vg, DISCARDS, MAX_THIN_DEVICE_ID,
