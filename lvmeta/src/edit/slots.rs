@@ -53,6 +53,12 @@ fn free_slots<'a>(
         .filter(move |o| used.binary_search(o).is_err())
 }
 
+/// The first of the `free` slots, when `spare` more follow it.
+fn first_with_spare(mut free: impl Iterator<Item = u64>, spare: usize) -> Option<u64> {
+    let first = free.next()?;
+    (free.take(spare).count() == spare).then_some(first)
+}
+
 /// Extents of one growth of `lvmlock` in `vg`.
 fn growth(vg: &Vg) -> u32 {
     u32::try_from(LOCK_LV_EXTEND / 512 / u64::from(vg.extent_size))
@@ -78,9 +84,7 @@ pub(crate) fn assign_lease(
     super::reserved(|r| used.extend_from_slice(&r.leases));
     used.sort_unstable();
     loop {
-        let mut free = free_slots(vg, lock_lv, align, &used);
-        let first = free.next();
-        if let Some(offset) = first.filter(|_| free.take(spare).count() == spare) {
+        if let Some(offset) = first_with_spare(free_slots(vg, lock_lv, align, &used), spare) {
             Arc::make_mut(&mut vg.lvs[index]).lock_args = Some(format!("1.0.0:{offset}"));
             return Ok(());
         }
@@ -93,14 +97,15 @@ pub(crate) fn assign_lease(
 /// `align`) is created in `vg`: 0 in a VG without `lvmlock` and while enough slots are
 /// free.
 pub fn lease_growth(vg: &Vg, align: u64) -> u32 {
+    if !vg.is_shared() {
+        return 0;
+    }
     let Ok(lock_lv) = lv_index(vg, "lvmlock") else {
         return 0;
     };
     let used = leases_in_use(vg);
-    let free = free_slots(vg, lock_lv, align, &used).take(SPARE_LEASE_SLOTS + 1);
-    if free.count() > SPARE_LEASE_SLOTS {
-        0
-    } else {
-        growth(vg)
+    match first_with_spare(free_slots(vg, lock_lv, align, &used), SPARE_LEASE_SLOTS) {
+        Some(_) => 0,
+        None => growth(vg),
     }
 }
