@@ -56,6 +56,8 @@ pub struct Backend {
     warned_full: std::sync::Mutex<Option<std::time::Instant>>,
     /// The process's metrics (see [`crate::metrics`]).
     metrics: Arc<crate::metrics::Metrics>,
+    /// Whether this host can be fenced (see [`crate::fencing`]); `None`: not asked.
+    fencing: Option<Arc<crate::fencing::Fencing>>,
 }
 
 /// A metadata area fuller than this (percent) is warned about.
@@ -83,7 +85,19 @@ impl Backend {
             listings: Listings::default(),
             warned_full: std::sync::Mutex::new(None),
             metrics: Arc::default(),
+            fencing: None,
         }
+    }
+
+    /// Whether this host can be fenced, when asked (see [`crate::fencing`]).
+    pub fn fencing(&self) -> Option<&Arc<crate::fencing::Fencing>> {
+        self.fencing.as_ref()
+    }
+
+    /// The same, ready only where `fencing` allows shared VGs.
+    pub fn with_fencing(mut self, fencing: Arc<crate::fencing::Fencing>) -> Self {
+        self.fencing = Some(fencing);
+        self
     }
 
     /// The same, recording into `metrics` (shared with the session's lease observer).
@@ -181,6 +195,20 @@ impl Backend {
     pub fn ready(&self) -> Result<(), (String, lvmeta::Error)> {
         for vg in &self.vgs {
             self.session.ready(vg).map_err(|e| (vg.clone(), e))?;
+        }
+        Ok(())
+    }
+
+    /// `Err((vg, why))` when a served VG is shared and this host may not use it because it
+    /// cannot be fenced (see [`crate::fencing::Fencing::admit`]).
+    pub fn fenceable(&self) -> Result<(), (String, String)> {
+        let Some(f) = &self.fencing else {
+            return Ok(());
+        };
+        for vg in &self.vgs {
+            if self.session.is_shared(vg).unwrap_or(false) {
+                f.admit().map_err(|why| (vg.clone(), why))?;
+            }
         }
         Ok(())
     }

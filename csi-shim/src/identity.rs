@@ -58,13 +58,21 @@ impl Identity for IdentityService {
         }))
     }
 
-    /// Ready when every VG served reads and, if shared, this host is in its lockspace;
+    /// Ready when every VG served reads and, if shared, this host is in its lockspace and
+    /// can be fenced (`ready: false` naming why in the log otherwise, see
+    /// [`crate::fencing`]);
     /// `ready: false` while a lockspace is not joined yet (a join takes tens of seconds: a
     /// liveness check must not take it for a failure); FAILED_PRECONDITION naming the VG and
     /// why for anything else.
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
         let ready = crate::status::blocking(&self.backend, |b| match b.ready() {
-            Ok(()) => Ok(true),
+            Ok(()) => match b.fenceable() {
+                Ok(()) => Ok(true),
+                Err((vg, why)) => {
+                    tracing::warn!(vg, reason = %why, "not ready: this host cannot be fenced");
+                    Ok(false)
+                }
+            },
             Err((vg, lvmeta::Error::Lease(e @ lvmeta::lease::LeaseError::NotJoined { .. }))) => {
                 tracing::info!(vg, reason = %e, "not ready");
                 Ok(false)

@@ -11,6 +11,7 @@
 pub mod authority;
 pub mod client;
 pub mod controller;
+pub mod fencing;
 pub mod fuzzing;
 pub mod identity;
 pub mod inflight;

@@ -71,6 +71,13 @@ struct Args {
     /// lvm2's lock file directory, shared with lvm commands on this host.
     #[arg(long, env = "LVMETA_LOCKING_DIR", default_value = "/run/lock/lvm")]
     locking_dir: PathBuf,
+    /// UNSAFE, for labs and tests: use shared VGs even where this host cannot be fenced (the
+    /// sanlock daemon runs without its watchdog, or this node's volumes cannot fail their
+    /// I/O in place). A host that loses its leases but keeps running may then corrupt
+    /// volumes another host took over; the driver warns, and the metric
+    /// `lvmeta_fencing_required` is 0.
+    #[arg(long)]
+    unsafe_without_fencing: bool,
     /// Serve Prometheus metrics at http://ADDRESS/metrics (`HOST:PORT`, or `:PORT` for
     /// every address).
     #[arg(long, value_parser = metrics_address)]
@@ -82,6 +89,9 @@ struct Args {
 /// calls (tokio's default keeps them 10 s). Their number is not capped: a call waiting for
 /// another host's lease must not hold up Probe or the node's request server.
 const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a SIGTERM waits for the fencing sweep that tells whether sanlock sent it.
+const STOP_SWEEP: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `HOST:PORT`, or `:PORT` for 0.0.0.0.
 fn metrics_address(s: &str) -> Result<std::net::SocketAddr, String> {
@@ -126,17 +136,40 @@ fn run(args: Args) -> Result<(), String> {
     }
     let metrics = Arc::new(csi_shim::metrics::Metrics::default());
     let mut session = Session::new(devs).with_lock_dir(args.locking_dir.clone());
-    if let Some(host_id) = args.host_id.or_else(lvmeta::lease::lvmlocal_host_id) {
+    let host_devices = lvmeta::activate::best();
+    let host_id = args.host_id.or_else(lvmeta::lease::lvmlocal_host_id);
+    let manager: Option<Arc<dyn lvmeta::lease::LeaseManager>> =
+        host_id.map(|_| Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()) as Arc<_>);
+    // A node plugin's volumes must fail their I/O in place when their lease is lost.
+    let devices = match (&args.node_id, &host_devices) {
+        (Some(_), Some(h)) if !h.can_fence() => Some(format!(
+            "this node's activation backend ({}) cannot fence volumes: it needs \
+             device-mapper (/dev/mapper/control, the dm_mod module)",
+            h.name()
+        )),
+        _ => None,
+    };
+    let fencing = Arc::new(csi_shim::fencing::Fencing::new(
+        manager.clone(),
+        !args.unsafe_without_fencing,
+        devices,
+        metrics.clone(),
+    ));
+    if args.unsafe_without_fencing {
+        tracing::warn!("--unsafe-without-fencing: shared VGs are used even where this host cannot be fenced; a host that loses its leases may corrupt volumes another host took over");
+    }
+    if let (Some(host_id), Some(manager)) = (host_id, manager) {
         if !(1..=2000).contains(&host_id) {
             return Err(format!("--host-id {host_id}: must be 1..2000"));
         }
         session = session.with_host(
             lvmeta::lease::Host::new(
-                Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()),
+                manager,
                 host_id,
                 args.io_timeout,
                 std::time::Duration::from_secs(args.lock_wait),
             )
+            .with_gate(Arc::new(csi_shim::fencing::Gate(fencing.clone())))
             .with_linger(
                 std::time::Duration::from_millis(args.vg_lease_linger_ms),
                 std::time::Duration::from_millis(args.vg_lease_max_hold_ms),
@@ -148,9 +181,9 @@ fn run(args: Args) -> Result<(), String> {
     if erase.is_none() {
         tracing::warn!("--wipe none: deleted volumes' extents are freed without erasing them");
     }
-    let host_devices = lvmeta::activate::best();
     let mut backend = Backend::new(session, args.vgs)
         .with_metrics(metrics)
+        .with_fencing(fencing)
         .with_erase(erase)
         .with_wiper(args.wiper.unwrap_or(args.node_id.is_none()));
     if let Some(h) = &host_devices {
@@ -180,6 +213,18 @@ fn run(args: Args) -> Result<(), String> {
         }
         None => None,
     };
+    // A restarted node plugin first fences what is live here without its lease.
+    match csi_shim::fencing::sweep(&backend, node.as_deref(), true) {
+        Ok(s) if !s.fenced.is_empty() || !s.failed.is_empty() => {
+            tracing::error!(fenced = ?s.fenced, failed = ?s.failed, "volumes live here without their leases were fenced at start")
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot ask the lock manager at start; the fencing sweep tries again every second")
+        }
+    }
+    let watch = csi_shim::fencing::watch(backend.clone(), node.clone())
+        .map_err(|e| format!("starting the fencing thread: {e}"))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_keep_alive(BLOCKING_KEEP_ALIVE)
@@ -214,9 +259,23 @@ fn run(args: Args) -> Result<(), String> {
                         return;
                     }
                 };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+            loop {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => break,
+                    _ = term.recv() => {}
+                }
+                // sanlock asks a lease holder to stop with SIGTERM when a lockspace fails:
+                // then the volumes there are fenced and the process goes on serving.
+                let w = watch.clone();
+                let lost = tokio::task::spawn_blocking(move || w.sweep_now(STOP_SWEEP))
+                    .await
+                    .ok()
+                    .flatten();
+                match lost {
+                    Some(l) if l.is_empty() => break,
+                    Some(l) => tracing::error!(lost = ?l, "SIGTERM with lockspaces lost (sanlock's request): their volumes are fenced; serving on"),
+                    None => tracing::error!("SIGTERM, but the lock manager cannot say whether a lockspace was lost: serving on (the next SIGTERM asks again)"),
+                }
             }
             tracing::info!("shutting down: letting calls in flight finish");
         };

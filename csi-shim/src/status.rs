@@ -55,8 +55,11 @@ fn code_of(e: &lvmeta::Error) -> tonic::Code {
     use tonic::Code;
     match e {
         E::VgNotFound(_) | E::LvNotFound { .. } => Code::NotFound,
-        // In use on a node: waiting does not help until it is unstaged there.
-        E::Lease(LeaseError::InUse { .. } | LeaseError::Orphan { .. })
+        // In use on a node: waiting does not help until it is unstaged there. A host that
+        // cannot be fenced: not until the operator sets up its watchdog.
+        E::Lease(
+            LeaseError::InUse { .. } | LeaseError::Orphan { .. } | LeaseError::Unfenced { .. },
+        )
         | E::Activate(lvmeta::activate::ActivateError::InUse { .. }) => Code::FailedPrecondition,
         // Leases and lock files are contended or the lockspace is not started yet: retry.
         E::Lease(_) | E::Lock { .. } | E::SharedWithoutLeases(_) | E::MissingPvs { .. } => {

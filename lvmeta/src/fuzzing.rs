@@ -108,3 +108,11 @@ pub fn device(data: &[u8]) {
     let devs: [&dyn BlockDevice; 1] = [&dev];
     let _ = scan::scan(&devs);
 }
+
+/// The sanlock daemon's status reply ([`crate::lease::daemon::parse`]): never a panic, and
+/// what reads names only lockspaces and leases whose records it read.
+pub fn sanlock_status(data: &[u8]) {
+    if let Ok(st) = crate::lease::daemon::parse(data) {
+        assert!(st.lockspaces.len() + st.resources.len() + st.clients.len() <= data.len() / 80);
+    }
+}

@@ -28,6 +28,7 @@ fn corpora_replay() {
     assert!(replay("history", fuzzing::history) >= 1);
     assert!(replay("lease", fuzzing::lease) >= 3);
     assert!(replay("words", fuzzing::words) >= 3);
+    assert!(replay("sanlock_status", fuzzing::sanlock_status) >= 1);
 }
 
 #[test]
@@ -41,6 +42,7 @@ fn seeds_truncated_and_flipped_never_panic() {
         ("history", fuzzing::history),
         ("lease", fuzzing::lease),
         ("words", fuzzing::words),
+        ("sanlock_status", fuzzing::sanlock_status),
     ] {
         for e in std::fs::read_dir(dir.join(target)).expect("corpus dir") {
             let seed = std::fs::read(e.expect("entry").path()).expect("seed");

@@ -417,6 +417,12 @@ impl LeaseManager for Counting {
     fn release_orphans(&self, r: &lvmeta::lease::ResourceSpec) -> Result<u32, LeaseError> {
         self.inner.release_orphans(r)
     }
+    fn drop_orphans(&self, r: &lvmeta::lease::ResourceSpec) -> Result<u32, LeaseError> {
+        self.inner.drop_orphans(r)
+    }
+    fn standing(&self) -> Result<lvmeta::lease::Standing, LeaseError> {
+        self.inner.standing()
+    }
     fn unheld(
         &self,
         r: &lvmeta::lease::ResourceSpec,

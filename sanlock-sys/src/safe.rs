@@ -205,6 +205,16 @@ pub fn rem_lockspace(ls: &Lockspace) -> Result<(), Rv> {
     check(unsafe { sanlock_rem_lockspace(&mut raw, SANLK_REM_UNUSED) }).map(drop)
 }
 
+/// Sets a lockspace option of this host (`SANLK_CONFIG_*`): `SANLK_CONFIG_USED_BY_ORPHANS`
+/// keeps a failed lockspace (and so the watchdog armed) while orphans of it remain.
+pub fn set_config(lockspace: &str, cmd: u32) -> Result<(), Rv> {
+    let mut name = [0 as c_char; SANLK_NAME_LEN + 1];
+    put(&mut name[..SANLK_NAME_LEN], lockspace);
+    // SAFETY: `name` is NUL-terminated and lives across the call; no data argument is read
+    // for the USED/UNUSED commands.
+    check(unsafe { sanlock_set_config(name.as_ptr(), 0, cmd, std::ptr::null_mut()) }).map(drop)
+}
+
 /// A registered connection to the daemon; leases acquired on it are released when it closes
 /// (or when the process dies).
 #[derive(Debug)]
@@ -243,10 +253,30 @@ impl Client {
 
     /// Releases `r`.
     pub fn release(&self, r: &Resource) -> Result<(), Rv> {
+        self.release_flags(r, 0).map(drop)
+    }
+
+    /// Drops this host's orphans of `r` (every orphan of `r.lockspace` when `r.name` is
+    /// empty) without touching the disk first: the daemon releases them in the background.
+    /// Works in a failed lockspace, where nothing can be acquired. Returns how many.
+    pub fn release_orphans(&self, r: &Resource) -> Result<u32, Rv> {
+        self.release_flags(r, SANLK_REL_ORPHAN)
+            .map(|n| u32::try_from(n).unwrap_or(0))
+    }
+
+    fn release_flags(&self, r: &Resource, flags: u32) -> Result<i32, Rv> {
         let mut raw = r.raw();
         let mut ptrs = [&mut raw.res as *mut sanlk_resource];
         // SAFETY: as in acquire.
-        check(unsafe { sanlock_release(self.sock, -1, 0, 1, ptrs.as_mut_ptr()) }).map(drop)
+        check(unsafe { sanlock_release(self.sock, -1, flags, 1, ptrs.as_mut_ptr()) })
+    }
+
+    /// Tells the daemon how it may stop this process when a lockspace it uses fails
+    /// (`SANLK_RESTRICT_SIGKILL`: SIGTERM only, repeated, so the process can finish
+    /// fencing; if it never releases, the watchdog resets the host).
+    pub fn restrict(&self, flags: u32) -> Result<(), Rv> {
+        // SAFETY: `sock` is this client's registered socket.
+        check(unsafe { sanlock_restrict(self.sock, flags) }).map(drop)
     }
 
     /// Converts a held lease between exclusive and shared (`r.flags` gives the new mode).

@@ -105,8 +105,19 @@ pub async fn connect(socket: &Path) -> Channel {
     csi_shim::client::connect(socket).await.expect("connect")
 }
 
-/// Starts host `host_id`'s csi-shim and connects to it.
+/// Starts host `host_id`'s csi-shim and connects to it (told to run without fencing, which
+/// these simulated hosts cannot have).
 pub async fn start_shim(dir: &Path, lun: &str, host_id: u32) -> (Killed, Channel) {
+    start_shim_with(dir, lun, host_id, &["--unsafe-without-fencing"]).await
+}
+
+/// [`start_shim`] with `extra` arguments instead of `--unsafe-without-fencing`.
+pub async fn start_shim_with(
+    dir: &Path,
+    lun: &str,
+    host_id: u32,
+    extra: &[&str],
+) -> (Killed, Channel) {
     let run = dir.join(format!("h{host_id}"));
     let socket = run.join("csi.sock");
     let log = std::fs::OpenOptions::new()
@@ -126,6 +137,9 @@ pub async fn start_shim(dir: &Path, lun: &str, host_id: u32) -> (Killed, Channel
             &host_id.to_string(),
         ])
         .args(["--node-id", &format!("node-{host_id}"), "--lock-wait", "20"])
+        // These simulated hosts share one kernel without device-mapper and run sanlock
+        // without a watchdog: nothing can fence them (the VM tests fence for real).
+        .args(extra)
         // Node A's process also runs the controller's wiper (deleted volumes erased under
         // their leases).
         .args(["--wiper", if host_id == 2 { "true" } else { "false" }])

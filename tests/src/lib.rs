@@ -462,6 +462,21 @@ pub fn kernel_pool_tid(tpool: &str) -> Option<u64> {
         .and_then(|w| w.parse().ok())
 }
 
+/// Asserts that nothing is mounted at or below `dir` (a kubelet directory at the end of a
+/// node test: a mount left there would make kubelet believe a target is clean).
+pub fn assert_nothing_mounted_under(dir: &Path) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let left: Vec<String> = csi_shim::mount::mounts(&info)
+        .map(|m| m.point)
+        .filter(|p| Path::new(p).starts_with(dir))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left mounted under {}: {left:?}",
+        dir.display()
+    );
+}
+
 /// Prints `SKIPPED <why>` where it shows: straight to the process's stderr, since the test
 /// harness captures `eprintln!` of a passing test and would hide the skip.
 pub fn skipped(why: &str) {

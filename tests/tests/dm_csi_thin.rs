@@ -270,6 +270,7 @@ fn scenario(test: &str, shared: bool) {
             .await
             .expect("DeleteSnapshot");
         stop_shim(&mut a).await;
+        lvmeta_tests::assert_nothing_mounted_under(&a.kubelet);
     });
     drop(unbind);
     // No device-mapper device of the VG is left, and stock lvm2 finds it clean.

@@ -323,6 +323,7 @@ fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
         }
         for h in [&mut a, &mut b] {
             stop_shim(h).await;
+            lvmeta_tests::assert_nothing_mounted_under(&h.kubelet);
         }
     });
     drop(unbind);

@@ -107,6 +107,9 @@ pub struct Metrics {
     rpc: Histograms<Rpc>,
     lease: Histograms<Lease>,
     lease_busy: Family<Vg, Counter>,
+    fencing_ready: Gauge,
+    fencing_required: Gauge,
+    fenced: Counter,
     /// One scrape at a time: each clears and refills the gauges.
     scraping: Mutex<()>,
 }
@@ -131,6 +134,9 @@ impl Default for Metrics {
             rpc: Family::new_with_constructor(seconds),
             lease: Family::new_with_constructor(seconds),
             lease_busy: Family::default(),
+            fencing_ready: Gauge::default(),
+            fencing_required: Gauge::default(),
+            fenced: Counter::default(),
             scraping: Mutex::new(()),
         };
         {
@@ -212,6 +218,21 @@ impl Default for Metrics {
             "Times the lock manager said another host held a VG lease (then retried)",
             m.lease_busy.clone(),
         );
+        l.register(
+            "fencing_ready",
+            "1 when this host can be fenced (sanlock's watchdog armed; in a node plugin, volumes can fail their I/O in place), else 0",
+            m.fencing_ready.clone(),
+        );
+        l.register(
+            "fencing_required",
+            "0 when the driver was told to use shared VGs even where this host cannot be fenced (--unsafe-without-fencing), else 1",
+            m.fencing_required.clone(),
+        );
+        l.register(
+            "fenced_volumes",
+            "Volumes fenced on this host after it lost their leases",
+            m.fenced.clone(),
+        );
         Metrics { registry: r, ..m }
     }
 }
@@ -235,6 +256,21 @@ impl Metrics {
             code: code_name(code),
         };
         self.rpc.get_or_create(&labels).observe(took.as_secs_f64());
+    }
+
+    /// Records whether this host can be fenced now.
+    pub fn fencing_ready(&self, ready: bool) {
+        self.fencing_ready.set(i64::from(ready));
+    }
+
+    /// Records whether fencing is required (see [`crate::fencing::Fencing`]).
+    pub fn fencing_required(&self, required: bool) {
+        self.fencing_required.set(i64::from(required));
+    }
+
+    /// Counts `n` volumes fenced.
+    pub fn fenced(&self, n: u64) {
+        self.fenced.inc_by(n);
     }
 
     /// The metrics of `scope` now, in the OpenMetrics text format.

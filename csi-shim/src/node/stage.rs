@@ -196,7 +196,7 @@ impl Node {
             }
         };
         if let (Some(at), Some(dev)) = (&staging, &dev) {
-            match self.holds(at, dev)? {
+            match self.holds_volume(at, dev, &vg, &lv)? {
                 Holds::This => self.config.system.umount(at).map_err(sys_status)?,
                 Holds::Other(found) => {
                     tracing::warn!(volume_id = %req.volume_id, staging = %at.path().display(), found, "the staging path holds another mount: left alone, volume not staged there");

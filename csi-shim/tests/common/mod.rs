@@ -257,8 +257,15 @@ pub fn skip_or_fail(msg: &str) {
 pub fn shared_vg(
     host: impl FnOnce(lvmeta::lease::Host) -> lvmeta::lease::Host,
 ) -> (Session, Arc<MemDevice>) {
+    shared_vg_on(Arc::default(), host)
+}
+
+/// [`shared_vg`] with the leases kept in `fake`.
+pub fn shared_vg_on(
+    fake: Arc<lvmeta::lease::FakeLeases>,
+    host: impl FnOnce(lvmeta::lease::Host) -> lvmeta::lease::Host,
+) -> (Session, Arc<MemDevice>) {
     let lun = Arc::new(MemDevice::new("lun", 512 << 20, 512));
-    let fake = Arc::new(lvmeta::lease::FakeLeases::default());
     let h = lvmeta::lease::Host::new(fake, 3, 10, std::time::Duration::from_millis(300));
     let session =
         Session::new(vec![Box::new(lun.clone()) as Box<dyn BlockDevice>]).with_host(host(h));

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use devicemapper::{DevId, DmError, DmFlags, DmName, DmOptions, DmUuid, DM};
 
+use super::fence;
 use super::thin::{deliveries, parse_pool_status, PoolMessage, PoolPlan};
 use super::{ActivateError, Backend, Layout, Piece, Placement, Stripe};
 
@@ -29,17 +30,7 @@ pub type TableLine = (u64, u64, String, String);
 /// Where device nodes go.
 const MAPPER_DIR: &str = "/dev/mapper";
 
-/// lvm2's device-mapper name of LV `lv` of VG `vg`: both names with every `-` doubled,
-/// joined by one `-` (so the name splits back unambiguously).
-pub fn dm_name(vg: &str, lv: &str) -> String {
-    format!("{}-{}", vg.replace('-', "--"), lv.replace('-', "--"))
-}
-
-/// lvm2's device-mapper name of layer `layer` of an LV (`tpool` of a thin pool):
-/// [`dm_name`] then `-` and the layer.
-pub fn dm_layer_name(vg: &str, lv: &str, layer: &str) -> String {
-    format!("{}-{}", dm_name(vg, lv), layer.replace('-', "--"))
-}
+pub use super::dm_names::{dm_layer_name, dm_name};
 
 /// The `thin-pool` line of `pool` over metadata device `meta` and data device `data`, as
 /// libdevmapper writes it: chunk size, low water mark 0 (lvm2's default threshold of 100%),
@@ -673,6 +664,20 @@ impl Backend for DmBackend {
 
     fn activate(&self, p: &Placement, read_only: bool) -> Result<PathBuf, ActivateError> {
         let name = dm_name(&p.vg, &p.lv);
+        // A stack fenced after its lease was lost may show stale data: never used again,
+        // made anew once its last user is gone.
+        if self.fenced(p)? {
+            let gone = self.deactivate(p).and_then(|()| self.fenced(p));
+            if !matches!(gone, Ok(false)) {
+                return Err(ActivateError::InUse {
+                    lv: format!("{}/{}", p.vg, p.lv),
+                    by: format!(
+                        "{name} or its pool, fenced after this host lost the lease and still \
+                         open (unpublish and unstage every volume of it first)"
+                    ),
+                });
+            }
+        }
         if let Some(devnum) = self.mine(&name, &p.dm_uuid)? {
             return Self::make_node(p, devnum);
         }
@@ -768,6 +773,34 @@ impl Backend for DmBackend {
         self.tpool_status(&tpool).map(Some)
     }
 
+    fn can_fence(&self) -> bool {
+        true
+    }
+
+    fn is_fenced(&self, p: &Placement) -> Result<bool, ActivateError> {
+        self.fenced(p)
+    }
+
+    fn fence(&self, p: &Placement) -> Result<Vec<String>, ActivateError> {
+        let mut done = Vec::new();
+        for t in fence::stack(p) {
+            let Some(info) = self.info(&t.name)? else {
+                continue;
+            };
+            let found = info.uuid().map(|u| u.to_string()).unwrap_or_default();
+            if !t.uuid.matches(&found) {
+                tracing::warn!(device = %t.name, uuid = %found, "not fenced: another VG's or tool's device of this name");
+                continue;
+            }
+            self.load_error(&t.name)?;
+            done.push(t.name);
+        }
+        if !done.is_empty() {
+            tracing::warn!(vg = %p.vg, lv = %p.lv, devices = ?done, "fenced: every I/O now fails");
+        }
+        Ok(done)
+    }
+
     fn users(&self, pieces: &[&Piece]) -> Result<Vec<PathBuf>, ActivateError> {
         let mut wanted = Vec::with_capacity(pieces.len());
         for p in pieces {
@@ -799,6 +832,56 @@ impl Backend for DmBackend {
 }
 
 impl DmBackend {
+    /// Has any device of `p`'s stack an `error` table ([`Backend::fence`])?
+    fn fenced(&self, p: &Placement) -> Result<bool, ActivateError> {
+        for t in fence::stack(p) {
+            if self.find(&t.name)?.is_none() {
+                continue;
+            }
+            let n = dm_name_of(&t.name)?;
+            let flags = DmOptions::default().set_flags(DmFlags::DM_STATUS_TABLE);
+            let (_, table) = self
+                .dm
+                .table_status(&DevId::Name(n), flags)
+                .map_err(|e| dm_err(&format!("table of {}", t.name), e))?;
+            if table.iter().any(|(_, _, target, _)| target == "error") {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Makes device `name` fail every I/O: an `error` table of its current size, made live
+    /// without freezing a filesystem on it or waiting for queued I/O to be flushed (a
+    /// suspend still waits for I/O in flight: one hung on a dead path keeps this waiting,
+    /// and the lease with it, which is what the watchdog is for).
+    fn load_error(&self, name: &str) -> Result<(), ActivateError> {
+        let n = dm_name_of(name)?;
+        let id = DevId::Name(n);
+        let (_, table) = self
+            .dm
+            .table_status(
+                &id,
+                DmOptions::default().set_flags(DmFlags::DM_STATUS_TABLE),
+            )
+            .map_err(|e| dm_err(&format!("table of {name}"), e))?;
+        let sectors = table.iter().map(|(s, l, _, _)| s + l).max().unwrap_or(0);
+        if sectors == 0 || table.iter().all(|(_, _, t, _)| t == "error") {
+            return Ok(());
+        }
+        self.dm
+            .table_load(&id, &[fence::error_table(sectors)], DmOptions::default())
+            .map_err(|e| dm_err(&format!("load an error table into {name}"), e))?;
+        let quick = DmFlags::DM_SUSPEND | DmFlags::DM_NOFLUSH | DmFlags::DM_SKIP_LOCKFS;
+        self.dm
+            .device_suspend(&id, DmOptions::default().set_flags(quick))
+            .map_err(|e| dm_err(&format!("suspend {name} to fence it"), e))?;
+        self.dm
+            .device_suspend(&id, DmOptions::default())
+            .map_err(|e| dm_err(&format!("resume {name} fenced"), e))?;
+        Ok(())
+    }
+
     /// Reloads an active pool's data LV, tpool and pool device with their current sizes;
     /// returns the tpool's device number.
     fn refresh_pool(&self, pool: &PoolPlan) -> Result<(u32, u32), ActivateError> {

@@ -183,6 +183,29 @@ impl Backend for LoopBackend {
         "loop"
     }
 
+    fn can_fence(&self) -> bool {
+        false
+    }
+
+    fn is_fenced(&self, _: &Placement) -> Result<bool, ActivateError> {
+        Ok(false)
+    }
+
+    /// A loop device's backing cannot be swapped for one that fails I/O while it is open.
+    fn fence(&self, p: &Placement) -> Result<Vec<String>, ActivateError> {
+        match self.active(p)? {
+            None => Ok(Vec::new()),
+            Some(dev) => Err(ActivateError::Unsupported {
+                lv: format!("{}/{}", p.vg, p.lv),
+                why: format!(
+                    "{} cannot be fenced: loop devices cannot fail their I/O in place \
+                     (device-mapper's error target can)",
+                    dev.display()
+                ),
+            }),
+        }
+    }
+
     fn active(&self, p: &Placement) -> Result<Option<PathBuf>, ActivateError> {
         Ok(p.single().and_then(find).map(|b| b.dev))
     }

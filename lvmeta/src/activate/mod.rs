@@ -10,6 +10,8 @@
 
 #[cfg(feature = "dm")]
 pub mod dm;
+pub mod dm_names;
+pub mod fence;
 pub mod loopdev;
 pub mod plan;
 pub mod thin;
@@ -98,6 +100,15 @@ pub trait Backend: Send + Sync {
     /// The devices on this host that map any byte of `pieces`, whatever LV they were made
     /// for: a range that must not be written or handed out while one does.
     fn users(&self, pieces: &[&Piece]) -> Result<Vec<PathBuf>, ActivateError>;
+    /// Can this backend fence ([`Backend::fence`])?
+    fn can_fence(&self) -> bool;
+    /// Replaces the table of every device of `p`'s stack on this host with an `error`
+    /// target of the same size ([`fence::stack`]), in place: their users get I/O errors at
+    /// once and nothing reaches the PVs through them any more. Returns the devices fenced
+    /// (none when `p` is not active here). The devices stay until deactivated.
+    fn fence(&self, p: &Placement) -> Result<Vec<String>, ActivateError>;
+    /// Has a device of `p`'s stack been fenced (and not removed since)?
+    fn is_fenced(&self, p: &Placement) -> Result<bool, ActivateError>;
 }
 
 /// Activations in memory (tests): one-piece linear LVs, as the loop backend; with
@@ -108,6 +119,8 @@ pub trait Backend: Send + Sync {
 pub struct FakeBackend {
     active: Mutex<HashMap<(String, String), (Placement, bool)>>,
     thin: Option<Mutex<HashMap<String, FakePool>>>,
+    /// Devices fenced, in order.
+    fenced: Mutex<Vec<String>>,
 }
 
 /// A simulated kernel thin pool.
@@ -166,6 +179,14 @@ impl FakeBackend {
         self.map()
             .get(&(vg.to_owned(), lv.to_owned()))
             .map(|(_, ro)| *ro)
+    }
+
+    /// The devices fenced so far, in order ([`Backend::fence`]).
+    pub fn fenced(&self) -> Vec<String> {
+        self.fenced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The simulated kernel pool of the pool LV with device uuid `dm_uuid`, after `change`
@@ -254,6 +275,11 @@ impl Backend for FakeBackend {
     }
     fn deactivate(&self, p: &Placement) -> Result<(), ActivateError> {
         self.map().remove(&(p.vg.clone(), p.lv.clone()));
+        let name = dm_names::dm_name(&p.vg, &p.lv);
+        self.fenced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|f| *f != name);
         Ok(())
     }
     fn refresh(&self, p: &Placement) -> Result<(), ActivateError> {
@@ -288,6 +314,38 @@ impl Backend for FakeBackend {
             )
         });
         thin::parse_pool_status(&format!("fake {}-tpool", pool.name), &line).map(Some)
+    }
+    fn can_fence(&self) -> bool {
+        true
+    }
+    fn fence(&self, p: &Placement) -> Result<Vec<String>, ActivateError> {
+        // The LVs of the stack active here (a thin LV's pool: all its thin LVs).
+        let lvs: Vec<String> = match &p.layout {
+            Layout::Thin { pool, .. } | Layout::Pool(pool) => {
+                let mut v: Vec<String> = pool.thin_lvs.iter().map(|(_, l)| l.clone()).collect();
+                v.push(p.lv.clone());
+                v
+            }
+            _ => vec![p.lv.clone()],
+        };
+        let mut done = Vec::new();
+        for lv in lvs {
+            if self.state(&p.vg, &lv).is_some() {
+                let name = dm_names::dm_name(&p.vg, &lv);
+                if !done.contains(&name) {
+                    done.push(name);
+                }
+            }
+        }
+        self.fenced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(done.iter().cloned());
+        Ok(done)
+    }
+    fn is_fenced(&self, p: &Placement) -> Result<bool, ActivateError> {
+        let fenced = self.fenced.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(self.state(&p.vg, &p.lv).is_some() && fenced.contains(&dm_names::dm_name(&p.vg, &p.lv)))
     }
     fn users(&self, pieces: &[&Piece]) -> Result<Vec<PathBuf>, ActivateError> {
         Ok(self

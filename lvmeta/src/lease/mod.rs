@@ -7,17 +7,21 @@
 //! [`FakeLeases`] keeps leases in memory for unit tests, and the `sanlock` feature adds
 //! [`sanlock::SanlockLeases`], which talks to the host's sanlock daemon.
 
+pub mod daemon;
+mod fake;
 pub mod layout;
 mod linger;
 pub mod observe;
 pub mod paxos;
 #[cfg(feature = "sanlock")]
 pub mod sanlock;
+pub mod standing;
+
+pub use fake::FakeLeases;
+pub use layout::{Geometry, Lvb, LOCKSPACE_PREFIX};
+pub use standing::{HeldLease, LockspaceHealth, Standing};
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-
-pub use layout::{Geometry, Lvb, LOCKSPACE_PREFIX};
 
 /// A lease mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +90,13 @@ pub enum LeaseError {
         /// `vg/lv`.
         lv: String,
     },
+    /// This host may not take a lease that lets it write (see [`Gate`]): it could not be
+    /// fenced should it lose the lease.
+    #[error("this host cannot be fenced, so it does not change or activate anything in a shared VG: {why}")]
+    Unfenced {
+        /// Why (no watchdog, ...).
+        why: String,
+    },
     /// The lock manager failed.
     #[error("{what}: {why}")]
     Manager {
@@ -138,6 +149,13 @@ pub trait LeaseManager: Send + Sync {
     /// Releases the orphan of `r` an ended process of this host left, if any; returns how
     /// many were released (0 or 1).
     fn release_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError>;
+    /// Drops this host's orphan of `r` without acquiring it first, which also works in a
+    /// failed lockspace (where it protects nothing any more): only once the devices it
+    /// protected can no longer write. Returns how many were dropped.
+    fn drop_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError>;
+    /// This host as the manager sees it: whether it can fence the host, its lockspaces'
+    /// health, the leases it holds.
+    fn standing(&self) -> Result<Standing, LeaseError>;
 }
 
 /// A lease area [`LeaseManager::unheld`] found free, as it read it.
@@ -157,189 +175,6 @@ pub struct Locked {
     pub seen: Vec<(u64, SeenFree)>,
 }
 
-/// Leases in memory, shared by every [`FakeLeases`] clone: one process simulating hosts.
-#[derive(Debug, Default)]
-pub struct FakeLeases {
-    state: Mutex<FakeState>,
-}
-
-#[derive(Debug, Default)]
-struct FakeState {
-    /// (path, offset) -> resource name written there.
-    written: HashMap<(String, u64), String>,
-    /// lockspace -> joined host ids.
-    joined: HashMap<String, Vec<u64>>,
-    /// (path, offset) -> (exclusive holder count, shared holder count, lvb).
-    held: HashMap<(String, u64), (u32, u32, Lvb)>,
-    /// Persistent leases this process holds: (path, offset) -> mode, one per holder.
-    persistent: Vec<((String, u64), Mode)>,
-    /// Orphans ended processes left: (path, offset) -> mode, one per holder.
-    orphans: Vec<((String, u64), Mode)>,
-}
-
-impl FakeLeases {
-    fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// What sanlock does when this process ends: its persistent leases become the host's
-    /// orphans (still held), and its other leases are released.
-    pub fn end_process(&self) {
-        let mut s = self.lock();
-        let kept = std::mem::take(&mut s.persistent);
-        for e in s.held.values_mut() {
-            e.0 = 0;
-            e.1 = 0;
-        }
-        for (key, mode) in &kept {
-            let e = s.held.entry(key.clone()).or_insert((0, 0, Lvb::default()));
-            match mode {
-                Mode::Exclusive => e.0 += 1,
-                Mode::Shared => e.1 += 1,
-            }
-        }
-        s.orphans.extend(kept);
-    }
-
-    /// Drops one holder of `key` in `mode`.
-    fn unhold(s: &mut FakeState, key: &(String, u64), mode: Mode) {
-        if let Some(e) = s.held.get_mut(key) {
-            match mode {
-                Mode::Exclusive => e.0 = e.0.saturating_sub(1),
-                Mode::Shared => e.1 = e.1.saturating_sub(1),
-            }
-        }
-    }
-}
-
-impl LeaseManager for FakeLeases {
-    fn init_lockspace(&self, ls: &LockspaceSpec, _io_timeout: u32) -> Result<(), LeaseError> {
-        self.lock()
-            .written
-            .insert((ls.path.clone(), ls.offset), ls.name.clone());
-        Ok(())
-    }
-    fn init_resource(&self, r: &ResourceSpec) -> Result<(), LeaseError> {
-        let mut s = self.lock();
-        s.written.insert((r.path.clone(), r.offset), r.name.clone());
-        s.held.remove(&(r.path.clone(), r.offset));
-        Ok(())
-    }
-    fn resource_name(&self, r: &ResourceSpec) -> Result<Option<String>, LeaseError> {
-        Ok(self
-            .lock()
-            .written
-            .get(&(r.path.clone(), r.offset))
-            .cloned())
-    }
-    fn join(&self, ls: &LockspaceSpec, _io_timeout: u32) -> Result<(), LeaseError> {
-        let mut s = self.lock();
-        let hosts = s.joined.entry(ls.name.clone()).or_default();
-        if !hosts.contains(&ls.host_id) {
-            hosts.push(ls.host_id);
-        }
-        Ok(())
-    }
-    fn leave(&self, ls: &LockspaceSpec) -> Result<(), LeaseError> {
-        if let Some(h) = self.lock().joined.get_mut(&ls.name) {
-            h.retain(|x| *x != ls.host_id);
-        }
-        Ok(())
-    }
-    fn joined(&self, ls: &LockspaceSpec) -> Result<bool, LeaseError> {
-        Ok(self
-            .lock()
-            .joined
-            .get(&ls.name)
-            .is_some_and(|h| h.contains(&ls.host_id)))
-    }
-    fn acquire(
-        &self,
-        r: &ResourceSpec,
-        mode: Mode,
-        want_lvb: bool,
-    ) -> Result<Option<Lvb>, LeaseError> {
-        let mut s = self.lock();
-        if s.joined.get(&r.lockspace).is_none_or(|h| h.is_empty()) {
-            return Err(LeaseError::NotJoined {
-                lockspace: r.lockspace.clone(),
-            });
-        }
-        let e = s
-            .held
-            .entry((r.path.clone(), r.offset))
-            .or_insert((0, 0, Lvb::default()));
-        let free = match mode {
-            Mode::Exclusive => e.0 == 0 && e.1 == 0,
-            Mode::Shared => e.0 == 0,
-        };
-        if !free {
-            return Err(LeaseError::Busy {
-                name: r.name.clone(),
-            });
-        }
-        match mode {
-            Mode::Exclusive => e.0 += 1,
-            Mode::Shared => e.1 += 1,
-        }
-        Ok(want_lvb.then_some(e.2))
-    }
-    fn release(&self, r: &ResourceSpec, lvb: Option<Lvb>) -> Result<(), LeaseError> {
-        let mut s = self.lock();
-        let key = (r.path.clone(), r.offset);
-        if let Some(i) = s.persistent.iter().position(|(k, _)| *k == key) {
-            s.persistent.swap_remove(i);
-        }
-        if let Some(e) = s.held.get_mut(&key) {
-            if let Some(v) = lvb {
-                e.2 = v;
-            }
-            if e.0 > 0 {
-                e.0 -= 1;
-            } else {
-                e.1 = e.1.saturating_sub(1);
-            }
-        }
-        Ok(())
-    }
-    fn unheld(&self, r: &ResourceSpec) -> Result<Option<SeenFree>, LeaseError> {
-        let s = self.lock();
-        let key = (r.path.clone(), r.offset);
-        let free = s.held.get(&key).is_none_or(|e| e.0 == 0 && e.1 == 0);
-        Ok(free.then(SeenFree::default))
-    }
-    fn acquire_persistent(&self, r: &ResourceSpec, mode: Mode) -> Result<(), LeaseError> {
-        let key = (r.path.clone(), r.offset);
-        {
-            let mut s = self.lock();
-            if let Some(i) = s.orphans.iter().position(|(k, _)| *k == key) {
-                if s.orphans[i].1 != mode {
-                    return Err(LeaseError::Orphan {
-                        name: r.name.clone(),
-                    });
-                }
-                // Adopted: the orphan's hold becomes this process's.
-                s.orphans.swap_remove(i);
-                s.persistent.push((key, mode));
-                return Ok(());
-            }
-        }
-        self.acquire(r, mode, false)?;
-        self.lock().persistent.push((key, mode));
-        Ok(())
-    }
-    fn release_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError> {
-        let mut s = self.lock();
-        let key = (r.path.clone(), r.offset);
-        let Some(i) = s.orphans.iter().position(|(k, _)| *k == key) else {
-            return Ok(0);
-        };
-        let (_, mode) = s.orphans.swap_remove(i);
-        Self::unhold(&mut s, &key, mode);
-        Ok(1)
-    }
-}
-
 /// This host in shared VGs: its lock manager, host id and how long it waits for a lease.
 #[derive(Clone)]
 pub struct Host {
@@ -355,6 +190,15 @@ pub struct Host {
     linger: std::sync::Arc<linger::Linger>,
     /// Told of every VG lease request (see [`Host::with_observer`]).
     observer: Option<std::sync::Arc<dyn observe::LeaseObserver>>,
+    gate: Option<std::sync::Arc<dyn Gate>>,
+}
+
+/// A condition every lease that lets this host write must meet: checked before an exclusive
+/// VG lease (a change) and before an LV lease (an activation) is taken. Shared VG leases
+/// (reads) pass.
+pub trait Gate: Send + Sync {
+    /// `Err(why)` when no such lease may be taken now.
+    fn check(&self) -> Result<(), String>;
 }
 
 impl std::fmt::Debug for Host {
@@ -514,7 +358,34 @@ impl Host {
             wait,
             linger,
             observer: None,
+            gate: None,
         }
+    }
+
+    /// The same host, taking leases that let it write only while `gate` passes.
+    pub fn with_gate(mut self, gate: std::sync::Arc<dyn Gate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Checks the gate (see [`Gate`]).
+    fn gated(&self) -> Result<(), LeaseError> {
+        match &self.gate {
+            Some(g) => g.check().map_err(|why| LeaseError::Unfenced { why }),
+            None => Ok(()),
+        }
+    }
+
+    /// Gives back the VG lease kept after a change in lockspace `lockspace`, if any.
+    pub fn release_kept(&self, lockspace: &str) -> Result<(), LeaseError> {
+        self.linger.release_lockspace(lockspace)
+    }
+
+    /// Takes LV lease `r` for an activation ([`LeaseManager::acquire_persistent`]), once the
+    /// gate passes.
+    pub fn acquire_lv(&self, r: &ResourceSpec, mode: Mode) -> Result<(), LeaseError> {
+        self.gated()?;
+        self.manager.acquire_persistent(r, mode)
     }
 
     /// The same, telling `observer` what every VG lease request cost.
@@ -584,6 +455,9 @@ impl Host {
         let started = std::time::Instant::now();
         let deadline = started + self.wait;
         let busy = std::cell::Cell::new(0);
+        if mode == Mode::Exclusive {
+            self.gated()?;
+        }
         // A kept lease proves the lockspace joined: sanlock ends the holders of a lost one.
         // The value block is asked for so that a release can store one (sanlock keeps it
         // only for leases acquired with it).

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use crate::dev::{BlockDevice, FileDevice};
 use sanlock_sys::safe::{self, Client, Lockspace, Resource, Rv};
@@ -13,15 +14,29 @@ use sanlock_sys::{
     SANLK_LSF_SECTOR512, SANLK_RES_ALIGN1M, SANLK_RES_ALIGN8M, SANLK_RES_PERSISTENT,
     SANLK_RES_SECTOR4K, SANLK_RES_SECTOR512, SANLK_RES_SHARED,
 };
+use sanlock_sys::{SANLK_CONFIG_USED_BY_ORPHANS, SANLK_RESTRICT_SIGKILL};
 
 use super::{
-    paxos, Geometry, LeaseError, LeaseManager, LockspaceSpec, Lvb, Mode, ResourceSpec, SeenFree,
+    daemon, paxos, Geometry, HeldLease, LeaseError, LeaseManager, LockspaceHealth, LockspaceSpec,
+    Lvb, Mode, ResourceSpec, SeenFree, Standing,
 };
 
+/// How long a status query waits for the daemon.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Leases held through this process's registration with the sanlock daemon.
+///
+/// Invariants that fencing rests on:
+/// - the registration is restricted from SIGKILL: when a lockspace fails, the daemon keeps
+///   sending SIGTERM, so the process can stop its devices before it lets go of the leases;
+///   one that never does keeps the lockspace, and the watchdog resets the host;
+/// - every lockspace an LV lease is taken in is marked used by orphans: should the process
+///   end with LVs active, their orphans keep a failed lockspace, and with it the watchdog.
 #[derive(Debug, Default)]
 pub struct SanlockLeases {
     client: Mutex<Option<Client>>,
+    /// Lockspaces marked used by orphans by this process.
+    kept: Mutex<Vec<String>>,
 }
 
 fn ls_flags(g: Geometry) -> u32 {
@@ -125,13 +140,34 @@ impl SanlockLeases {
         })
     }
 
+    /// Marks `lockspace` used by orphans (once per process): a failure is logged, since the
+    /// lease itself still holds; only the protection across a restart is weaker.
+    fn keep_for_orphans(&self, lockspace: &str) {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.iter().any(|k| k == lockspace) {
+            return;
+        }
+        match safe::set_config(lockspace, SANLK_CONFIG_USED_BY_ORPHANS) {
+            Ok(()) => kept.push(lockspace.to_owned()),
+            Err(rv) => tracing::warn!(
+                lockspace, error = %rv,
+                "cannot mark the lockspace used by orphans: should this process end with LVs \
+                 active and the lockspace then fail, no watchdog reset would follow"
+            ),
+        }
+    }
+
     fn with_client<T>(
         &self,
         f: impl FnOnce(&Client) -> Result<T, LeaseError>,
     ) -> Result<T, LeaseError> {
         let mut c = self.client.lock().unwrap_or_else(|p| p.into_inner());
         if c.is_none() {
-            *c = Some(Client::register().map_err(|rv| err("sanlock register".into(), rv))?);
+            let client = Client::register().map_err(|rv| err("sanlock register".into(), rv))?;
+            client
+                .restrict(SANLK_RESTRICT_SIGKILL)
+                .map_err(|rv| err("sanlock restrict".into(), rv))?;
+            *c = Some(client);
         }
         match c.as_ref() {
             Some(client) => f(client),
@@ -272,6 +308,7 @@ impl LeaseManager for SanlockLeases {
     }
 
     fn acquire_persistent(&self, r: &ResourceSpec, mode: Mode) -> Result<(), LeaseError> {
+        self.keep_for_orphans(&r.lockspace);
         let mut raw = res(r, mode);
         raw.flags |= SANLK_RES_PERSISTENT;
         self.with_client(|c| {
@@ -312,5 +349,56 @@ impl LeaseManager for SanlockLeases {
             c.release(&raw)
                 .map_err(|rv| err(format!("release {} in {}", r.name, r.lockspace), rv))
         })
+    }
+
+    fn drop_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError> {
+        let raw = res(r, Mode::Exclusive);
+        self.with_client(|c| {
+            c.release_orphans(&raw).map_err(|rv| {
+                err(
+                    format!("drop the orphan of {} in {}", r.name, r.lockspace),
+                    rv,
+                )
+            })
+        })
+    }
+
+    fn standing(&self) -> Result<Standing, LeaseError> {
+        let socket = daemon::socket_path();
+        let st = daemon::query(&socket, STATUS_TIMEOUT).map_err(|e| LeaseError::Manager {
+            what: "sanlock status".into(),
+            why: e.to_string(),
+        })?;
+        Ok(standing_of(&st))
+    }
+}
+
+/// The manager-neutral account of a sanlock status.
+pub fn standing_of(st: &daemon::DaemonStatus) -> Standing {
+    Standing {
+        watchdog: st.use_watchdog,
+        lockspaces: st
+            .lockspaces
+            .iter()
+            .map(|l| LockspaceHealth {
+                name: l.name.clone(),
+                healthy: l.healthy(),
+                kept_by_orphans: l.used_by_orphans,
+                host_dead_seconds: st
+                    .watchdog_fire_timeout
+                    .filter(|_| l.io_timeout > 0)
+                    .map(|w| 8 * l.io_timeout + w),
+            })
+            .collect(),
+        held: st
+            .resources
+            .iter()
+            .filter(|r| r.list != "rem")
+            .map(|r| HeldLease {
+                lockspace: r.lockspace.clone(),
+                name: r.name.clone(),
+                orphan: r.list == "orphan",
+            })
+            .collect(),
     }
 }

@@ -53,7 +53,7 @@ impl Session {
                         // the LV is active, the host keeps the lease as an orphan and the LV
                         // stays protected; the next process adopts it here, or releases it
                         // on deactivation.
-                        h.manager.acquire_persistent(&r, mode)?;
+                        h.acquire_lv(&r, mode)?;
                         let held = Arc::new(lease::Held::new(h.clone(), r, "LV"));
                         if matches!(placement.layout, Layout::Thin { .. }) {
                             pools.retain(|_, (_, w)| w.strong_count() > 0);
@@ -132,7 +132,12 @@ impl Session {
                 }
             }
         }
-        if h.manager.release_orphans(&r)? > 0 {
+        // A lost lockspace lets nothing be acquired: the orphan is dropped without it.
+        let released = match h.manager.release_orphans(&r) {
+            Err(lease::LeaseError::NotJoined { .. }) => h.manager.drop_orphans(&r)?,
+            other => other?,
+        };
+        if released > 0 {
             tracing::info!(
                 vg,
                 lv = owner,
@@ -140,6 +145,58 @@ impl Session {
             );
         }
         Ok(())
+    }
+
+    /// Fences LV `lv` of `vg` on this host ([`Backend::fence`]): found from the metadata
+    /// as last read, with no lease taken (it may be lost already). Returns the devices
+    /// fenced.
+    pub fn fence(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Vec<String>, Error> {
+        Ok(backend.fence(&self.placement(vg, lv)?)?)
+    }
+
+    /// Whether LV `lv` of `vg` is live on this host (see [`Session::live`]), not fenced
+    /// already, although this host does not hold the lease that covers it (a thin LV's: its pool's) in a healthy
+    /// lockspace, as `standing` tells: a device that may write where another host may
+    /// write next. `false` in a VG without leases.
+    pub fn live_without_lease(
+        &self,
+        vg: &str,
+        lv: &str,
+        standing: &lease::Standing,
+        backend: &dyn Backend,
+    ) -> Result<bool, Error> {
+        let scan = self.current();
+        let sv = scan.vg(vg)?;
+        if self.host_for(&sv.vg)?.is_none() {
+            return Ok(false);
+        }
+        let at = places(&scan, sv);
+        let p = activate::place(&sv.vg, lv, &at.paths)?;
+        if !live(backend, &p)? || backend.is_fenced(&p)? {
+            return Ok(false);
+        }
+        let (_, r) = covering_lease(&sv.vg, &at, lv)?;
+        Ok(!standing.holds(&r.lockspace, &r.name))
+    }
+
+    /// Drops this host's orphan of the lease covering LV `lv` of `vg` without acquiring it
+    /// ([`lease::LeaseManager::drop_orphans`]): for after [`Session::fence`], also in a
+    /// failed lockspace. Returns how many were dropped.
+    pub fn drop_orphan(&self, vg: &str, lv: &str) -> Result<u32, Error> {
+        let scan = self.current();
+        let sv = scan.vg(vg)?;
+        let Some(h) = self.host_for(&sv.vg)? else {
+            return Ok(0);
+        };
+        let (_, r) = covering_lease(&sv.vg, &places(&scan, sv), lv)?;
+        Ok(h.manager.drop_orphans(&r)?)
+    }
+
+    /// Every device on this host that maps a byte of LV `lv` of `vg`, whichever process or
+    /// node made it (several simulated nodes share one kernel in tests).
+    pub fn users(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Vec<PathBuf>, Error> {
+        let p = self.placement(vg, lv)?;
+        Ok(backend.users(&p.pieces())?)
     }
 
     /// The device of LV `lv` when it is active on this host.

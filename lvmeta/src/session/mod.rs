@@ -126,6 +126,30 @@ impl Session {
         }
     }
 
+    /// The lock manager's account of this host (`None` without leases): see
+    /// [`lease::Standing`].
+    pub fn standing(&self) -> Result<Option<lease::Standing>, Error> {
+        match &self.host {
+            Some(h) => Ok(Some(h.manager.standing()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Is `vg` shared (its leases in lockspace [`lease::layout::lockspace_name`])? As last
+    /// read.
+    pub fn is_shared(&self, vg: &str) -> Result<bool, Error> {
+        Ok(self.current().vg(vg)?.vg.is_shared())
+    }
+
+    /// Gives back the VG lease this process keeps after a change in `vg`'s lockspace, if
+    /// any (a lost lockspace: nothing protects it any more).
+    pub fn release_kept(&self, vg: &str) -> Result<(), Error> {
+        if let Some(h) = &self.host {
+            h.release_kept(&lease::layout::lockspace_name(vg))?;
+        }
+        Ok(())
+    }
+
     /// `vgchange --lockstop`: leaves the VG's lockspace.
     pub fn lockstop(&self, vg: &str) -> Result<(), Error> {
         self.with_lockspace(vg, lease::Host::stop)

@@ -1,0 +1,180 @@
+//! Fencing as the driver decides it (leases in memory, simulated activations; the VM stage
+//! proves it on a real kernel with sanlock, wdmd and softdog):
+//! - a host the lock manager cannot fence uses no shared VG: Probe says not ready, changes
+//!   and activations are refused, reads go on; told `--unsafe-without-fencing`, it warns and
+//!   serves;
+//! - a lost lockspace fences every volume live here and lets their leases go;
+//! - a restarted node plugin fences what is live here without its lease, and only that.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use csi_shim::controller::Backend;
+use csi_shim::csi::volume_capability::access_mode::Mode as Access;
+use csi_shim::csi::*;
+use csi_shim::fencing::{self, Fencing};
+use lvmeta::lease::FakeLeases;
+use tonic::Code;
+
+/// A driver over shared VG `vg` whose leases are `fake`'s, fencing `required` or not.
+async fn shared_driver(fake: Arc<FakeLeases>, required: bool) -> Driver {
+    let metrics = Arc::new(csi_shim::metrics::Metrics::default());
+    let f = Arc::new(Fencing::new(
+        Some(fake.clone() as Arc<dyn lvmeta::lease::LeaseManager>),
+        required,
+        None,
+        metrics.clone(),
+    ));
+    let gate = Arc::new(fencing::Gate(f.clone()));
+    let (session, lun) = shared_vg_on(fake, |h| h.with_gate(gate));
+    let backend = Backend::new(session, vec!["vg".into()])
+        .with_metrics(metrics)
+        .with_fencing(f);
+    serve(backend, lun).await
+}
+
+async fn probe(d: &mut Driver) -> Option<bool> {
+    d.identity
+        .probe(ProbeRequest {})
+        .await
+        .expect("Probe")
+        .into_inner()
+        .ready
+}
+
+async fn create_id(d: &mut Driver, name: &str, caps: Vec<VolumeCapability>) -> String {
+    d.controller
+        .create_volume(create(name, "linear", 8 * MIB, caps))
+        .await
+        .expect("CreateVolume")
+        .into_inner()
+        .volume
+        .expect("volume")
+        .volume_id
+}
+
+fn block() -> VolumeCapability {
+    cap(Access::SingleNodeWriter, true)
+}
+
+#[tokio::test]
+async fn a_host_without_a_watchdog_uses_no_shared_vg_unless_told() {
+    let fake = Arc::new(FakeLeases::default());
+    let mut d = shared_driver(fake.clone(), true).await;
+    assert_eq!(probe(&mut d).await, Some(true));
+    let id = create_id(&mut d, "before", vec![block()]).await;
+    fake.without_watchdog();
+    // The answer is cached for a moment: wait it out.
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    assert_eq!(
+        probe(&mut d).await,
+        Some(false),
+        "not ready without a watchdog"
+    );
+    let e = d
+        .controller
+        .create_volume(create("after", "linear", 8 * MIB, vec![block()]))
+        .await
+        .expect_err("a change without fencing");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(e.message().contains("watchdog"), "{}", e.message());
+    let e = d
+        .node
+        .node_stage_volume(stage(&d, &id, "staging/v", block()))
+        .await
+        .expect_err("an activation without fencing");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+    assert!(e.message().contains("cannot be fenced"), "{}", e.message());
+    // Reads go on.
+    let listed = d
+        .controller
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .expect("ListVolumes")
+        .into_inner();
+    assert_eq!(listed.entries.len(), 1);
+    assert!(
+        d.activation.state("vg", "before").is_none(),
+        "nothing activated"
+    );
+
+    // Told to run without fencing: ready, and it serves.
+    let mut d2 = shared_driver(fake, false).await;
+    assert_eq!(probe(&mut d2).await, Some(true));
+    create_id(&mut d2, "unsafe", vec![block()]).await;
+}
+
+#[tokio::test]
+async fn a_lost_lockspace_fences_the_volumes_live_here_and_lets_their_leases_go() {
+    let fake = Arc::new(FakeLeases::default());
+    let mut d = shared_driver(fake.clone(), true).await;
+    let a = create_id(&mut d, "a", vec![block()]).await;
+    let b = create_id(&mut d, "b", vec![block()]).await;
+    for id in [&a, &b] {
+        d.node
+            .node_stage_volume(stage(&d, id, &format!("staging/{id}"), block()))
+            .await
+            .expect("NodeStageVolume");
+    }
+    let uuid = |lv: &str| {
+        let vg = d.backend.session().vg("vg").expect("vg");
+        vg.lv(lv).expect("lv").id.to_string()
+    };
+    let (ua, ub) = (uuid("a"), uuid("b"));
+    assert!(fake.is_held("lvm_vg", &ua) && fake.is_held("lvm_vg", &ub));
+    // Healthy: a sweep leaves everything alone.
+    let s = fencing::sweep(&d.backend, Some(&d.node_service), true).expect("sweep");
+    assert_eq!(s, fencing::Swept::default());
+
+    fake.fail_lockspace("lvm_vg");
+    let s = fencing::sweep(&d.backend, Some(&d.node_service), false).expect("sweep");
+    assert_eq!(s.lost, ["vg"]);
+    assert_eq!(s.fenced, ["vg/a", "vg/b"]);
+    assert!(s.failed.is_empty(), "{:?}", s.failed);
+    assert_eq!(d.activation.fenced(), ["vg-a", "vg-b"]);
+    assert!(!fake.is_held("lvm_vg", &ua) && !fake.is_held("lvm_vg", &ub));
+    // Fenced once: the next sweep finds nothing more to do.
+    let s = fencing::sweep(&d.backend, Some(&d.node_service), false).expect("sweep");
+    assert!(s.fenced.is_empty(), "{s:?}");
+    // kubelet unstages the fenced volume: its device goes.
+    d.node
+        .node_unstage_volume(NodeUnstageVolumeRequest {
+            volume_id: a.clone(),
+            staging_target_path: d.kubelet.join(format!("staging/{a}")).display().to_string(),
+        })
+        .await
+        .expect("NodeUnstageVolume of a fenced volume");
+    assert!(d.activation.state("vg", "a").is_none());
+}
+
+#[tokio::test]
+async fn a_restarted_plugin_fences_only_what_is_live_here_without_its_lease() {
+    let fake = Arc::new(FakeLeases::default());
+    let mut d = shared_driver(fake.clone(), true).await;
+    let a = create_id(&mut d, "a", vec![block()]).await;
+    let b = create_id(&mut d, "b", vec![block()]).await;
+    for id in [&a, &b] {
+        d.node
+            .node_stage_volume(stage(&d, id, &format!("staging/{id}"), block()))
+            .await
+            .expect("NodeStageVolume");
+    }
+    // The plugin ends with both staged: their leases stay as orphans.
+    d.node_service.keep_all();
+    fake.end_process();
+    let s = fencing::sweep(&d.backend, Some(&d.node_service), true).expect("sweep");
+    assert!(s.fenced.is_empty(), "orphans hold the leases: {s:?}");
+    // b's orphan goes (as after a lockspace lost and joined again): b alone is fenced.
+    let vg = d.backend.session().vg("vg").expect("vg");
+    let ub = vg.lv("b").expect("b").id.to_string();
+    d.backend
+        .session()
+        .drop_orphan("vg", "b")
+        .expect("drop b's orphan");
+    assert!(!fake.is_held("lvm_vg", &ub));
+    let s = fencing::sweep(&d.backend, Some(&d.node_service), true).expect("sweep");
+    assert_eq!(s.fenced, ["vg/b"]);
+    assert_eq!(d.activation.fenced(), ["vg-b"]);
+}
