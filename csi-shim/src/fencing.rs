@@ -52,7 +52,6 @@ pub struct Fencing {
     required: bool,
     /// Why this node's volumes cannot be fenced, if they cannot.
     devices: Option<String>,
-    metrics: Arc<crate::metrics::Metrics>,
     last: Mutex<Option<(Instant, Result<(), String>)>>,
     warned: Mutex<Option<Instant>>,
     /// Lockspace joins started by the sweep: VG, when, and whether one is running.
@@ -67,14 +66,11 @@ impl Fencing {
         manager: Option<Arc<dyn LeaseManager>>,
         required: bool,
         devices: Option<String>,
-        metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
-        metrics.fencing_required(required);
         Self {
             manager,
             required,
             devices,
-            metrics,
             last: Mutex::new(None),
             warned: Mutex::new(None),
             joins: Mutex::new(Vec::new()),
@@ -95,7 +91,6 @@ impl Fencing {
             }
         }
         let r = self.ask();
-        self.metrics.fencing_ready(r.is_ok());
         *last = Some((Instant::now(), r.clone()));
         r
     }
@@ -214,10 +209,11 @@ pub fn sweep(backend: &Backend, node: Option<&Node>, full: bool) -> Result<Swept
     };
     let mut out = Swept::default();
     for vg in backend.vgs() {
-        if !session.is_shared(vg).unwrap_or(false) {
+        let ls = lvmeta::lease::layout::lockspace_name(vg);
+        // A VG whose lockspace this host is in is shared, whatever the LUN answers now.
+        if standing.lockspace(&ls).is_none() && !session.is_shared(vg).unwrap_or(false) {
             continue;
         }
-        let ls = lvmeta::lease::layout::lockspace_name(vg);
         let healthy = standing.healthy(&ls);
         if standing.lockspace(&ls).is_none() {
             out.unjoined.push(vg.clone());

@@ -153,7 +153,6 @@ fn run(args: Args) -> Result<(), String> {
         manager.clone(),
         !args.unsafe_without_fencing,
         devices,
-        metrics.clone(),
     ));
     if args.unsafe_without_fencing {
         tracing::warn!("--unsafe-without-fencing: shared VGs are used even where this host cannot be fenced; a host that loses its leases may corrupt volumes another host took over");

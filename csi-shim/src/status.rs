@@ -34,7 +34,9 @@ pub fn from_activation(e: lvmeta::Error) -> Status {
     use lvmeta::lease::LeaseError;
     match e {
         lvmeta::Error::Lease(LeaseError::Busy { name }) => Status::failed_precondition(format!(
-            "the volume's lease {name} is held by another node (it is in use there)"
+            "the volume's lease {name} is held by another node (it is in use there): it is \
+             free once that node unstages it, or once sanlock counts that node dead (8 x \
+             io_timeout + the watchdog fire timeout after its last renewal)"
         )),
         lvmeta::Error::Activate(e @ ActivateError::Unsupported { .. }) => {
             Status::failed_precondition(e.to_string())

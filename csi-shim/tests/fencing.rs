@@ -20,18 +20,14 @@ use tonic::Code;
 
 /// A driver over shared VG `vg` whose leases are `fake`'s, fencing `required` or not.
 async fn shared_driver(fake: Arc<FakeLeases>, required: bool) -> Driver {
-    let metrics = Arc::new(csi_shim::metrics::Metrics::default());
     let f = Arc::new(Fencing::new(
         Some(fake.clone() as Arc<dyn lvmeta::lease::LeaseManager>),
         required,
         None,
-        metrics.clone(),
     ));
     let gate = Arc::new(fencing::Gate(f.clone()));
     let (session, lun) = shared_vg_on(fake, |h| h.with_gate(gate));
-    let backend = Backend::new(session, vec!["vg".into()])
-        .with_metrics(metrics)
-        .with_fencing(f);
+    let backend = Backend::new(session, vec!["vg".into()]).with_fencing(f);
     serve(backend, lun).await
 }
 
@@ -53,6 +49,14 @@ async fn create_id(d: &mut Driver, name: &str, caps: Vec<VolumeCapability>) -> S
         .volume
         .expect("volume")
         .volume_id
+}
+
+fn scrape(d: &Driver) -> String {
+    let scope = csi_shim::metrics::Scope {
+        vgs: true,
+        node: None,
+    };
+    d.backend.metrics().scrape(&d.backend, &scope)
 }
 
 fn block() -> VolumeCapability {
@@ -104,6 +108,7 @@ async fn a_host_without_a_watchdog_uses_no_shared_vg_unless_told() {
     let mut d2 = shared_driver(fake, false).await;
     assert_eq!(probe(&mut d2).await, Some(true));
     create_id(&mut d2, "unsafe", vec![block()]).await;
+    assert!(scrape(&d2).contains("lvmeta_fencing_required{vg=\"vg\"} 0"));
 }
 
 #[tokio::test]
@@ -134,6 +139,7 @@ async fn a_lost_lockspace_fences_the_volumes_live_here_and_lets_their_leases_go(
     assert_eq!(s.fenced, ["vg/a", "vg/b"]);
     assert!(s.failed.is_empty(), "{:?}", s.failed);
     assert_eq!(d.activation.fenced(), ["vg-a", "vg-b"]);
+    assert!(scrape(&d).contains("lvmeta_fenced_volumes_total 2"));
     assert!(!fake.is_held("lvm_vg", &ua) && !fake.is_held("lvm_vg", &ub));
     // Fenced once: the next sweep finds nothing more to do.
     let s = fencing::sweep(&d.backend, Some(&d.node_service), false).expect("sweep");

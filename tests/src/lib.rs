@@ -2,6 +2,7 @@
 //! comparison of lvmeta's reports with lvm2's, and the gate for privileged tests.
 
 pub mod csi_hosts;
+pub mod guest;
 pub mod lab;
 pub mod sandbox;
 pub mod vm;

@@ -29,6 +29,8 @@ impl Vm {
     /// its port 7000; returns once its agent is ready.
     pub fn boot(name: &str, lun: &Path, dir: &Path, port: u16) -> Self {
         let scratch = dir.join(format!("{name}.scratch"));
+        // A guest booted again under the same name starts with an empty share.
+        let _ = std::fs::remove_dir_all(&scratch);
         std::fs::create_dir_all(&scratch).expect("scratch dir");
         let console = dir.join(format!("{name}.console"));
         let log = std::fs::File::create(&console).expect("console log");
@@ -72,6 +74,11 @@ impl Vm {
             std::thread::sleep(Duration::from_millis(200));
         }
         vm
+    }
+
+    /// The guest's scratch share on this machine (its `/run/lvmeta-vm`).
+    pub fn scratch(&self) -> &Path {
+        &self.scratch
     }
 
     /// What the guest printed on its console so far.
@@ -125,6 +132,12 @@ impl Vm {
         let (code, out) = self.sh(script);
         assert_eq!(code, 0, "VM {}: {script}\n{out}", self.name);
         out
+    }
+
+    /// Is the guest still running (not powered off, not reset by its watchdog: QEMU runs
+    /// with -no-reboot)?
+    pub fn alive(&mut self) -> bool {
+        matches!(self.run.try_wait(), Ok(None))
     }
 
     /// Powers the guest off hard (SIGKILL to QEMU: no clean-up of any kind).

@@ -107,8 +107,8 @@ pub struct Metrics {
     rpc: Histograms<Rpc>,
     lease: Histograms<Lease>,
     lease_busy: Family<Vg, Counter>,
-    fencing_ready: Gauge,
-    fencing_required: Gauge,
+    fencing_ready: Family<Vg, Gauge>,
+    fencing_required: Family<Vg, Gauge>,
     fenced: Counter,
     /// One scrape at a time: each clears and refills the gauges.
     scraping: Mutex<()>,
@@ -134,8 +134,8 @@ impl Default for Metrics {
             rpc: Family::new_with_constructor(seconds),
             lease: Family::new_with_constructor(seconds),
             lease_busy: Family::default(),
-            fencing_ready: Gauge::default(),
-            fencing_required: Gauge::default(),
+            fencing_ready: Family::default(),
+            fencing_required: Family::default(),
             fenced: Counter::default(),
             scraping: Mutex::new(()),
         };
@@ -220,12 +220,12 @@ impl Default for Metrics {
         );
         l.register(
             "fencing_ready",
-            "1 when this host can be fenced (sanlock's watchdog armed; in a node plugin, volumes can fail their I/O in place), else 0",
+            "1 when this host can be fenced (sanlock's watchdog armed; in a node plugin, volumes can fail their I/O in place), else 0; shared VGs only",
             m.fencing_ready.clone(),
         );
         l.register(
             "fencing_required",
-            "0 when the driver was told to use shared VGs even where this host cannot be fenced (--unsafe-without-fencing), else 1",
+            "0 when the driver was told to use shared VGs even where this host cannot be fenced (--unsafe-without-fencing), else 1; shared VGs only",
             m.fencing_required.clone(),
         );
         l.register(
@@ -258,16 +258,6 @@ impl Metrics {
         self.rpc.get_or_create(&labels).observe(took.as_secs_f64());
     }
 
-    /// Records whether this host can be fenced now.
-    pub fn fencing_ready(&self, ready: bool) {
-        self.fencing_ready.set(i64::from(ready));
-    }
-
-    /// Records whether fencing is required (see [`crate::fencing::Fencing`]).
-    pub fn fencing_required(&self, required: bool) {
-        self.fencing_required.set(i64::from(required));
-    }
-
     /// Counts `n` volumes fenced.
     pub fn fenced(&self, n: u64) {
         self.fenced.inc_by(n);
@@ -289,6 +279,7 @@ impl Metrics {
             text
         );
         clear!(area_size, area_limit, wipe_volumes, wipe_bytes, lockspace);
+        clear!(fencing_ready, fencing_required);
         for vg in backend.vgs() {
             // Every host's own state: the node plugins report theirs too.
             self.lockspace(backend, vg);
@@ -318,8 +309,8 @@ impl Metrics {
         out
     }
 
-    /// Whether this host has joined the lockspace of served VG `name`, if it is shared and
-    /// reads.
+    /// Whether this host has joined the lockspace of served VG `name`, and whether it can be
+    /// fenced, if the VG is shared and reads.
     fn lockspace(&self, backend: &Backend, name: &str) {
         let Ok(view) = backend.session().view(name) else {
             return;
@@ -331,6 +322,12 @@ impl Metrics {
                 vg: name.to_owned(),
             };
             self.lockspace.get_or_create(&vg).set(i64::from(joined));
+            if let Some(f) = backend.fencing() {
+                let ready = f.can_fence().is_ok();
+                self.fencing_ready.get_or_create(&vg).set(i64::from(ready));
+                let required = i64::from(f.required());
+                self.fencing_required.get_or_create(&vg).set(required);
+            }
         }
     }
 

@@ -21,7 +21,7 @@ impl Node {
     pub(crate) fn fence_unheld(&self, vg: &str, standing: &Standing, out: &mut Swept) {
         let session = self.backend.session();
         let act = self.config.activation.as_ref();
-        let volumes = match Volumes::new(session, vg).list() {
+        let volumes = match Volumes::new(session, vg).list_seen() {
             Ok(v) => v,
             Err(e) => {
                 out.failed.push(format!("{vg}: {e}"));

@@ -335,6 +335,12 @@ impl<'s> Volumes<'s> {
         Ok(volumes_in(self.view()?.vg()))
     }
 
+    /// Every volume as the VG was last found, reading no device (for fencing, which must
+    /// work when the LUN no longer answers).
+    pub fn list_seen(&self) -> Result<Vec<Volume>, VolumeError> {
+        Ok(volumes_in(&self.session.seen_vg(&self.vg)?))
+    }
+
     /// The volume `name`, if it exists.
     pub fn get(&self, name: &str) -> Result<Option<Volume>, VolumeError> {
         Ok(volume_of(self.view()?.vg(), name))

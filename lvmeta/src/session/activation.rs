@@ -148,10 +148,13 @@ impl Session {
     }
 
     /// Fences LV `lv` of `vg` on this host ([`Backend::fence`]): found from the metadata
-    /// as last read, with no lease taken (it may be lost already). Returns the devices
-    /// fenced.
+    /// as last found, reading no device and taking no lease (the path or the lease may be
+    /// lost already). Returns the devices fenced.
     pub fn fence(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Vec<String>, Error> {
-        Ok(backend.fence(&self.placement(vg, lv)?)?)
+        let scan = self.seen(vg)?;
+        let sv = scan.vg(vg)?;
+        let p = activate::place(&sv.vg, lv, &places(&scan, sv).paths)?;
+        Ok(backend.fence(&p)?)
     }
 
     /// Whether LV `lv` of `vg` is live on this host (see [`Session::live`]), not fenced
@@ -165,7 +168,7 @@ impl Session {
         standing: &lease::Standing,
         backend: &dyn Backend,
     ) -> Result<bool, Error> {
-        let scan = self.current();
+        let scan = self.seen(vg)?;
         let sv = scan.vg(vg)?;
         if self.host_for(&sv.vg)?.is_none() {
             return Ok(false);
@@ -183,7 +186,7 @@ impl Session {
     /// ([`lease::LeaseManager::drop_orphans`]): for after [`Session::fence`], also in a
     /// failed lockspace. Returns how many were dropped.
     pub fn drop_orphan(&self, vg: &str, lv: &str) -> Result<u32, Error> {
-        let scan = self.current();
+        let scan = self.seen(vg)?;
         let sv = scan.vg(vg)?;
         let Some(h) = self.host_for(&sv.vg)? else {
             return Ok(0);

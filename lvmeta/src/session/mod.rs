@@ -48,6 +48,9 @@ pub struct Session {
     /// [`scan::Fingerprint`]). A scan a commit published carries no warnings (its VG's areas
     /// were just rewritten); reports of warnings scan afresh.
     cache: Mutex<Option<Arc<Scan>>>,
+    /// The last scan each VG was found in (by name): what fencing works from when the
+    /// devices cannot be read any more.
+    seen: Mutex<std::collections::HashMap<String, Arc<Scan>>>,
     /// This host's lock manager for shared VGs.
     host: Option<lease::Host>,
     /// Buffers of the last commit, reused by the next one.
@@ -77,6 +80,7 @@ impl Session {
             lock_dir: None,
             run_dir: None,
             cache: Mutex::new(None),
+            seen: Mutex::default(),
             host: None,
             nolocking: false,
             scratch: Mutex::default(),
@@ -136,9 +140,9 @@ impl Session {
     }
 
     /// Is `vg` shared (its leases in lockspace [`lease::layout::lockspace_name`])? As last
-    /// read.
+    /// found, without reading any device.
     pub fn is_shared(&self, vg: &str) -> Result<bool, Error> {
-        Ok(self.current().vg(vg)?.vg.is_shared())
+        Ok(self.seen(vg)?.vg(vg)?.vg.is_shared())
     }
 
     /// Gives back the VG lease this process keeps after a change in `vg`'s lockspace, if
@@ -232,7 +236,32 @@ impl Session {
         }
         let fresh = Arc::new(fresh);
         *cache = Some(fresh.clone());
+        self.remember(&fresh);
         fresh
+    }
+
+    /// Keeps `scan` as the last one each of its VGs was found in.
+    fn remember(&self, scan: &Arc<Scan>) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        for sv in &scan.vgs {
+            seen.insert(sv.vg.name.clone(), scan.clone());
+        }
+    }
+
+    /// The last scan VG `vg` was found in, without reading any device (a lost path cannot
+    /// hold fencing up): every LV this host activated was in it, since activating reads.
+    fn seen(&self, vg: &str) -> Result<Arc<Scan>, Error> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(vg)
+            .cloned()
+            .ok_or_else(|| Error::VgNotFound(vg.to_owned()))
+    }
+
+    /// VG `vg` as last found, without reading any device (see [`Session::seen`]).
+    pub fn seen_vg(&self, vg: &str) -> Result<Vg, Error> {
+        Ok(self.seen(vg)?.vg(vg)?.vg.clone())
     }
 
     fn dev(&self, name: &str) -> Result<&dyn BlockDevice, Error> {

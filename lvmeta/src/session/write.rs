@@ -218,6 +218,7 @@ impl Session {
         }
         let next = Arc::new(next);
         *cache = Some(next.clone());
+        self.remember(&next);
         *self.published.lock().unwrap_or_else(|p| p.into_inner()) =
             (Arc::downgrade(&next), vg.to_owned());
         Ok(next)

@@ -1,0 +1,342 @@
+//! A CSI host in a QEMU guest ([`crate::vm::Vm`]) for the multi-host tests: the shared LUN
+//! seen through `/dev/mapper/lun` (a dm-linear device over the guest's `/dev/vda`, so the
+//! test can cut, hang and restore the host's path to it), sanlock (io_timeout
+//! [`IO_TIMEOUT`]) with wdmd and softdog or without a watchdog, `csi-shim` serving
+//! Controller and Node, and gRPC clients reaching it through a forwarded port.
+//!
+//! sanlock's timings at io_timeout 2 s and the fixed 60 s watchdog fire timeout of sanlock
+//! 3.8.5: renewals every 4 s, a host FAILs (its lease holders are asked to stop) 16 s after
+//! its last renewal, its watchdog resets it between 66 and 76 s, other hosts count it DEAD
+//! (and may take its leases) at 76 s.
+
+use std::time::{Duration, Instant};
+
+use csi_shim::csi::controller_client::ControllerClient;
+use csi_shim::csi::identity_client::IdentityClient;
+use csi_shim::csi::node_client::NodeClient;
+use csi_shim::csi::*;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::vm::Vm;
+use crate::{lvmeta_bin, workspace_bin};
+
+/// sanlock's io_timeout in the guests.
+pub const IO_TIMEOUT: u32 = 2;
+/// Seconds after a host's last renewal when other hosts may take its leases.
+pub const HOST_DEAD: u64 = 8 * IO_TIMEOUT as u64 + 60;
+/// Seconds between renewals.
+pub const RENEWAL: u64 = 2 * IO_TIMEOUT as u64;
+/// The LUN as csi-shim, sanlock and lvmeta see it in a guest.
+pub const LUN: &str = "/dev/mapper/lun";
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A guest host: its VM, sanlock host id and CSI clients.
+pub struct Guest {
+    /// The VM.
+    pub vm: Vm,
+    /// Its sanlock host id.
+    pub id: u32,
+    /// Controller service.
+    pub controller: ControllerClient<Channel>,
+    /// Node service.
+    pub node: NodeClient<Channel>,
+    /// Identity service.
+    pub identity: IdentityClient<Channel>,
+}
+
+/// `lvmeta VERB` as host `id` in its guest (its sanlock run dir, the LUN).
+pub fn lvmeta(id: u32, verb: &str, args: &str) -> String {
+    format!(
+        "SANLOCK_RUN_DIR=/run/t/san {} {verb} --devices {LUN} --host-id {id} --io-timeout \
+         {IO_TIMEOUT} --lockingdir /run/t/lock --rundir /run/t/run {args}",
+        lvmeta_bin().display()
+    )
+}
+
+/// Makes `/dev/mapper/lun` over the guest's `/dev/vda` and the directories the tests use.
+pub fn make_lun(vm: &mut Vm) {
+    vm.ok(&format!(
+        "set -e\nmkdir -p /run/t/san /run/t/lock /run/t/run /run/t/kubelet\n\
+         dmsetup create lun --table \"0 $(blockdev --getsz /dev/vda) linear /dev/vda 0\"\n\
+         dmsetup mknodes lun\ntest -b {LUN}"
+    ));
+}
+
+/// Cuts the guest's path to the LUN (every I/O fails at once), as a lost SAN path does.
+pub const CUT: &str = "error";
+/// Hangs the guest's path to the LUN (I/O queued, never done), as a stuck path does.
+pub const HANG: &str = "hang";
+/// Gives the guest its path to the LUN back.
+pub const RESTORE: &str = "linear";
+
+/// Changes the guest's path to the LUN (`how`: [`CUT`], [`HANG`] or [`RESTORE`]); returns
+/// the guest's clock (seconds) when the change took effect.
+pub fn lun_path(vm: &mut Vm, how: &str) -> f64 {
+    let table = match how {
+        CUT => "0 $sz error".to_owned(),
+        _ => "0 $sz linear /dev/vda 0".to_owned(),
+    };
+    let script = if how == HANG {
+        "set -e\ndmsetup suspend --noflush --nolockfs lun\ndate +%s.%N".to_owned()
+    } else {
+        format!(
+            "set -e\nsz=$(blockdev --getsz /dev/vda)\ndmsetup load lun --table \"{table}\"\n\
+             dmsetup suspend --noflush --nolockfs lun\ndmsetup resume lun\ndate +%s.%N"
+        )
+    };
+    vm.ok(&script).trim().parse().expect("guest clock")
+}
+
+/// Starts wdmd over softdog (fire timeout 60 s) in the guest.
+pub fn start_wdmd(vm: &mut Vm) {
+    vm.ok(
+        "set -e\nsetsid wdmd -D >/run/lvmeta-vm/wdmd.log 2>&1 </dev/null &\n\
+         i=0; while [ ! -S /run/wdmd/wdmd.sock ]; do i=$((i+1)); [ $i -lt 300 ]; sleep 0.1; done",
+    );
+}
+
+/// Starts the guest's sanlock daemon, with the watchdog (wdmd must run) or without (`-w 0`),
+/// under a stable host name (a restart joins again fast).
+pub fn start_sanlock(vm: &mut Vm, watchdog: bool) {
+    vm.ok(&format!(
+        "set -e\nSANLOCK_RUN_DIR=/run/t/san SANLOCK_PRIVILEGED=0 setsid sanlock daemon -D -w {w} \
+         -U root -G root -L -1 -S -1 -e vm-{name} >>/run/lvmeta-vm/sanlock.log 2>&1 </dev/null &\n\
+         i=0; while [ ! -S /run/t/san/sanlock.sock ]; do i=$((i+1)); [ $i -lt 300 ]; sleep 0.1; done",
+        w = u8::from(watchdog),
+        name = vm.name
+    ));
+}
+
+/// Stops the guest's sanlock daemon, which must hold no lockspace (see [`leave`]).
+pub fn stop_sanlock(vm: &mut Vm) {
+    vm.ok("SANLOCK_RUN_DIR=/run/t/san sanlock shutdown\n\
+         i=0; while [ -S /run/t/san/sanlock.sock ] && pidof sanlock >/dev/null; do \
+         i=$((i+1)); [ $i -lt 300 ] || exit 1; sleep 0.1; done");
+}
+
+/// Joins the VG's lockspace as host `id`.
+pub fn join(vm: &mut Vm, id: u32) {
+    vm.ok(&lvmeta(id, "vgchange", "--lockstart vg"));
+}
+
+/// Leaves the VG's lockspace (no lease may be held in it).
+pub fn leave(vm: &mut Vm, id: u32) {
+    vm.ok(&lvmeta(id, "vgchange", "--lockstop vg"));
+}
+
+/// Starts the guest's csi-shim (Controller and Node, `extra` arguments) and the forwarder
+/// of its socket to port 7000, and connects to it.
+pub async fn start_shim(mut vm: Vm, id: u32, extra: &str) -> Guest {
+    launch(&mut vm, id, extra);
+    let (controller, node, identity) = connect(&vm).await;
+    Guest {
+        vm,
+        id,
+        controller,
+        node,
+        identity,
+    }
+}
+
+/// Starts csi-shim in `vm` as host `id`, and the forwarder of its socket.
+fn launch(vm: &mut Vm, id: u32, extra: &str) {
+    vm.ok(&format!(
+        "set -e\nexport SANLOCK_RUN_DIR=/run/t/san RUST_LOG=info\nrm -f /run/t/csi.sock\n\
+         setsid {csi} --endpoint /run/t/csi.sock --devices {LUN} --vg vg --host-id {id} \
+         --io-timeout {IO_TIMEOUT} --node-id node-{id} --lock-wait 150 --wiper false \
+         --kubelet-dir /run/t/kubelet --locking-dir /run/t/lock {extra} \
+         >>/run/lvmeta-vm/csi.log 2>&1 </dev/null &\necho $! >/run/t/csi.pid\n\
+         i=0; while [ ! -S /run/t/csi.sock ]; do i=$((i+1)); [ $i -lt 600 ]; sleep 0.1; done\n\
+         pidof unix-forward >/dev/null || \
+         setsid {fwd} 7000 /run/t/csi.sock >/run/lvmeta-vm/fwd.log 2>&1 </dev/null &",
+        csi = workspace_bin("csi-shim", "csi-shim").display(),
+        fwd = workspace_bin("lvmeta-tests", "unix-forward").display(),
+    ));
+}
+
+type Clients = (
+    ControllerClient<Channel>,
+    NodeClient<Channel>,
+    IdentityClient<Channel>,
+);
+
+/// Clients of the csi-shim in `vm`, through its forwarded port.
+async fn connect(vm: &Vm) -> Clients {
+    let endpoint = Endpoint::from_shared(format!("http://127.0.0.1:{}", vm.port))
+        .expect("endpoint")
+        .timeout(Duration::from_secs(200));
+    let t = Instant::now();
+    let channel = loop {
+        match endpoint.connect().await {
+            Ok(c) => break c,
+            Err(e) => {
+                assert!(
+                    t.elapsed() < Duration::from_secs(60),
+                    "connect to {}: {e}",
+                    vm.name
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    (
+        ControllerClient::new(channel.clone()),
+        NodeClient::new(channel.clone()),
+        IdentityClient::new(channel),
+    )
+}
+
+/// Stops the guest's csi-shim (SIGTERM; it exits once it finds no lockspace lost).
+pub fn stop_shim(g: &mut Guest) {
+    g.vm.ok("kill -TERM $(cat /run/t/csi.pid)\n\
+         i=0; while kill -0 $(cat /run/t/csi.pid) 2>/dev/null; do i=$((i+1)); \
+         [ $i -lt 600 ] || exit 1; sleep 0.1; done");
+}
+
+impl Drop for Guest {
+    /// A failing test shows the ends of the guest's logs (kept on its scratch share).
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for log in ["csi.log", "sanlock.log", "wdmd.log"] {
+            let text = std::fs::read_to_string(self.vm.scratch().join(log)).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(60).collect();
+            let mut err = std::io::stderr();
+            let _ = std::io::Write::write_fmt(
+                &mut err,
+                format_args!("--- {} {log} (last 60 lines)\n", self.vm.name),
+            );
+            for l in tail.into_iter().rev() {
+                let _ = std::io::Write::write_fmt(&mut err, format_args!("{l}\n"));
+            }
+        }
+    }
+}
+
+impl Guest {
+    /// Restarts the guest's csi-shim with `extra` arguments (SIGTERM, then a new process).
+    pub async fn restart(&mut self, extra: &str) {
+        stop_shim(self);
+        launch(&mut self.vm, self.id, extra);
+        (self.controller, self.node, self.identity) = connect(&self.vm).await;
+    }
+
+    /// Probe's answer.
+    pub async fn ready(&mut self) -> Option<bool> {
+        self.identity
+            .probe(ProbeRequest {})
+            .await
+            .expect("Probe")
+            .into_inner()
+            .ready
+    }
+
+    /// The staging path of `vol` and the target path for `pod`, with the directories
+    /// kubelet makes first.
+    pub fn paths(&mut self, vol: &str, pod: &str) -> (String, String) {
+        let key = vol.replace('/', "-");
+        let staging = format!("/run/t/kubelet/staging/{key}");
+        let pod_dir = format!("/run/t/kubelet/pods/{pod}");
+        self.vm.ok(&format!("mkdir -p {staging} {pod_dir}"));
+        (staging, format!("{pod_dir}/{key}"))
+    }
+
+    /// NodeStageVolume of `vol`.
+    pub async fn stage(&mut self, vol: &str, c: &VolumeCapability) -> Result<(), tonic::Status> {
+        let (staging, _) = self.paths(vol, "p");
+        self.node
+            .node_stage_volume(NodeStageVolumeRequest {
+                volume_id: vol.into(),
+                staging_target_path: staging,
+                volume_capability: Some(c.clone()),
+                ..Default::default()
+            })
+            .await
+            .map(drop)
+    }
+
+    /// NodePublishVolume of `vol` for pod `p`; returns the target path.
+    pub async fn publish(&mut self, vol: &str, c: &VolumeCapability) -> String {
+        let (staging, target) = self.paths(vol, "p");
+        self.node
+            .node_publish_volume(NodePublishVolumeRequest {
+                volume_id: vol.into(),
+                staging_target_path: staging,
+                target_path: target.clone(),
+                volume_capability: Some(c.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("publish {vol} on host {}: {e}", self.id));
+        target
+    }
+
+    /// Stages and publishes `vol`; returns the target path.
+    pub async fn use_volume(&mut self, vol: &str, c: &VolumeCapability) -> String {
+        self.stage(vol, c)
+            .await
+            .unwrap_or_else(|e| panic!("stage {vol} on host {}: {e}", self.id));
+        self.publish(vol, c).await
+    }
+
+    /// NodeUnpublishVolume and NodeUnstageVolume of `vol`.
+    pub async fn release(&mut self, vol: &str) {
+        let (staging, target) = self.paths(vol, "p");
+        self.node
+            .node_unpublish_volume(NodeUnpublishVolumeRequest {
+                volume_id: vol.into(),
+                target_path: target,
+            })
+            .await
+            .expect("NodeUnpublishVolume");
+        self.node
+            .node_unstage_volume(NodeUnstageVolumeRequest {
+                volume_id: vol.into(),
+                staging_target_path: staging,
+            })
+            .await
+            .expect("NodeUnstageVolume");
+    }
+
+    /// Stages `vol` again and again until it succeeds (another host's lease is in the way
+    /// until it is free or its holder is DEAD); returns when it did, from `since`.
+    pub async fn stage_when_free(
+        &mut self,
+        vol: &str,
+        c: &VolumeCapability,
+        since: Instant,
+        most: Duration,
+    ) -> Duration {
+        loop {
+            match self.stage(vol, c).await {
+                Ok(()) => return since.elapsed(),
+                Err(e) => {
+                    assert!(
+                        matches!(
+                            e.code(),
+                            tonic::Code::FailedPrecondition
+                                | tonic::Code::Aborted
+                                | tonic::Code::Unavailable
+                        ),
+                        "stage {vol} on host {}: {e}",
+                        self.id
+                    );
+                    assert!(
+                        since.elapsed() < most,
+                        "host {} never took {vol} over: {e}",
+                        self.id
+                    );
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+}
