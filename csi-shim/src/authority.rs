@@ -491,14 +491,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Mended<S> {
     }
 }
 
-impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected for Mended<S> {
-    type ConnectInfo = S::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@
 
 pub mod authority;
 pub mod client;
+pub mod connections;
 pub mod controller;
 pub mod fuzzing;
 pub mod identity;
@@ -22,6 +23,7 @@ pub mod mount;
 pub mod node;
 pub mod params;
 pub mod server;
+pub mod slots;
 pub mod status;
 pub mod volume;
 pub mod wiper;
