@@ -9,6 +9,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod authority;
+pub mod bounds;
 pub mod client;
 pub mod connections;
 pub mod controller;
