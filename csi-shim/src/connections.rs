@@ -15,6 +15,8 @@
 //! - a connection is pinged every [`Limits::keepalive`] and closed when a ping is not
 //!   answered within [`Limits::keepalive_timeout`]; with no stream for [`Limits::idle`] it is
 //!   closed gracefully (GOAWAY), and dropped if still open [`CLOSE_GRACE`] later;
+//! - at shutdown every connection gets GOAWAY; calls in progress finish, and a connection
+//!   with none is dropped if still open [`SHUTDOWN_GRACE`] later;
 //! - a call's request is read whole before it is handled (no CSI call streams): within
 //!   [`Limits::body_timeout`], at most [`MAX_REQUEST_BYTES`], and the request bytes of all
 //!   calls in progress together at most [`Limits::request_budget`].
@@ -57,6 +59,9 @@ pub const ACCEPT_PAUSE: Duration = Duration::from_millis(10);
 pub const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// How long a connection told to close (idle, or making room) may take to do so.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(30);
+/// How long a connection with no call in progress may stay open once the server shuts down
+/// (time for a live client to read the GOAWAY; a stalled one does not hold up the exit).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// How often a persisting problem (failing accepts, a full table) is logged at most.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
@@ -234,13 +239,14 @@ impl Every {
 }
 
 /// Why a connection is being closed by the server.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy)]
 enum Closing {
     /// No stream for [`Limits::idle`], or a newer connection took its place: dropped if
     /// still open [`CLOSE_GRACE`] later.
     Early(Instant),
-    /// The server shuts down: calls in flight finish.
-    Shutdown,
+    /// The server shuts down (since then): calls in flight finish, then the connection is
+    /// dropped if still open [`SHUTDOWN_GRACE`] later.
+    Shutdown(Instant),
 }
 
 /// Serves one connection until it ends (see the module's invariants).
@@ -298,6 +304,9 @@ async fn connection<S>(
         let idle_until = (now.open == 0 && closing.is_none()).then(|| now.since + limits.idle);
         let drop_at = match closing {
             Some(Closing::Early(at)) => Some(at),
+            Some(Closing::Shutdown(since)) if now.open == 0 => {
+                Some(since.max(now.since) + SHUTDOWN_GRACE)
+            }
             _ => None,
         };
         let early = || Closing::Early(Instant::now() + CLOSE_GRACE);
@@ -315,7 +324,7 @@ async fn connection<S>(
             Ok(()) = activity.changed() => continue,
             () = sleep_until(idle_until) => ("idle", early()),
             () = slot.evicted(), if closing.is_none() => ("a newer connection takes its place", early()),
-            Ok(()) = stopping.changed(), if closing != Some(Closing::Shutdown) => ("shutdown", Closing::Shutdown),
+            Ok(()) = stopping.changed(), if !matches!(closing, Some(Closing::Shutdown(_))) => ("shutdown", Closing::Shutdown(Instant::now())),
         };
         tracing::debug!(why, "closing a CSI connection");
         conn.as_mut().graceful_shutdown();

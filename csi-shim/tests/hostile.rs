@@ -350,7 +350,7 @@ async fn stalled_idle_and_half_sent_connections_are_closed() {
     let long = Duration::from_secs(60);
     let ms = Duration::from_millis;
     // Stalled: the client never answers a ping.
-    let (socket, _dir, _stop) = shim::in_process(Limits {
+    let (socket, _dir, _stop, _task) = shim::in_process(Limits {
         keepalive: ms(300),
         keepalive_timeout: ms(300),
         idle: long,
@@ -364,7 +364,7 @@ async fn stalled_idle_and_half_sent_connections_are_closed() {
     assert!(closed < Duration::from_secs(3), "closed after {closed:?}");
 
     // Idle: the client answers pings but opens no stream; GOAWAY, then closed.
-    let (socket, _dir, _stop) = shim::in_process(Limits {
+    let (socket, _dir, _stop, _task) = shim::in_process(Limits {
         keepalive: ms(200),
         keepalive_timeout: ms(500),
         idle: ms(1000),
@@ -382,7 +382,7 @@ async fn stalled_idle_and_half_sent_connections_are_closed() {
     assert!(closed.is_some(), "an idle connection is closed");
 
     // Half-sent: a call's headers without its message; answered DEADLINE_EXCEEDED.
-    let (socket, _dir, _stop) = shim::in_process(Limits {
+    let (socket, _dir, _stop, _task) = shim::in_process(Limits {
         body_timeout: ms(500),
         idle: long,
         ..Limits::default()
@@ -406,6 +406,19 @@ async fn stalled_idle_and_half_sent_connections_are_closed() {
         Some("4"),
         "DEADLINE_EXCEEDED: {headers:?}"
     );
+
+    // Shutdown: a stalled connection with no call does not hold up the server's end.
+    let (socket, _dir, stop, task) = shim::in_process(Limits::default()).await;
+    let mut stalled = UnixStream::connect(&socket).await.expect("connect");
+    stalled.write_all(&hello()).await.expect("hello");
+    tokio::time::sleep(ms(200)).await;
+    let _ = stop.send(());
+    let ended = tokio::time::timeout(Duration::from_secs(5), task).await;
+    assert!(
+        matches!(ended, Ok(Ok(Ok(())))),
+        "shutdown held up: {ended:?}"
+    );
+    drop(stalled);
 }
 
 /// Runs futures concurrently and returns their outputs in order.

@@ -279,13 +279,15 @@ impl Prober {
 }
 
 /// Serves a controller over a 16 MiB in-memory VG within `limits`, in this process: its
-/// socket, and what keeps it (the server stops when the sender is dropped).
+/// socket, what keeps it (the server stops when the sender is sent to or dropped), and the
+/// server's task.
 pub async fn in_process(
     limits: csi_shim::connections::Limits,
 ) -> (
     std::path::PathBuf,
     tempfile::TempDir,
     tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), csi_shim::server::ServeError>>,
 ) {
     use lvmeta::dev::{BlockDevice, MemDevice};
     let lun = Arc::new(MemDevice::new("lun", 16 << 20, 512));
@@ -308,7 +310,7 @@ pub async fn in_process(
     let socket = dir.path().join("csi.sock");
     let listener = csi_shim::server::listen(&socket).expect("listen");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(csi_shim::server::serve_within(
+    let task = tokio::spawn(csi_shim::server::serve_within(
         backend,
         None,
         listener,
@@ -317,5 +319,5 @@ pub async fn in_process(
             let _ = stopped.await;
         },
     ));
-    (socket, dir, stop)
+    (socket, dir, stop, task)
 }
