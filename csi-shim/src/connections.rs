@@ -5,8 +5,8 @@
 //!
 //! Invariants:
 //! - at most [`Limits::max_connections`] connections are served ([`crate::slots`]: at the
-//!   cap the connection idle longest makes room, and when none is idle the new one is
-//!   closed at once);
+//!   cap the connection idle longest makes room, dropped [`EVICT_GRACE`] after its GOAWAY,
+//!   and when none is idle the new one is closed at once);
 //! - at most [`Limits::max_streams`] streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS,
 //!   enforced by h2 from the first frame);
 //! - a failed accept is logged with its errno and retried after a pause that doubles up to
@@ -57,8 +57,11 @@ pub const MAX_HEADER_LIST: u32 = 16 << 10;
 pub const ACCEPT_PAUSE: Duration = Duration::from_millis(10);
 /// The longest pause between failed accepts.
 pub const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
-/// How long a connection told to close (idle, or making room) may take to do so.
+/// How long an idle connection told to close may take to do so.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(30);
+/// How long a connection told to close to make room may take to do so (time to send its
+/// GOAWAY: a flood of connections must not pile up closing ones).
+pub const EVICT_GRACE: Duration = Duration::from_millis(100);
 /// How long a connection with no call in progress may stay open once the server shuts down
 /// (time for a live client to read the GOAWAY; a stalled one does not hold up the exit).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
@@ -241,8 +244,8 @@ impl Every {
 /// Why a connection is being closed by the server.
 #[derive(Debug, Clone, Copy)]
 enum Closing {
-    /// No stream for [`Limits::idle`], or a newer connection took its place: dropped if
-    /// still open [`CLOSE_GRACE`] later.
+    /// No stream for [`Limits::idle`] (dropped if still open [`CLOSE_GRACE`] later), or a
+    /// newer connection took its place (dropped [`EVICT_GRACE`] later): dropped then.
     Early(Instant),
     /// The server shuts down (since then): calls in flight finish, then the connection is
     /// dropped if still open [`SHUTDOWN_GRACE`] later.
@@ -323,7 +326,9 @@ async fn connection<S>(
             }
             Ok(()) = activity.changed() => continue,
             () = sleep_until(idle_until) => ("idle", early()),
-            () = slot.evicted(), if closing.is_none() => ("a newer connection takes its place", early()),
+            () = slot.evicted(), if closing.is_none() => {
+                ("a newer connection takes its place", Closing::Early(Instant::now() + EVICT_GRACE))
+            }
             Ok(()) = stopping.changed(), if !matches!(closing, Some(Closing::Shutdown(_))) => ("shutdown", Closing::Shutdown(Instant::now())),
         };
         tracing::debug!(why, "closing a CSI connection");

@@ -1,10 +1,12 @@
 //! A bounded table of live connections, shared by the CSI socket and the metrics endpoint.
 //!
 //! Invariants:
-//! - at most `max` connections hold a [`Slot`] at once;
-//! - a new connection at the cap takes the place of the connection idle longest (no request
-//!   or stream in progress), which is told to close ([`Slot::evicted`]); when every
-//!   connection is busy, the new one gets no slot and is closed by the caller;
+//! - at most `max` connections hold a [`Slot`] and are not closing;
+//! - a new connection at the cap takes the place of an idle one (no request or stream in
+//!   progress): one that never made a request first (a flood of connections then replaces
+//!   its own, not the clients that use theirs), else the one idle longest; it is told to
+//!   close ([`Slot::evicted`]) and counts until it has; when every connection is busy, or `max` are still closing, the new one gets no
+//!   slot and is closed by the caller: at most `2 * max` connections are open at any time;
 //! - a slot leaves the table when it is dropped, whatever ended its connection.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,12 +22,16 @@ pub struct Activity {
     pub open: usize,
     /// When `open` last changed.
     pub since: Instant,
+    /// Whether a request or stream was ever made.
+    pub used: bool,
 }
 
 /// The shared state of one connection.
 struct Ctl {
     activity: watch::Sender<Activity>,
     evict: Notify,
+    /// Told to close (by eviction); not chosen again.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 struct Entry {
@@ -55,34 +61,46 @@ impl Table {
         }
     }
 
-    /// A slot for a new connection: at the cap, the longest idle connection is evicted to
-    /// make room; `None` when every connection is busy.
+    /// A slot for a new connection: at the cap, an idle connection is told to close to make
+    /// room (one never used first, else the one idle longest); `None` when every
+    /// connection is busy or too many are closing.
     pub fn admit(&self) -> Option<Slot> {
+        use std::sync::atomic::Ordering::Relaxed;
         let mut t = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        if t.live.len() >= self.max {
+        let closing = t
+            .live
+            .iter()
+            .filter(|e| e.ctl.closing.load(Relaxed))
+            .count();
+        if t.live.len() - closing >= self.max {
+            if closing >= self.max {
+                return None;
+            }
             let idle = t
                 .live
                 .iter()
-                .enumerate()
-                .filter_map(|(i, e)| {
+                .filter(|e| !e.ctl.closing.load(Relaxed))
+                .filter_map(|e| {
                     let a = *e.ctl.activity.borrow();
-                    (a.open == 0).then_some((i, a.since))
+                    (a.open == 0).then_some((e, (a.used, a.since)))
                 })
-                .min_by_key(|&(_, since)| since)
-                .map(|(i, _)| i)?;
-            // Out of the table at once: its task closes it soon.
-            let gone = t.live.swap_remove(idle);
-            gone.ctl.evict.notify_one();
+                .min_by_key(|&(_, key)| key)
+                .map(|(e, _)| e.ctl.clone())?;
+            // It stays in the table (and counts) until its task has closed it.
+            idle.closing.store(true, Relaxed);
+            idle.evict.notify_one();
         }
         let id = t.next;
         t.next += 1;
         let (activity, _) = watch::channel(Activity {
             open: 0,
             since: Instant::now(),
+            used: false,
         });
         let ctl = Arc::new(Ctl {
             activity,
             evict: Notify::new(),
+            closing: Default::default(),
         });
         t.live.push(Entry {
             id,
@@ -95,7 +113,7 @@ impl Table {
         })
     }
 
-    /// How many connections hold a slot.
+    /// How many connections hold a slot (closing ones included).
     pub fn len(&self) -> usize {
         self.inner
             .lock()
@@ -123,6 +141,7 @@ impl Slot {
         self.ctl.activity.send_modify(|a| {
             a.open += 1;
             a.since = Instant::now();
+            a.used = true;
         });
         Busy {
             ctl: self.ctl.clone(),
@@ -172,22 +191,45 @@ mod tests {
         let t = Table::new(2);
         let a = t.admit().expect("room");
         let b = t.admit().expect("room");
-        let _busy_b = b.busy();
-        // At the cap: a (idle) goes, b (busy) stays.
+        let busy_b = b.busy();
+        // At the cap: a (idle) is told to close, b (busy) stays.
         let c = t.admit().expect("a evicted");
         tokio::time::timeout(std::time::Duration::from_secs(1), a.evicted())
             .await
             .expect("a is told to close");
-        assert_eq!(t.len(), 2);
+        assert_eq!(t.len(), 3, "a counts until it has closed");
         let busy_c = c.busy();
         assert!(t.admit().is_none(), "every connection busy: no room");
-        drop(a);
-        assert_eq!(t.len(), 2, "an evicted slot was already out of the table");
-        drop(b);
-        assert_eq!(t.len(), 1);
-        let mut seen = c.activity();
-        assert_eq!(seen.borrow_and_update().open, 1);
         drop(busy_c);
+        // c is idle: it makes room, but then two are closing, as many as the cap.
+        let d = t.admit().expect("c evicted");
+        tokio::time::timeout(std::time::Duration::from_secs(1), c.evicted())
+            .await
+            .expect("c is told to close");
+        assert!(t.admit().is_none(), "too many still closing");
+        drop((a, c));
+        assert_eq!(t.len(), 2);
+        let mut seen = d.activity();
         assert_eq!(seen.borrow_and_update().open, 0);
+        let busy_d = d.busy();
+        assert_eq!(seen.borrow_and_update().open, 1);
+        drop(busy_b);
+        drop(busy_d);
+        // Both used and idle: b, idle longer, makes room.
+        let e = t.admit().expect("room again once idle");
+        tokio::time::timeout(std::time::Duration::from_secs(1), b.evicted())
+            .await
+            .expect("b is told to close");
+        drop((b, d));
+        // A connection never used goes before one that was used, however long idle.
+        let t = Table::new(2);
+        let used = t.admit().expect("room");
+        drop(used.busy());
+        let unused = t.admit().expect("room");
+        let _new = t.admit().expect("unused evicted");
+        tokio::time::timeout(std::time::Duration::from_secs(1), unused.evicted())
+            .await
+            .expect("the unused connection is told to close");
+        drop(e);
     }
 }

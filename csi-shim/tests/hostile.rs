@@ -202,7 +202,9 @@ async fn a_hostile_local_client_neither_stops_nor_bloats_the_driver() {
         "garbage without a preface: {seen:?}"
     );
 
-    // A flood of connections: 300 opened as fast as possible, each idle after its hello.
+    // A flood of connections: 300 opened as fast as possible, each idle after its hello and
+    // never answering. The server keeps 32 (those it made room with are gone at once).
+    let fds = shim.open_fds();
     let mut held = Vec::new();
     for _ in 0..300 {
         if let Ok(mut s) = UnixStream::connect(&shim.socket).await {
@@ -211,6 +213,11 @@ async fn a_hostile_local_client_neither_stops_nor_bloats_the_driver() {
         }
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    let during = shim.open_fds();
+    assert!(
+        during <= fds + 32 + 2,
+        "{during} descriptors open with 300 connections (from {fds})"
+    );
     drop(held);
 
     // The metrics endpoint under 64 idle and 16 keep-alive connections.
@@ -342,6 +349,12 @@ async fn a_hostile_local_client_neither_stops_nor_bloats_the_driver() {
     ));
     assert!(peak < RSS_BOUND, "peak RSS {} MB", peak >> 20);
     assert!(worst < PROBE_BOUND, "a Probe took {worst:?}");
+    assert_eq!(
+        failed,
+        0,
+        "Probe failed {failed} times: {}",
+        shim.log_text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,10 +1,11 @@
 //! The metrics endpoint: `GET /metrics` over HTTP/1.1 (hyper), anything else 404.
 //!
 //! Invariants (the port is reachable from the pod network):
-//! - at most [`MAX_CONNECTIONS`] connections at once ([`crate::slots`]): a new connection
-//!   at the cap takes the place of the one idle longest (between requests), and is closed
-//!   at once when every connection is in a request, so none waits in the listen backlog
-//!   behind idle ones;
+//! - at most [`MAX_CONNECTIONS`] connections at once, and as many again closing
+//!   ([`crate::slots`]): a new connection at the cap takes the place of an idle one
+//!   (between requests; never used first, else idle longest), which is dropped at once, and
+//!   is closed at once when every connection is in a request, so none waits in the listen
+//!   backlog behind idle ones;
 //! - a request's headers must arrive within [`HEADER_TIMEOUT`] (an idle keep-alive
 //!   connection's next request too), a connection serves at most [`MAX_REQUESTS`] requests
 //!   and ends after [`CONNECTION_TIMEOUT`], so idle, half-sent or chatty connections do not

@@ -206,9 +206,8 @@ pub fn is_socket(path: &Path) -> bool {
         .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
 }
 
-/// Calls Probe every 50 ms on its own connection until stopped: the slowest answer (any
-/// answer: during descriptor exhaustion a Probe may fail, but it must answer) and how many
-/// calls failed.
+/// Calls Probe every 50 ms on its own connection until stopped: the slowest answer and
+/// how many calls failed (or got no answer within 10 s).
 pub struct Prober {
     worst_ms: Arc<AtomicU64>,
     failed: Arc<AtomicUsize>,
