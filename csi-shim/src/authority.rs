@@ -10,12 +10,15 @@
 //!
 //! Invariants:
 //! - every byte other than a header block passes through unchanged and in order;
-//! - a header block is held until END_HEADERS, at most [`MAX_BLOCK`] bytes encoded in frames
-//!   of at most [`MAX_FRAME`], and decodes to at most [`MAX_LIST`] (HPACK's indexed entries
-//!   would otherwise let a few bytes expand to gigabytes before h2 could refuse them);
+//! - a header block is held until END_HEADERS, at most [`MAX_BLOCK`] bytes encoded in at most
+//!   [`MAX_BLOCK_FRAMES`] frames of at most [`MAX_FRAME`] each (empty CONTINUATION frames
+//!   count too: h2 never sees the frames of a held block, so its own CONTINUATION flood guard
+//!   cannot), and decodes to at most [`MAX_LIST`] (HPACK's indexed entries would otherwise
+//!   let a few bytes expand to gigabytes before h2 could refuse them);
 //! - input that is not HTTP/2 (no client preface) passes through untouched;
-//! - malformed framing or HPACK is an error: what was rewritten before it is still handed on,
-//!   then the connection closes (h2 would close it too).
+//! - malformed framing or HPACK, or a limit exceeded, is an error: what was rewritten before
+//!   it is still handed on, then a CONTINUATION frame that opens no block (h2 answers it with
+//!   GOAWAY and closes the connection, as its own guards do), then the connection fails.
 
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -29,6 +32,9 @@ pub const MAX_BLOCK: usize = 64 << 10;
 /// The largest header list a block may decode to (HPACK's size: name + value + 32 per
 /// header); h2 refuses lists over 16 KiB by default anyway.
 pub const MAX_LIST: usize = 64 << 10;
+/// The most frames (HEADERS and CONTINUATION) one header block may take: a block of
+/// [`MAX_BLOCK`] bytes needs 4 full frames; the rest is room for clients that split smaller.
+pub const MAX_BLOCK_FRAMES: usize = 16;
 /// The dynamic table a client may use: the 4096 bytes h2 advertises (its default), so size
 /// updates beyond it are errors here as there.
 const MAX_TABLE: usize = 4096;
@@ -64,6 +70,12 @@ pub enum MendError {
         stream: u32,
         /// The stream whose header block is open.
         open: u32,
+    },
+    /// A header block in more than [`MAX_BLOCK_FRAMES`] frames.
+    #[error("header block on stream {stream} exceeds {MAX_BLOCK_FRAMES} frames")]
+    TooManyFrames {
+        /// The stream of the block.
+        stream: u32,
     },
     /// A header block larger than [`MAX_BLOCK`].
     #[error("header block on stream {stream} exceeds {MAX_BLOCK} bytes")]
@@ -120,6 +132,8 @@ struct Open {
     end_stream: bool,
     priority: Option<[u8; 5]>,
     fragment: Vec<u8>,
+    /// The frames the block has taken so far.
+    frames: usize,
 }
 
 /// The pure part: client bytes in, the same bytes with header blocks re-encoded out.
@@ -210,13 +224,17 @@ impl Rewriter {
         let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
         let kind = head[3];
         let stream = stream_of(&head);
-        if let Some(open) = &self.open {
+        if let Some(open) = &mut self.open {
             if kind != CONTINUATION || stream != open.stream {
                 return Err(MendError::Interleaved {
                     kind,
                     stream,
                     open: open.stream,
                 });
+            }
+            open.frames += 1;
+            if open.frames > MAX_BLOCK_FRAMES {
+                return Err(MendError::TooManyFrames { stream });
             }
         }
         if kind == HEADERS || kind == CONTINUATION {
@@ -274,6 +292,7 @@ impl Rewriter {
                 end_stream: flags & END_STREAM != 0,
                 priority,
                 fragment: Vec::new(),
+                frames: 1,
             });
         }
         let Some(open) = self.open.as_mut() else {
@@ -392,6 +411,11 @@ fn write_block(open: &Open, block: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// What follows the last good bytes of a connection the rewriter gave up on: a CONTINUATION
+/// frame on stream 1 while h2 has no header block open (the rewriter hands on whole blocks
+/// only), which h2 must answer with GOAWAY (PROTOCOL_ERROR) before it closes.
+const REFUSED: [u8; 9] = [0, 0, 0, CONTINUATION, END_HEADERS, 0, 0, 0, 1];
+
 /// A 9-byte frame header; `len` is at most [`MAX_FRAME`].
 fn frame_head(len: usize, kind: u8, flags: u8, stream: u32, out: &mut Vec<u8>) {
     out.extend_from_slice(&(len as u32).to_be_bytes()[1..]);
@@ -452,9 +476,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Mended<S> {
             if raw.filled().is_empty() {
                 return Poll::Ready(Ok(()));
             }
-            // What was rewritten before an error is still handed on (h2 may answer it).
+            // What was rewritten before an error is still handed on (h2 may answer it), then
+            // a frame that makes h2 send GOAWAY and close.
             if let Err(e) = me.rewriter.feed(raw.filled(), &mut me.out) {
                 tracing::warn!(error = %e, "closing a client connection");
+                me.out.extend_from_slice(&REFUSED);
                 me.failed = Some(e.to_string());
             }
         }
@@ -488,14 +514,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Mended<S> {
 
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
-    }
-}
-
-impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected for Mended<S> {
-    type ConnectInfo = S::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
     }
 }
 
@@ -720,7 +738,30 @@ mod tests {
         );
         let mut want = PREFACE.to_vec();
         want.extend_from_slice(&settings);
+        want.extend_from_slice(&REFUSED);
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn an_empty_continuation_flood_is_refused() {
+        let mut wire = PREFACE.to_vec();
+        frame_head(1, HEADERS, 0, 1, &mut wire);
+        wire.push(0x82);
+        for _ in 0..MAX_BLOCK_FRAMES - 1 {
+            frame_head(0, CONTINUATION, 0, 1, &mut wire);
+        }
+        let mut r = Rewriter::default();
+        let mut out = Vec::new();
+        r.feed(&wire, &mut out)
+            .expect("as many frames as a block may take");
+        let mut more = Vec::new();
+        frame_head(0, CONTINUATION, 0, 1, &mut more);
+        let err = r.feed(&more, &mut out);
+        assert!(
+            matches!(err, Err(MendError::TooManyFrames { stream: 1 })),
+            "{err:?}"
+        );
+        assert_eq!(out, PREFACE, "nothing of the block was handed on");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use lvmeta::session::{Erase, Session};
 use tonic::{Request, Response, Status};
 
+use crate::bounds;
 use crate::csi::controller_server::Controller;
 use crate::csi::controller_service_capability::{rpc, Rpc, Type as CapType};
 use crate::csi::volume_capability::AccessType;
@@ -218,7 +219,8 @@ impl Backend {
     fn volumes(&self, vg: &str) -> Result<Volumes<'_>, Status> {
         if !self.vgs.iter().any(|v| v == vg) {
             return Err(Status::invalid_argument(format!(
-                "VG {vg:?} is not served by this driver (served: {})",
+                "VG {} is not served by this driver (served: {})",
+                params::shown(vg),
                 self.vgs.join(", ")
             )));
         }
@@ -236,7 +238,7 @@ impl Backend {
     /// of this driver can have that id).
     fn volumes_of_id(&self, vg: &str) -> Result<Volumes<'_>, Status> {
         self.volumes(vg)
-            .map_err(|_| Status::not_found(format!("VG {vg} is not served")))
+            .map_err(|_| Status::not_found(format!("VG {} is not served", params::shown(vg))))
     }
 
     /// The volume `vg/name`, or NOT_FOUND.
@@ -370,7 +372,8 @@ fn content_source(src: Option<&VolumeContentSource>, vg: &str) -> Result<Option<
     let (src_vg, name) = params::parse_volume_id(id)?;
     if src_vg != vg {
         return Err(Status::invalid_argument(format!(
-            "the source {id} is in VG {src_vg}, the new volume in VG {vg}: sources must be in the same VG"
+            "the source {} is in VG {src_vg}, the new volume in VG {vg}: sources must be in the same VG",
+            params::shown(id)
         )));
     }
     Ok(Some(if snapshot {
@@ -407,9 +410,12 @@ fn page(
     let start: usize = if token.is_empty() {
         0
     } else {
-        token
-            .parse()
-            .map_err(|_| Status::aborted(format!("starting_token {token:?} is not valid")))?
+        token.parse().map_err(|_| {
+            Status::aborted(format!(
+                "starting_token {} is not valid",
+                params::shown(token)
+            ))
+        })?
     };
     if start > len {
         return Err(Status::aborted(format!(
@@ -444,6 +450,7 @@ impl Controller for ControllerService {
         request: Request<CreateVolumeRequest>,
     ) -> Result<Response<CreateVolumeResponse>, Status> {
         let req = request.into_inner();
+        bounds::check(&req)?;
         params::check_name("name", &req.name)?;
         let class = Class::parse(&req.parameters, &req.mutable_parameters)?;
         params::check_capabilities(&req.volume_capabilities, class.mode)
@@ -500,7 +507,9 @@ impl Controller for ControllerService {
         &self,
         request: Request<DeleteVolumeRequest>,
     ) -> Result<Response<DeleteVolumeResponse>, Status> {
-        let id = request.into_inner().volume_id;
+        let req = request.into_inner();
+        bounds::check(&req)?;
+        let id = req.volume_id;
         let (vg, name) = match params::parse_volume_id(&id) {
             Ok(x) => x,
             // An id this driver cannot have made names no volume: deleting it succeeds.
@@ -552,6 +561,7 @@ impl Controller for ControllerService {
         request: Request<ValidateVolumeCapabilitiesRequest>,
     ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
         let req = request.into_inner();
+        bounds::check(&req)?;
         required("volume_id", &req.volume_id)?;
         if req.volume_capabilities.is_empty() {
             return Err(Status::invalid_argument("volume_capabilities is required"));
@@ -604,6 +614,7 @@ impl Controller for ControllerService {
         request: Request<ListVolumesRequest>,
     ) -> Result<Response<ListVolumesResponse>, Status> {
         let req = request.into_inner();
+        bounds::check(&req)?;
         let (listing, start) = match req.starting_token.is_empty() {
             true => (
                 self.blocking(|b| b.listing().map_err(from_volume)).await?,
@@ -633,6 +644,7 @@ impl Controller for ControllerService {
         request: Request<GetCapacityRequest>,
     ) -> Result<Response<GetCapacityResponse>, Status> {
         let req = request.into_inner();
+        bounds::check(&req)?;
         let class = if req.parameters.is_empty() {
             None
         } else {
@@ -712,6 +724,7 @@ impl Controller for ControllerService {
         request: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
         let req = request.into_inner();
+        bounds::check(&req)?;
         params::check_name("name", &req.name)?;
         required("source_volume_id", &req.source_volume_id)?;
         params::check_snapshot_parameters(&req.parameters)?;
@@ -740,7 +753,9 @@ impl Controller for ControllerService {
         &self,
         request: Request<DeleteSnapshotRequest>,
     ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-        let id = request.into_inner().snapshot_id;
+        let req = request.into_inner();
+        bounds::check(&req)?;
+        let id = req.snapshot_id;
         required("snapshot_id", &id)?;
         let Ok((vg, name)) = params::parse_volume_id(&id) else {
             // An id this driver cannot have made names no snapshot: deleting it succeeds.
@@ -768,6 +783,7 @@ impl Controller for ControllerService {
         request: Request<ListSnapshotsRequest>,
     ) -> Result<Response<ListSnapshotsResponse>, Status> {
         let req = request.into_inner();
+        bounds::check(&req)?;
         let (snapshot_id, source_id) = (req.snapshot_id.clone(), req.source_volume_id.clone());
         let all = self
             .blocking(move |b| {
@@ -800,7 +816,9 @@ impl Controller for ControllerService {
         &self,
         request: Request<GetSnapshotRequest>,
     ) -> Result<Response<GetSnapshotResponse>, Status> {
-        let id = request.into_inner().snapshot_id;
+        let req = request.into_inner();
+        bounds::check(&req)?;
+        let id = req.snapshot_id;
         required("snapshot_id", &id)?;
         let (vg, name) = params::parse_volume_id(&id)?;
         let snap = self
@@ -820,6 +838,7 @@ impl Controller for ControllerService {
         request: Request<ControllerExpandVolumeRequest>,
     ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
         let req = request.into_inner();
+        bounds::check(&req)?;
         required("volume_id", &req.volume_id)?;
         let size = size_range(req.capacity_range.as_ref())?;
         if size.required == 0 {
@@ -854,7 +873,9 @@ impl Controller for ControllerService {
         &self,
         request: Request<ControllerGetVolumeRequest>,
     ) -> Result<Response<ControllerGetVolumeResponse>, Status> {
-        let id = request.into_inner().volume_id;
+        let req = request.into_inner();
+        bounds::check(&req)?;
+        let id = req.volume_id;
         required("volume_id", &id)?;
         let (vg, name) = params::parse_volume_id(&id)?;
         let (v, c) = self
@@ -874,6 +895,7 @@ impl Controller for ControllerService {
         request: Request<ControllerModifyVolumeRequest>,
     ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
         let req = request.into_inner();
+        bounds::check(&req)?;
         required("volume_id", &req.volume_id)?;
         let options = params::parse_mutable(&req.mutable_parameters)?;
         let (vg, name) = params::parse_volume_id(&req.volume_id)?;

@@ -21,6 +21,8 @@ use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 use tonic::Status;
 
+use crate::params::shown;
+
 /// The kubelet directory, held open.
 #[derive(Debug)]
 pub struct KubeletDir {
@@ -75,14 +77,16 @@ impl KubeletDir {
     }
 
     /// The path argument `field` of a node RPC: required, absolute, strictly below the
-    /// kubelet directory, every component a plain name. `None` when its parent does not
-    /// exist (so neither does it); INVALID_ARGUMENT naming what is wrong otherwise, a
-    /// symlink anywhere included.
+    /// kubelet directory, every component a plain name, within Linux's path limits and
+    /// without a NUL byte ([`crate::bounds::path`]). `None` when its parent does not exist
+    /// (so neither does it); INVALID_ARGUMENT naming what is wrong otherwise, a symlink
+    /// anywhere included.
     pub fn place(&self, field: &str, p: &str) -> Result<Option<Place>, Status> {
         if p.is_empty() {
             return Err(Status::invalid_argument(format!("{field} is required")));
         }
-        let bad = |why: &str| Status::invalid_argument(format!("{field} {p:?} {why}"));
+        crate::bounds::path(field, p)?;
+        let bad = |why: &str| Status::invalid_argument(format!("{field} {} {why}", shown(p)));
         let rel = Path::new(p).strip_prefix(&self.shown).map_err(|_| {
             bad(&format!(
                 "is not under the kubelet directory {}",
@@ -134,20 +138,22 @@ impl KubeletDir {
     }
 }
 
-/// INVALID_ARGUMENT for a path that cannot be resolved safely (a symlink, an escape), the
-/// OS error otherwise.
+/// INVALID_ARGUMENT for a path that cannot be resolved safely (a symlink, an escape) or at
+/// all (too long), the OS error otherwise.
 fn resolve_error(field: &str, p: &str, e: Errno) -> Status {
+    let p = shown(p);
     match e {
         Errno::ELOOP => Status::invalid_argument(format!(
-            "{field} {p:?}: a component is a symbolic link (not followed)"
+            "{field} {p}: a component is a symbolic link (not followed)"
         )),
         Errno::EXDEV => {
-            Status::invalid_argument(format!("{field} {p:?} leads out of the kubelet directory"))
+            Status::invalid_argument(format!("{field} {p} leads out of the kubelet directory"))
         }
         Errno::ENOTDIR => {
-            Status::invalid_argument(format!("{field} {p:?}: a component is not a directory"))
+            Status::invalid_argument(format!("{field} {p}: a component is not a directory"))
         }
-        e => Status::internal(format!("{field} {p:?}: {e}")),
+        Errno::ENAMETOOLONG => Status::invalid_argument(format!("{field} {p}: {e}")),
+        e => Status::internal(format!("{field} {p}: {e}")),
     }
 }
 
@@ -338,6 +344,16 @@ mod tests {
         assert!(later.make_dir().is_err(), "nor taken for a directory");
         assert!(later.make_file().is_err(), "nor for a file");
         std::fs::remove_file(k.join("pods/a/later")).expect("unlink");
+        // Paths no system call takes: refused as arguments, not failed as calls.
+        assert_eq!(code(&s("pods/a\0b")), Err(tonic::Code::InvalidArgument));
+        assert_eq!(
+            code(&s(&format!("pods/{}", "n".repeat(256)))),
+            Err(tonic::Code::InvalidArgument)
+        );
+        assert_eq!(
+            code(&s(&"p/".repeat(2100))),
+            Err(tonic::Code::InvalidArgument)
+        );
         // A missing parent: nothing there.
         assert!(dir
             .place("target_path", &s("pods/none/t"))

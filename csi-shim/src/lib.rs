@@ -9,7 +9,9 @@
 #![allow(clippy::result_large_err)]
 
 pub mod authority;
+pub mod bounds;
 pub mod client;
+pub mod connections;
 pub mod controller;
 pub mod fencing;
 pub mod fuzzing;
@@ -23,6 +25,7 @@ pub mod mount;
 pub mod node;
 pub mod params;
 pub mod server;
+pub mod slots;
 pub mod status;
 pub mod volume;
 pub mod wiper;

@@ -64,7 +64,12 @@ impl Listings {
     /// The snapshot a token names with the position it names: ABORTED when the token is not
     /// one this driver gave, or its snapshot is no longer kept.
     pub fn resume(&self, token: &str) -> Result<(Arc<Listing>, usize), Status> {
-        let bad = || Status::aborted(format!("starting_token {token:?} is not valid"));
+        let bad = || {
+            Status::aborted(format!(
+                "starting_token {} is not valid",
+                crate::params::shown(token)
+            ))
+        };
         let (id, pos) = token.split_once('.').ok_or_else(bad)?;
         let (id, pos): (u64, usize) = (
             id.parse().map_err(|_| bad())?,
@@ -78,7 +83,8 @@ impl Listings {
             .cloned()
             .ok_or_else(|| {
                 Status::aborted(format!(
-                    "starting_token {token:?} names a listing of volumes that changed since: list again from the start"
+                    "starting_token {} names a listing of volumes that changed since: list again from the start",
+                    crate::params::shown(token)
                 ))
             })?;
         if pos > l.entries.len() {

@@ -111,10 +111,16 @@ pub fn check_mount_flag(f: &str) -> Result<(), String> {
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"_.:/@+-".contains(&b));
     if !name_ok || !value_ok || f.len() > 256 {
-        return Err(format!("mount flag {f:?} is not a plain option"));
+        return Err(format!(
+            "mount flag {} is not a plain option",
+            crate::params::shown(f)
+        ));
     }
     if ["bind", "rbind", "move", "remount", "loop", "x-mount.mkdir"].contains(&name) {
-        return Err(format!("mount flag {f:?} is not allowed"));
+        return Err(format!(
+            "mount flag {} is not allowed",
+            crate::params::shown(f)
+        ));
     }
     Ok(())
 }

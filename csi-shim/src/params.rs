@@ -42,7 +42,8 @@ const SNAPSHOT_METADATA: &[&str] = &[
 pub fn check_snapshot_parameters(p: &HashMap<String, String>) -> Result<(), Status> {
     match p.keys().find(|k| !SNAPSHOT_METADATA.contains(&k.as_str())) {
         Some(k) => Err(Status::invalid_argument(format!(
-            "unknown snapshot parameter {k:?} (snapshots take none)"
+            "unknown snapshot parameter {} (snapshots take none)",
+            shown(k)
         ))),
         None => Ok(()),
     }
@@ -73,7 +74,8 @@ impl Class {
             let known = [VG, MODE, FSTYPE].contains(&k.as_str()) || MUTABLE.contains(&k.as_str());
             if !known && !EXTRA_METADATA.contains(&k.as_str()) {
                 return Err(Status::invalid_argument(format!(
-                    "unknown parameter {k:?} (known: {VG}, {MODE}, {FSTYPE}, {ZERO}, {DISCARDS})"
+                    "unknown parameter {} (known: {VG}, {MODE}, {FSTYPE}, {ZERO}, {DISCARDS})",
+                    shown(k)
                 )));
             }
         }
@@ -88,11 +90,20 @@ impl Class {
             .get(VG)
             .filter(|v| !v.is_empty())
             .ok_or_else(|| Status::invalid_argument(format!("parameter {VG:?} is required")))?;
-        lvmeta::names::check_vg_name(vg).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        lvmeta::names::check_vg_name(vg).map_err(|e| {
+            let lvmeta::names::NameError::Invalid { why, .. } = e;
+            Status::invalid_argument(format!(
+                "parameter {VG:?} is {}, not a VG name: {why}",
+                shown(vg)
+            ))
+        })?;
         let mode = match p.get(MODE).map(String::as_str) {
             None | Some("") => Mode::Linear,
             Some(m) => Mode::parse(m).ok_or_else(|| {
-                Status::invalid_argument(format!("parameter {MODE:?} is {m:?}, not linear or thin"))
+                Status::invalid_argument(format!(
+                    "parameter {MODE:?} is {}, not linear or thin",
+                    shown(m)
+                ))
             })?,
         };
         if let Some(fs) = p.get(FSTYPE).filter(|f| !f.is_empty()) {
@@ -129,7 +140,8 @@ pub fn linear_has_no_options() -> Status {
 pub fn parse_mutable(p: &HashMap<String, String>) -> Result<PoolOptions, Status> {
     if let Some(k) = p.keys().find(|k| !MUTABLE.contains(&k.as_str())) {
         return Err(Status::invalid_argument(format!(
-            "parameter {k:?} cannot change on a live volume (mutable: {ZERO}, {DISCARDS})"
+            "parameter {} cannot change on a live volume (mutable: {ZERO}, {DISCARDS})",
+            shown(k)
         )));
     }
     let zero = match p.get(ZERO).map(String::as_str) {
@@ -138,7 +150,8 @@ pub fn parse_mutable(p: &HashMap<String, String>) -> Result<PoolOptions, Status>
         Some("false") => Some(false),
         Some(z) => {
             return Err(Status::invalid_argument(format!(
-                "parameter {ZERO:?} is {z:?}, not true or false"
+                "parameter {ZERO:?} is {}, not true or false",
+                shown(z)
             )))
         }
     };
@@ -147,7 +160,8 @@ pub fn parse_mutable(p: &HashMap<String, String>) -> Result<PoolOptions, Status>
         Some(d) if lvmeta::model::DISCARDS.contains(&d.as_str()) => Some(d.clone()),
         Some(d) => {
             return Err(Status::invalid_argument(format!(
-                "parameter {DISCARDS:?} is {d:?}, not passdown, nopassdown or ignore"
+                "parameter {DISCARDS:?} is {}, not passdown, nopassdown or ignore",
+                shown(d)
             )))
         }
     };
@@ -159,7 +173,8 @@ fn check_fs(fs: &str) -> Result<(), Status> {
         Ok(())
     } else {
         Err(Status::invalid_argument(format!(
-            "filesystem {fs:?} is not supported (ext4 or xfs)"
+            "filesystem {} is not supported (ext4 or xfs)",
+            shown(fs)
         )))
     }
 }
@@ -291,7 +306,12 @@ pub fn parse_volume_id(id: &str) -> Result<(String, String), Status> {
     if id.is_empty() {
         return Err(Status::invalid_argument("volume id is empty"));
     }
-    let bad = || Status::not_found(format!("volume {id:?} does not exist (ids are VG/LV)"));
+    let bad = || {
+        Status::not_found(format!(
+            "volume {} does not exist (ids are VG/LV)",
+            shown(id)
+        ))
+    };
     let (vg, lv) = id.split_once('/').ok_or_else(bad)?;
     lvmeta::names::check_vg_name(vg).map_err(|_| bad())?;
     lvmeta::names::check_lv_name(lv).map_err(|_| bad())?;

@@ -1,7 +1,8 @@
 //! Serving the CSI services on a unix socket: created 0600 (a stale socket from an earlier run
 //! is removed first), shut down gracefully (calls in flight finish) when `shutdown` resolves.
-//! Every connection's header blocks pass through [`crate::authority`], so clients that name
-//! the socket's path as their authority (gRPC's C core) are served too.
+//! Connections are accepted and bounded by [`crate::connections`]; every connection's header
+//! blocks pass through [`crate::authority`], so clients that name the socket's path as their
+//! authority (gRPC's C core) are served too.
 
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
@@ -9,11 +10,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
-use tokio_stream::StreamExt;
 use tonic::codegen::http;
 
-use crate::authority::Mended;
+use crate::connections::{CollectLayer, Limits};
 use crate::controller::{Backend, ControllerService};
 use crate::csi::controller_server::ControllerServer;
 use crate::csi::identity_server::IdentityServer;
@@ -40,9 +39,9 @@ pub enum ServeError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// The gRPC server failed.
-    #[error("gRPC server: {0}")]
-    Transport(#[from] tonic::transport::Error),
+    /// The socket stopped accepting connections (not for a shortage, which is waited out).
+    #[error("accepting connections: {0}")]
+    Accept(std::io::Error),
 }
 
 /// A unix socket listening at `path`, readable and writable by its owner only.
@@ -71,12 +70,24 @@ pub fn listen(path: &Path) -> Result<UnixListener, ServeError> {
 
 /// Serves Identity, Controller and, when `node` is given, Node for `backend` on `listener`
 /// (and the node's requests, [`Node::serve_requests`], every [`crate::node::REQUEST_POLL`])
-/// until `shutdown` resolves. The caller decides what becomes of the node's staged volumes'
-/// leases ([`Node::keep_all`] or [`Node::release_all`]).
+/// until `shutdown` resolves, within the default [`Limits`]. The caller decides what becomes
+/// of the node's staged volumes' leases ([`Node::keep_all`] or [`Node::release_all`]).
+/// Returns an error only when serving stopped for another reason than `shutdown`.
 pub async fn serve(
     backend: Arc<Backend>,
     node: Option<Arc<Node>>,
     listener: UnixListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    serve_within(backend, node, listener, Limits::default(), shutdown).await
+}
+
+/// [`serve`] within `limits`.
+pub async fn serve_within(
+    backend: Arc<Backend>,
+    node: Option<Arc<Node>>,
+    listener: UnixListener,
+    limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     // The node serves requests on the pools of its staged thin volumes until shutdown.
@@ -107,19 +118,17 @@ pub async fn serve(
     };
     let stop_wiper = backend.wiper().clone();
     let metrics = backend.metrics().clone();
-    let served = tonic::transport::Server::builder()
+    let service = tonic::transport::Server::builder()
         .layer(tower::layer::layer_fn(|inner| Observe {
             inner,
             metrics: metrics.clone(),
         }))
+        .layer(CollectLayer::new(&limits))
         .add_service(IdentityServer::new(IdentityService::new(backend.clone())))
         .add_service(ControllerServer::new(ControllerService::new(backend)))
         .add_optional_service(node.map(|n| NodeServer::new(NodeService::new(n))))
-        .serve_with_incoming_shutdown(
-            UnixListenerStream::new(listener).map(|c| c.map(Mended::new)),
-            shutdown,
-        )
-        .await;
+        .into_service();
+    let served = crate::connections::serve(listener, service, limits, shutdown).await;
     if let Some(r) = requests {
         r.abort();
     }
@@ -130,8 +139,10 @@ pub async fn serve(
             tracing::error!("the wiper panicked");
         }
     }
-    served?;
-    Ok(())
+    if let Err(e) = &served {
+        tracing::error!(error = %e, "the CSI server stopped");
+    }
+    served
 }
 
 /// Records every call's duration by method and code in the metrics, and logs every call that

@@ -1,9 +1,15 @@
 //! The metrics endpoint: `GET /metrics` over HTTP/1.1 (hyper), anything else 404.
 //!
 //! Invariants (the port is reachable from the pod network):
-//! - at most [`MAX_CONNECTIONS`] connections at once; more wait in the listen backlog;
-//! - a request's headers must arrive within [`HEADER_TIMEOUT`] and a connection ends after
-//!   [`CONNECTION_TIMEOUT`], so idle or half-sent connections do not hold descriptors;
+//! - at most [`MAX_CONNECTIONS`] connections at once, and as many again closing
+//!   ([`crate::slots`]): a new connection at the cap takes the place of an idle one
+//!   (between requests; never used first, else idle longest), which is dropped at once, and
+//!   is closed at once when every connection is in a request, so none waits in the listen
+//!   backlog behind idle ones;
+//! - a request's headers must arrive within [`HEADER_TIMEOUT`] (an idle keep-alive
+//!   connection's next request too), a connection serves at most [`MAX_REQUESTS`] requests
+//!   and ends after [`CONNECTION_TIMEOUT`], so idle, half-sent or chatty connections do not
+//!   hold a place;
 //! - concurrent requests share one scrape at a time and reuse a result younger than
 //!   [`SCRAPE_REUSE`] (waiting without a thread), so a flood of scrapes cannot fill the blocking pool that CSI
 //!   calls and Probe use;
@@ -11,6 +17,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use http_body_util::Full;
@@ -22,11 +29,16 @@ use tokio::net::TcpListener;
 use super::Scope;
 use crate::controller::Backend;
 use crate::node::Node;
+use crate::slots::{Slot, Table};
 
 /// Most connections served at once.
 pub const MAX_CONNECTIONS: usize = 16;
-/// How long a request's headers may take to arrive.
-pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a request's headers may take to arrive, counted from the end of the previous
+/// response on a keep-alive connection.
+pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Most requests served on one connection (the last one's response says `Connection:
+/// close`).
+pub const MAX_REQUESTS: usize = 16;
 /// How long one connection may last, whatever it does.
 pub const CONNECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// How long a scrape's result answers later requests.
@@ -115,46 +127,74 @@ impl Endpoint {
 /// dropped then: a scrape is retried by Prometheus).
 pub async fn serve(listener: TcpListener, endpoint: Endpoint, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let table = Table::new(MAX_CONNECTIONS);
     let mut last_warning: Option<std::time::Instant> = None;
+    let mut warn = |what: &str, e: Option<&std::io::Error>| {
+        if last_warning.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(60)) {
+            let errno = e.and_then(std::io::Error::raw_os_error);
+            tracing::warn!(errno, error = e.map(tracing::field::display), "{what}");
+            last_warning = Some(std::time::Instant::now());
+        }
+    };
     loop {
-        let slot = tokio::select! {
-            () = &mut shutdown => return,
-            s = slots.clone().acquire_owned() => match s {
-                Ok(s) => s,
-                Err(_) => return,
-            },
-        };
         let (stream, peer) = tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
-                    if last_warning.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(60)) {
-                        tracing::warn!(error = %e, "accepting a metrics connection");
-                        last_warning = Some(std::time::Instant::now());
-                    }
+                    warn("accepting a metrics connection", Some(&e));
                     tokio::time::sleep(ACCEPT_PAUSE).await;
                     continue;
                 }
             },
         };
+        let Some(slot) = table.admit() else {
+            warn(
+                "every metrics connection is in a request: closing new ones",
+                None,
+            );
+            continue;
+        };
+        tokio::spawn(connection(stream, peer, slot, endpoint.clone()));
+    }
+}
+
+/// Serves one connection until it ends, times out or is evicted.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    slot: Slot,
+    endpoint: Endpoint,
+) {
+    let slot = Arc::new(slot);
+    let served = Arc::new(AtomicUsize::new(0));
+    let busy = slot.clone();
+    let service = hyper::service::service_fn(move |req| {
         let endpoint = endpoint.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let service = hyper::service::service_fn(move |req| {
-                let endpoint = endpoint.clone();
-                async move { Ok::<_, Infallible>(endpoint.answer(req).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            match tokio::time::timeout(CONNECTION_TIMEOUT, conn).await {
-                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics connection"),
-                Err(_) => tracing::debug!(%peer, "metrics connection timed out"),
-                Ok(Ok(())) => {}
+        let served = served.fetch_add(1, Ordering::Relaxed) + 1;
+        let busy = busy.busy();
+        async move {
+            let mut response = endpoint.answer(req).await;
+            drop(busy);
+            if served >= MAX_REQUESTS {
+                response.headers_mut().insert(
+                    hyper::header::CONNECTION,
+                    hyper::header::HeaderValue::from_static("close"),
+                );
             }
-        });
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        r = tokio::time::timeout(CONNECTION_TIMEOUT, conn) => match r {
+            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics connection"),
+            Err(_) => tracing::debug!(%peer, "metrics connection timed out"),
+            Ok(Ok(())) => {}
+        },
+        () = slot.evicted() => tracing::debug!(%peer, "metrics connection closed for a newer one"),
     }
 }

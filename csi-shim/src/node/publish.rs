@@ -27,7 +27,7 @@ impl Node {
         let not_staged = || {
             Status::failed_precondition(format!(
                 "volume {} is not staged at {}",
-                req.volume_id,
+                params::shown(&req.volume_id),
                 staging.path().display()
             ))
         };
@@ -60,7 +60,7 @@ impl Node {
             if let Some(other) = elsewhere {
                 return Err(Status::failed_precondition(format!(
                     "volume {} is SINGLE_NODE_SINGLE_WRITER and already published at {other}",
-                    req.volume_id
+                    params::shown(&req.volume_id)
                 )));
             }
         }
@@ -93,7 +93,7 @@ impl Node {
             return Err(e);
         }
         self.remember_target(&req.volume_id, target.path());
-        tracing::info!(volume_id = %req.volume_id, target = %target.path().display(), read_only, "published");
+        tracing::info!(volume_id = %params::shown(&req.volume_id), target = %target.path().display(), read_only, "published");
         Ok(())
     }
 
@@ -124,7 +124,7 @@ impl Node {
         match self.holds_volume(&target, &dev, &vg, &lv)? {
             Holds::This => {}
             Holds::Other(found) => {
-                tracing::warn!(volume_id = %req.volume_id, target = %target.path().display(), found, "the target holds another mount: left alone");
+                tracing::warn!(volume_id = %params::shown(&req.volume_id), target = %target.path().display(), found, "the target holds another mount: left alone");
                 return Ok(());
             }
             Holds::Nothing => return Ok(()),
@@ -135,9 +135,9 @@ impl Node {
         }
         // The target held this volume's mount, which only a publish makes: made by it.
         if let Err(e) = target.remove_any() {
-            tracing::warn!(volume_id = %req.volume_id, error = %e, "unpublished; the target stays");
+            tracing::warn!(volume_id = %params::shown(&req.volume_id), error = %e, "unpublished; the target stays");
         }
-        tracing::info!(volume_id = %req.volume_id, target = %target.path().display(), "unpublished");
+        tracing::info!(volume_id = %params::shown(&req.volume_id), target = %target.path().display(), "unpublished");
         Ok(())
     }
 }

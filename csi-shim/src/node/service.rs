@@ -46,6 +46,7 @@ impl NodeRpc for NodeService {
         request: Request<NodeStageVolumeRequest>,
     ) -> Result<Response<NodeStageVolumeResponse>, Status> {
         let req = request.into_inner();
+        crate::bounds::check(&req)?;
         tracing::info!(volume_id = %shown(&req.volume_id), staging = %shown(&req.staging_target_path), "NodeStageVolume");
         self.blocking(move |n| n.stage(req)).await?;
         Ok(Response::new(NodeStageVolumeResponse {}))
@@ -56,6 +57,7 @@ impl NodeRpc for NodeService {
         request: Request<NodeUnstageVolumeRequest>,
     ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
         let req = request.into_inner();
+        crate::bounds::check(&req)?;
         tracing::info!(volume_id = %shown(&req.volume_id), staging = %shown(&req.staging_target_path), "NodeUnstageVolume");
         self.blocking(move |n| n.unstage(req)).await?;
         Ok(Response::new(NodeUnstageVolumeResponse {}))
@@ -66,6 +68,7 @@ impl NodeRpc for NodeService {
         request: Request<NodePublishVolumeRequest>,
     ) -> Result<Response<NodePublishVolumeResponse>, Status> {
         let req = request.into_inner();
+        crate::bounds::check(&req)?;
         tracing::info!(volume_id = %shown(&req.volume_id), target = %shown(&req.target_path), "NodePublishVolume");
         self.blocking(move |n| n.publish(req)).await?;
         Ok(Response::new(NodePublishVolumeResponse {}))
@@ -76,6 +79,7 @@ impl NodeRpc for NodeService {
         request: Request<NodeUnpublishVolumeRequest>,
     ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
         let req = request.into_inner();
+        crate::bounds::check(&req)?;
         tracing::info!(volume_id = %shown(&req.volume_id), target = %shown(&req.target_path), "NodeUnpublishVolume");
         self.blocking(move |n| n.unpublish(req)).await?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
@@ -86,6 +90,7 @@ impl NodeRpc for NodeService {
         request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
         let req = request.into_inner();
+        crate::bounds::check(&req)?;
         Ok(Response::new(self.blocking(move |n| n.stats(req)).await?))
     }
 
@@ -94,6 +99,7 @@ impl NodeRpc for NodeService {
         request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
         let req = request.into_inner();
+        crate::bounds::check(&req)?;
         tracing::info!(volume_id = %shown(&req.volume_id), "NodeExpandVolume");
         let capacity_bytes = self.blocking(move |n| n.expand(req)).await?;
         Ok(Response::new(NodeExpandVolumeResponse { capacity_bytes }))

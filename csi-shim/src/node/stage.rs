@@ -38,7 +38,7 @@ impl Node {
             if !same {
                 return Err(Status::already_exists(format!(
                     "volume {} is already staged at {} as {}",
-                    req.volume_id,
+                    params::shown(&req.volume_id),
                     at.display(),
                     fs.as_deref().unwrap_or("a block device")
                 )));
@@ -87,11 +87,11 @@ impl Node {
                 self.config.activation.as_ref(),
             )
             .map_err(from_activation)?;
-        tracing::info!(volume_id = %req.volume_id, device = %activation.device.display(), shared, read_only = want.read_only, "activated");
+        tracing::info!(volume_id = %params::shown(&req.volume_id), device = %activation.device.display(), shared, read_only = want.read_only, "activated");
         if let Some(fs) = &want.fs {
             if let Err(e) = self.mount_staging(&activation.device, &staging, fs, &want) {
                 if let Err(d) = activation.deactivate(self.config.activation.as_ref()) {
-                    tracing::warn!(volume_id = %req.volume_id, error = %d, "deactivating after a failed stage");
+                    tracing::warn!(volume_id = %params::shown(&req.volume_id), error = %d, "deactivating after a failed stage");
                 }
                 return Err(e);
             }
@@ -185,7 +185,7 @@ impl Node {
             .map(|s| (s.staging.path().to_owned(), s.activation.device.clone()));
         let dev = match cached {
             Some((at, _)) if staging.as_ref().map(Place::path) != Some(at.as_path()) => {
-                tracing::warn!(volume_id = %req.volume_id, staged_at = %at.display(), "NodeUnstageVolume for another staging path: nothing done");
+                tracing::warn!(volume_id = %params::shown(&req.volume_id), staged_at = %at.display(), "NodeUnstageVolume for another staging path: nothing done");
                 return Ok(());
             }
             Some((_, dev)) => Some(dev),
@@ -199,7 +199,7 @@ impl Node {
             match self.holds_volume(at, dev, &vg, &lv)? {
                 Holds::This => self.config.system.umount(at).map_err(sys_status)?,
                 Holds::Other(found) => {
-                    tracing::warn!(volume_id = %req.volume_id, staging = %at.path().display(), found, "the staging path holds another mount: left alone, volume not staged there");
+                    tracing::warn!(volume_id = %params::shown(&req.volume_id), staging = %at.path().display(), found, "the staging path holds another mount: left alone, volume not staged there");
                     return Ok(());
                 }
                 Holds::Nothing => {}
@@ -225,7 +225,7 @@ impl Node {
                 Err(e) => return Err(from_activation(e)),
             },
         }
-        tracing::info!(volume_id = %req.volume_id, "unstaged");
+        tracing::info!(volume_id = %params::shown(&req.volume_id), "unstaged");
         Ok(())
     }
 }

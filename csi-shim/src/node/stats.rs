@@ -31,7 +31,7 @@ impl Node {
             Status::not_found(format!(
                 "volume path {} does not hold volume {}",
                 params::shown(&req.volume_path),
-                req.volume_id
+                params::shown(&req.volume_id)
             ))
         };
         // A path that is not a kubelet path (relative, outside, through a symlink) holds no
@@ -150,7 +150,7 @@ impl Node {
         let dev = self.device_of(&req.volume_id, &vg, &lv)?.ok_or_else(|| {
             Status::failed_precondition(format!(
                 "volume {} is not staged on this node",
-                req.volume_id
+                params::shown(&req.volume_id)
             ))
         })?;
         let path = match path {
@@ -159,7 +159,7 @@ impl Node {
                 return Err(Status::not_found(format!(
                     "volume path {} does not hold volume {}",
                     params::shown(&req.volume_path),
-                    req.volume_id
+                    params::shown(&req.volume_id)
                 )))
             }
         };
@@ -174,7 +174,7 @@ impl Node {
                 .grow(&dev, &path, &fs)
                 .map_err(sys_status)?;
         }
-        tracing::info!(volume_id = %req.volume_id, bytes = vol.bytes, "node expansion done");
+        tracing::info!(volume_id = %params::shown(&req.volume_id), bytes = vol.bytes, "node expansion done");
         Ok(i64::try_from(vol.bytes).unwrap_or(i64::MAX))
     }
 }

@@ -59,7 +59,8 @@ impl Want {
                 };
                 if !params::FILESYSTEMS.contains(&fs.as_str()) {
                     return Err(Status::invalid_argument(format!(
-                        "filesystem {fs:?} is not supported (ext4 or xfs)"
+                        "filesystem {} is not supported (ext4 or xfs)",
+                        crate::params::shown(&fs)
                     )));
                 }
                 for f in mount_flags {
@@ -70,7 +71,8 @@ impl Want {
                 } else {
                     Some(volume_mount_group.parse().map_err(|_| {
                         Status::invalid_argument(format!(
-                            "volume_mount_group {volume_mount_group:?} is not a numeric group id"
+                            "volume_mount_group {} is not a numeric group id",
+                            crate::params::shown(volume_mount_group)
                         ))
                     })?)
                 };
