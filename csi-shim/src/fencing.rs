@@ -82,7 +82,7 @@ impl Fencing {
         self.required
     }
 
-    /// `Err(why)` when this host cannot be fenced now (asked again every [`CHECK_EVERY`]).
+    /// `Err(why)` when this host cannot be fenced now (asked again every 2 s at most).
     pub fn can_fence(&self) -> Result<(), String> {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((at, r)) = &*last {
@@ -238,8 +238,7 @@ pub fn sweep(backend: &Backend, node: Option<&Node>, full: bool) -> Result<Swept
 
 /// Runs [`sweep`] every [`SWEEP_EVERY`] on a thread of its own (never held up by the async
 /// runtime) and at once when asked ([`Watch::sweep_now`]), until the process ends; joins
-/// again the lockspaces a sweep finds this host out of. Whether the
-/// last sweep found a lost lockspace is kept in `lost` (see [`Watch::lost`]).
+/// again the lockspaces a sweep finds this host out of.
 pub fn watch(backend: Arc<Backend>, node: Option<Arc<Node>>) -> std::io::Result<Arc<Watch>> {
     let w = Arc::new(Watch::default());
     let me = w.clone();

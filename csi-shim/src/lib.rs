@@ -17,6 +17,7 @@ pub mod fencing;
 pub mod fuzzing;
 pub mod identity;
 pub mod inflight;
+pub mod keeper;
 pub mod kubelet;
 pub mod listing;
 pub mod malloc;

@@ -117,7 +117,20 @@ fn main() -> std::process::ExitCode {
     if let Some(e) = csi_shim::malloc::restart_tuned() {
         tracing::warn!(error = %e, tunables = csi_shim::malloc::TUNABLES, "running with glibc's default malloc settings");
     }
-    let result = run(Args::parse());
+    let args = Args::parse();
+    // A node plugin that uses sanlock runs as two processes: the lease keeper, then this
+    // program again as its child, which serves (csi_shim::keeper).
+    let holder = std::env::var(csi_shim::keeper::HOLDER_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok());
+    let leases = args
+        .host_id
+        .or_else(lvmeta::lease::lvmlocal_host_id)
+        .is_some();
+    if args.node_id.is_some() && leases && holder.is_none() {
+        return csi_shim::keeper::run();
+    }
+    let result = run(args, holder);
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -127,7 +140,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run(args: Args) -> Result<(), String> {
+fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
     let mut devs: Vec<Box<dyn BlockDevice>> = Vec::new();
     for p in &args.devices {
         devs.push(Box::new(
@@ -138,8 +151,17 @@ fn run(args: Args) -> Result<(), String> {
     let mut session = Session::new(devs).with_lock_dir(args.locking_dir.clone());
     let host_devices = lvmeta::activate::best();
     let host_id = args.host_id.or_else(lvmeta::lease::lvmlocal_host_id);
-    let manager: Option<Arc<dyn lvmeta::lease::LeaseManager>> =
-        host_id.map(|_| Arc::new(lvmeta::lease::sanlock::SanlockLeases::new()) as Arc<_>);
+    let manager: Option<Arc<dyn lvmeta::lease::LeaseManager>> = host_id.map(|_| {
+        let m = match holder.and_then(|h| i32::try_from(h).ok()) {
+            Some(pid) => lvmeta::lease::sanlock::SanlockLeases::with_holder(pid),
+            None => lvmeta::lease::sanlock::SanlockLeases::new(),
+        };
+        Arc::new(m) as Arc<_>
+    });
+    if let Some(h) = holder {
+        tracing::info!(keeper = h, "volumes' leases are held by the lease keeper");
+        csi_shim::keeper::watch_keeper(h).map_err(|e| format!("watching the keeper: {e}"))?;
+    }
     // A node plugin's volumes must fail their I/O in place when their lease is lost.
     let devices = match (&args.node_id, &host_devices) {
         (Some(_), Some(h)) if !h.can_fence() => Some(format!(

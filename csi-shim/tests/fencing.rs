@@ -51,6 +51,20 @@ async fn create_id(d: &mut Driver, name: &str, caps: Vec<VolumeCapability>) -> S
         .volume_id
 }
 
+/// A driver requiring fencing with volumes `vg/a` and `vg/b` staged (block).
+async fn two_staged(fake: &Arc<FakeLeases>) -> (Driver, String, String) {
+    let mut d = shared_driver(fake.clone(), true).await;
+    let a = create_id(&mut d, "a", vec![block()]).await;
+    let b = create_id(&mut d, "b", vec![block()]).await;
+    for id in [&a, &b] {
+        d.node
+            .node_stage_volume(stage(&d, id, &format!("staging/{id}"), block()))
+            .await
+            .expect("NodeStageVolume");
+    }
+    (d, a, b)
+}
+
 fn scrape(d: &Driver) -> String {
     let scope = csi_shim::metrics::Scope {
         vgs: true,
@@ -114,15 +128,7 @@ async fn a_host_without_a_watchdog_uses_no_shared_vg_unless_told() {
 #[tokio::test]
 async fn a_lost_lockspace_fences_the_volumes_live_here_and_lets_their_leases_go() {
     let fake = Arc::new(FakeLeases::default());
-    let mut d = shared_driver(fake.clone(), true).await;
-    let a = create_id(&mut d, "a", vec![block()]).await;
-    let b = create_id(&mut d, "b", vec![block()]).await;
-    for id in [&a, &b] {
-        d.node
-            .node_stage_volume(stage(&d, id, &format!("staging/{id}"), block()))
-            .await
-            .expect("NodeStageVolume");
-    }
+    let (mut d, a, _) = two_staged(&fake).await;
     let uuid = |lv: &str| {
         let vg = d.backend.session().vg("vg").expect("vg");
         vg.lv(lv).expect("lv").id.to_string()
@@ -144,7 +150,9 @@ async fn a_lost_lockspace_fences_the_volumes_live_here_and_lets_their_leases_go(
     // Fenced once: the next sweep finds nothing more to do.
     let s = fencing::sweep(&d.backend, Some(&d.node_service), false).expect("sweep");
     assert!(s.fenced.is_empty(), "{s:?}");
-    // kubelet unstages the fenced volume: its device goes.
+    // Nothing had them open: their devices are gone already, and kubelet's unstage is done.
+    assert!(d.activation.state("vg", "a").is_none());
+    assert!(d.activation.state("vg", "b").is_none());
     d.node
         .node_unstage_volume(NodeUnstageVolumeRequest {
             volume_id: a.clone(),
@@ -152,21 +160,12 @@ async fn a_lost_lockspace_fences_the_volumes_live_here_and_lets_their_leases_go(
         })
         .await
         .expect("NodeUnstageVolume of a fenced volume");
-    assert!(d.activation.state("vg", "a").is_none());
 }
 
 #[tokio::test]
 async fn a_restarted_plugin_fences_only_what_is_live_here_without_its_lease() {
     let fake = Arc::new(FakeLeases::default());
-    let mut d = shared_driver(fake.clone(), true).await;
-    let a = create_id(&mut d, "a", vec![block()]).await;
-    let b = create_id(&mut d, "b", vec![block()]).await;
-    for id in [&a, &b] {
-        d.node
-            .node_stage_volume(stage(&d, id, &format!("staging/{id}"), block()))
-            .await
-            .expect("NodeStageVolume");
-    }
+    let (d, _, _) = two_staged(&fake).await;
     // The plugin ends with both staged: their leases stay as orphans.
     d.node_service.keep_all();
     fake.end_process();

@@ -423,6 +423,9 @@ impl LeaseManager for Counting {
     fn standing(&self) -> Result<lvmeta::lease::Standing, LeaseError> {
         self.inner.standing()
     }
+    fn let_go(&self, lockspace: &str, names: &[String]) -> Result<(), LeaseError> {
+        self.inner.let_go(lockspace, names)
+    }
     fn unheld(
         &self,
         r: &lvmeta::lease::ResourceSpec,

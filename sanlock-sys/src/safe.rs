@@ -297,6 +297,27 @@ impl Drop for Client {
     }
 }
 
+/// Acquires `r` for the registered process `pid` (another process of this host, which holds
+/// the lease as if it had acquired it: released when it ends, or kept as an orphan with
+/// `SANLK_RES_PERSISTENT`), with the `SANLK_ACQUIRE_*` `flags`.
+pub fn acquire_for(pid: i32, r: &Resource, flags: u32) -> Result<(), Rv> {
+    let mut raw = r.raw();
+    let mut ptrs = [&mut raw.res as *mut sanlk_resource];
+    // SAFETY: one valid resource pointer in a live array; no options; sock -1 makes the
+    // library connect anew and act for `pid`.
+    check(unsafe { sanlock_acquire(-1, pid, flags, 1, ptrs.as_mut_ptr(), std::ptr::null_mut()) })
+        .map(drop)
+}
+
+/// Releases `r` held by the registered process `pid` (`SANLK_REL_*` `flags`); returns what
+/// the daemon returns (the count, for `SANLK_REL_ORPHAN`).
+pub fn release_for(pid: i32, r: &Resource, flags: u32) -> Result<i32, Rv> {
+    let mut raw = r.raw();
+    let mut ptrs = [&mut raw.res as *mut sanlk_resource];
+    // SAFETY: as in acquire_for.
+    check(unsafe { sanlock_release(-1, pid, flags, 1, ptrs.as_mut_ptr()) })
+}
+
 /// Reads a held resource's value block into `buf`.
 pub fn get_lvb(r: &Resource, buf: &mut [u8]) -> Result<(), Rv> {
     let mut raw = r.raw();

@@ -69,6 +69,40 @@ pub fn make_lun(vm: &mut Vm) {
     ));
 }
 
+/// Boots guest `name` on `lun` (scratch and console under `dir`) with its LUN device, wdmd
+/// and sanlock (watchdog on).
+pub fn boot(name: &str, lun: &std::path::Path, dir: &std::path::Path) -> Vm {
+    let mut vm = Vm::boot(name, lun, dir, free_port());
+    make_lun(&mut vm);
+    start_wdmd(&mut vm);
+    start_sanlock(&mut vm, true);
+    vm
+}
+
+/// Two guests, `a` (host id 1) and `b` (host id 2), booted at once on a new LUN image of
+/// `bytes` in `dir`, with shared VG `vg` made by `a` and both in its lockspace.
+pub fn two_hosts(dir: &std::path::Path, bytes: u64) -> (Vm, Vm) {
+    let lun = dir.join("lun.img");
+    std::fs::File::create(&lun)
+        .and_then(|f| f.set_len(bytes))
+        .expect("LUN image");
+    // Boot both at once (each boot takes 15-30 s of TCG).
+    let (lun_a, dir_a) = (lun.clone(), dir.to_owned());
+    let boot_a = std::thread::spawn(move || boot("a", &lun_a, &dir_a));
+    let mut vm_b = boot("b", &lun, dir);
+    let mut vm_a = boot_a.join().expect("boot a");
+    vm_a.ok(&lvmeta(1, "vgcreate", &format!("--shared -s 4m vg {LUN}")));
+    let (na, nb) = (
+        vm_a.post(&lvmeta(1, "vgchange", "--lockstart vg")),
+        vm_b.post(&lvmeta(2, "vgchange", "--lockstart vg")),
+    );
+    for (vm, n) in [(&mut vm_a, na), (&mut vm_b, nb)] {
+        let (code, out) = vm.wait(n);
+        assert_eq!(code, 0, "lockstart on {}: {out}", vm.name);
+    }
+    (vm_a, vm_b)
+}
+
 /// Cuts the guest's path to the LUN (every I/O fails at once), as a lost SAN path does.
 pub const CUT: &str = "error";
 /// Hangs the guest's path to the LUN (I/O queued, never done), as a stuck path does.
@@ -94,21 +128,29 @@ pub fn lun_path(vm: &mut Vm, how: &str) -> f64 {
     vm.ok(&script).trim().parse().expect("guest clock")
 }
 
-/// Starts wdmd over softdog (fire timeout 60 s) in the guest.
+/// Starts wdmd over softdog (fire timeout 60 s) in the guest, with the options of
+/// `/etc/default/wdmd` as Debian's unit does.
 pub fn start_wdmd(vm: &mut Vm) {
     vm.ok(
-        "set -e\nsetsid wdmd -D >/run/lvmeta-vm/wdmd.log 2>&1 </dev/null &\n\
+        "set -e\n. /etc/default/wdmd\nsetsid wdmd -D $wdmd_opts >/run/lvmeta-vm/wdmd.log 2>&1 \
+         </dev/null &\n\
          i=0; while [ ! -S /run/wdmd/wdmd.sock ]; do i=$((i+1)); [ $i -lt 300 ]; sleep 0.1; done",
     );
 }
 
-/// Starts the guest's sanlock daemon, with the watchdog (wdmd must run) or without (`-w 0`),
-/// under a stable host name (a restart joins again fast).
+/// Starts the guest's sanlock daemon with the options of `/etc/default/sanlock` as Debian's
+/// unit does, after setting them as deploy/README.md says (`-w 1`, the watchdog through
+/// wdmd, which must run) or leaving Debian's default (`-w 0`), under a stable host name (a
+/// restart joins again fast).
 pub fn start_sanlock(vm: &mut Vm, watchdog: bool) {
     vm.ok(&format!(
-        "set -e\nSANLOCK_RUN_DIR=/run/t/san SANLOCK_PRIVILEGED=0 setsid sanlock daemon -D -w {w} \
+        "set -e\nsed -i 's/^sanlock_opts=.*/sanlock_opts=\"-w {w}\"/' /etc/default/sanlock\n\
+         . /etc/default/sanlock\nexport SANLOCK_RUN_DIR=/run/t/san\n\
+         rm -f /run/t/san/sanlock.sock\n\
+         SANLOCK_PRIVILEGED=0 setsid sanlock daemon -D $sanlock_opts \
          -U root -G root -L -1 -S -1 -e vm-{name} >>/run/lvmeta-vm/sanlock.log 2>&1 </dev/null &\n\
-         i=0; while [ ! -S /run/t/san/sanlock.sock ]; do i=$((i+1)); [ $i -lt 300 ]; sleep 0.1; done",
+         i=0; until sanlock client status >/dev/null 2>&1; do i=$((i+1)); [ $i -lt 300 ]; sleep 0.1; done\n\
+         sanlock client status -D | grep -q 'use_watchdog={w}'",
         w = u8::from(watchdog),
         name = vm.name
     ));
@@ -117,8 +159,8 @@ pub fn start_sanlock(vm: &mut Vm, watchdog: bool) {
 /// Stops the guest's sanlock daemon, which must hold no lockspace (see [`leave`]).
 pub fn stop_sanlock(vm: &mut Vm) {
     vm.ok("SANLOCK_RUN_DIR=/run/t/san sanlock shutdown\n\
-         i=0; while [ -S /run/t/san/sanlock.sock ] && pidof sanlock >/dev/null; do \
-         i=$((i+1)); [ $i -lt 300 ] || exit 1; sleep 0.1; done");
+         i=0; while pidof sanlock >/dev/null; do i=$((i+1)); [ $i -lt 300 ] || exit 1; \
+         sleep 0.1; done");
 }
 
 /// Joins the VG's lockspace as host `id`.
@@ -186,10 +228,21 @@ async fn connect(vm: &Vm) -> Clients {
             }
         }
     };
+    // QEMU accepts on the forwarded port before the guest's forwarder listens: the first
+    // calls may fail until it does.
+    let mut identity = IdentityClient::new(channel.clone());
+    while let Err(e) = identity.probe(ProbeRequest {}).await {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "Probe of {}: {e}",
+            vm.name
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     (
         ControllerClient::new(channel.clone()),
-        NodeClient::new(channel.clone()),
-        IdentityClient::new(channel),
+        NodeClient::new(channel),
+        identity,
     )
 }
 
@@ -227,6 +280,16 @@ impl Guest {
         stop_shim(self);
         launch(&mut self.vm, self.id, extra);
         (self.controller, self.node, self.identity) = connect(&self.vm).await;
+    }
+
+    /// Asserts that nothing is mounted below the guest's kubelet directory.
+    pub fn assert_nothing_mounted(&mut self) {
+        let left = self.vm.ok("grep ' /run/t/kubelet' /proc/mounts || true");
+        assert!(
+            left.trim().is_empty(),
+            "left mounted on {}: {left}",
+            self.vm.name
+        );
     }
 
     /// Probe's answer.

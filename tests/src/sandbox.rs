@@ -14,6 +14,8 @@ pub struct Sandbox {
     dir: tempfile::TempDir,
     /// The loop devices, in order.
     pub loops: Vec<String>,
+    /// More loop devices over the same images ([`Sandbox::another_path`]).
+    more: Vec<String>,
 }
 
 /// lvm2 with activation on and no udev (lvmeta makes its device nodes itself, and lvm2
@@ -52,6 +54,7 @@ impl Sandbox {
         let mut sb = Self {
             dir,
             loops: Vec::new(),
+            more: Vec::new(),
         };
         for i in 0..n {
             let img = sb.dir.path().join(format!("pv{i}.img"));
@@ -81,6 +84,27 @@ impl Sandbox {
     /// The lock directory lvm2 and lvmeta share.
     pub fn lock_dir(&self) -> PathBuf {
         self.dir.path().join("lock")
+    }
+
+    /// Another loop device over image `i`: a second host's own path to the same LUN (hosts
+    /// simulated on one kernel must not share device paths, or each would find the other's
+    /// devices over them as its own). lvm2 in the sandbox does not see it.
+    pub fn another_path(&mut self, i: usize) -> String {
+        let img = self.dir.path().join(format!("pv{i}.img"));
+        let sector = std::fs::read_to_string(format!(
+            "/sys/block/{}/queue/logical_block_size",
+            self.loops[i].trim_start_matches("/dev/")
+        ))
+        .expect("sector size");
+        let out = Command::new("losetup")
+            .args(["-f", "--show", "--sector-size", sector.trim()])
+            .arg(&img)
+            .output()
+            .expect("losetup");
+        check("losetup", &out);
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        self.more.push(dev.clone());
+        dev
     }
 
     /// A scratch path inside the sandbox.
@@ -288,7 +312,7 @@ impl Drop for Sandbox {
             let _ = Command::new("dmsetup").args(["remove", name]).output();
             let _ = std::fs::remove_file(format!("/dev/mapper/{name}"));
         }
-        for l in &self.loops {
+        for l in self.more.iter().chain(&self.loops) {
             let _ = Command::new("losetup").args(["-d", l]).status();
         }
     }

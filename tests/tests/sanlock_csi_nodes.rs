@@ -39,10 +39,12 @@ fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
     ) {
         return;
     }
-    let sb = Sandbox::new(&[1200 << 20], 512);
+    let mut sb = Sandbox::new(&[1200 << 20], 512);
     let lun = sb.loops[0].clone();
+    // Node B's own path to the LUN: nodes on one kernel must not share device paths.
+    let lun_b = sb.another_path(0);
     let dir = tempfile::tempdir().expect("dir");
-    let unbind = UnbindOver(lun.clone());
+    let unbind = (UnbindOver(lun.clone()), UnbindOver(lun_b.clone()));
     let s2 = sanlock(&dir.path().join("h2"), "csi-node-2");
     let s3 = sanlock(&dir.path().join("h3"), "csi-node-3");
     lvmeta_as(
@@ -52,7 +54,7 @@ fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
         &["vgcreate", "--shared", "-s", "4m", "vg", &lun],
     );
     let start3 = {
-        let (lun, run) = (lun.clone(), dir.path().join("h3"));
+        let (lun, run) = (lun_b.clone(), dir.path().join("h3"));
         std::thread::spawn(move || lvmeta_as(&lun, &run, 3, &["vgchange", "--lockstart", "vg"]))
     };
     lvmeta_as(
@@ -66,7 +68,7 @@ fn sanlock_csi_nodes_share_exclude_and_hand_over_volumes() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let mut a = node_host(dir.path(), &lun, 2, s2).await;
-        let mut b = node_host(dir.path(), &lun, 3, s3).await;
+        let mut b = node_host(dir.path(), &lun_b, 3, s3).await;
         for h in [&mut a, &mut b] {
             let ready = h
                 .identity

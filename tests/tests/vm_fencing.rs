@@ -3,10 +3,12 @@
 //! LUN through a dm device the test can cut or hang (guest::lun_path). Host A holds a volume
 //! with a writer on it (`seqio`: sequence-numbered O_DIRECT|O_DSYNC writes) while host B
 //! keeps asking to stage it:
-//! 1. A's path is cut and A stays up (watchdog on): A fences the volume (its writer gets
-//!    I/O errors), lets the lease go and is not reset; B stages after the host-dead time;
-//!    A's path comes back: none of A's writes lands after B's first write; A joins the
-//!    lockspace again by itself.
+//! 1. A's path is cut and A stays up (watchdog on): A fences the volume (its writer, which
+//!    retries failed writes, gets I/O errors from then on), lets the lease go and is not
+//!    reset; B stages after the host-dead time; A's path comes back: none of A's writes
+//!    lands after B's first write; A joins the lockspace again by itself. Then again with
+//!    A's serving process killed just after the cut (its lease keeper holds the leases;
+//!    the next serving process fences from the lost leases alone).
 //! 2. the same without a watchdog (`sanlock -w 0`): a csi-shim without
 //!    `--unsafe-without-fencing` refuses the shared VG first; with it, A still fences.
 //! 3. A's path hangs (I/O queued for ever): A cannot fence, keeps the lease, and its
@@ -28,7 +30,6 @@ use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::*;
 use lvmeta_tests::csi_hosts::{cap, create_request, MIB};
 use lvmeta_tests::guest::{self, Guest, HOST_DEAD, LUN, RENEWAL};
-use lvmeta_tests::vm::Vm;
 use lvmeta_tests::{privileged, workspace_bin};
 use tonic::Code;
 
@@ -118,15 +119,20 @@ async fn create(g: &mut Guest, name: &str, mode: &str, c: &VolumeCapability) -> 
         .volume_id
 }
 
-/// A path loss on A while its writer runs on `vol`: A fences it, B takes it over, A's path
-/// comes back and nothing of A's lands.
-async fn path_loss(a: &mut Guest, b: &mut Guest, vol: &str, label: &str) {
+/// A path loss on A while its writer runs on `vol` (and, with `kill`, A's serving process
+/// killed just after): A fences it, B takes it over, A's path comes back and nothing of A's
+/// lands.
+async fn path_loss(a: &mut Guest, b: &mut Guest, vol: &str, label: &str, kill: bool) {
     let blk = cap(Access::SingleNodeWriter, None);
     let ta = a.use_volume(vol, &blk).await;
     start_writer(a, &ta, 'A');
     let mark = log_mark(a);
     let cut_at = guest::lun_path(&mut a.vm, guest::CUT);
     let cut = Instant::now();
+    if kill {
+        // As an OOM kill: the serving process goes, its keeper holds the leases on.
+        a.vm.ok("pkill -KILL -P $(cat /run/t/csi.pid) csi-shim");
+    }
     let fenced = logged_at(a, mark, "fenced:", Duration::from_secs(90)) - cut_at;
     let took = b
         .stage_when_free(vol, &blk, cut, Duration::from_secs(300))
@@ -180,15 +186,6 @@ async fn until_ready(g: &mut Guest, most: Duration) -> Duration {
     t.elapsed()
 }
 
-/// Boots guest `name` on `lun` with wdmd, sanlock (watchdog on) and the LUN device.
-fn boot(name: &str, lun: &std::path::Path, dir: &std::path::Path) -> Vm {
-    let mut vm = Vm::boot(name, lun, dir, guest::free_port());
-    guest::make_lun(&mut vm);
-    guest::start_wdmd(&mut vm);
-    guest::start_sanlock(&mut vm, true);
-    vm
-}
-
 #[test]
 fn every_failure_of_a_host_ends_with_a_safe_takeover() {
     let test = "every_failure_of_a_host_ends_with_a_safe_takeover";
@@ -210,27 +207,8 @@ fn every_failure_of_a_host_ends_with_a_safe_takeover() {
         return;
     }
     let dir = tempfile::tempdir().expect("dir");
+    let (vm_a, vm_b) = guest::two_hosts(dir.path(), 1024 * MIB as u64);
     let lun = dir.path().join("lun.img");
-    std::fs::File::create(&lun)
-        .and_then(|f| f.set_len(1024 * MIB as u64))
-        .expect("LUN image");
-    let (lun_a, dir_a) = (lun.clone(), dir.path().to_owned());
-    let boot_a = std::thread::spawn(move || boot("a", &lun_a, &dir_a));
-    let mut vm_b = boot("b", &lun, dir.path());
-    let mut vm_a = boot_a.join().expect("boot a");
-    vm_a.ok(&guest::lvmeta(
-        1,
-        "vgcreate",
-        &format!("--shared -s 4m vg {LUN}"),
-    ));
-    let (na, nb) = (
-        vm_a.post(&guest::lvmeta(1, "vgchange", "--lockstart vg")),
-        vm_b.post(&guest::lvmeta(2, "vgchange", "--lockstart vg")),
-    );
-    for (vm, n) in [(&mut vm_a, na), (&mut vm_b, nb)] {
-        let (code, out) = vm.wait(n);
-        assert_eq!(code, 0, "lockstart on {}: {out}", vm.name);
-    }
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
@@ -246,12 +224,19 @@ fn every_failure_of_a_host_ends_with_a_safe_takeover() {
             &cap(Access::SingleNodeWriter, None),
         )
         .await;
-        path_loss(&mut a, &mut b, &v1, "1 (watchdog)").await;
+        path_loss(&mut a, &mut b, &v1, "1 (watchdog)", false).await;
         let back = until_ready(&mut a, Duration::from_secs(120)).await;
         say(&format!(
             "1: A ready again {:.1} s after its path came back",
             back.as_secs_f64()
         ));
+
+        // 1b. The same with A's serving process killed right after the cut: its keeper holds
+        // the leases, and the next serving process fences from the lost leases alone.
+        let blk = cap(Access::SingleNodeWriter, None);
+        let v1b = create(&mut b, "pvc-killed", "linear", &blk).await;
+        path_loss(&mut a, &mut b, &v1b, "1b (serving process killed)", true).await;
+        until_ready(&mut a, Duration::from_secs(120)).await;
 
         // 2. Without a watchdog: refused, then told to run unsafe, A still fences.
         guest::stop_shim(&mut a);
@@ -287,7 +272,7 @@ fn every_failure_of_a_host_ends_with_a_safe_takeover() {
             &cap(Access::SingleNodeWriter, None),
         )
         .await;
-        path_loss(&mut a, &mut b, &v2, "2 (no watchdog)").await;
+        path_loss(&mut a, &mut b, &v2, "2 (no watchdog)", false).await;
         until_ready(&mut a, Duration::from_secs(120)).await;
 
         // 3. Path hung: A cannot fence, its watchdog resets it before B may stage.
@@ -332,7 +317,7 @@ fn every_failure_of_a_host_ends_with_a_safe_takeover() {
 
         // 4. The controller's host lost in the middle of changes, with a thin volume staged.
         drop(a);
-        let mut vm_a = boot("a", &lun, dir.path());
+        let mut vm_a = guest::boot("a", &lun, dir.path());
         guest::join(&mut vm_a, 1);
         let mut a = guest::start_shim(vm_a, 1, "").await;
         let rwo4 = cap(Access::SingleNodeWriter, Some("ext4"));
@@ -404,7 +389,8 @@ fn every_failure_of_a_host_ends_with_a_safe_takeover() {
             .into_iter()
             .filter_map(|e| e.volume.map(|v| v.volume_id))
             .collect();
-        let mut want: BTreeSet<String> = [&v1, &v2, &v3, &thin].into_iter().cloned().collect();
+        let mut want: BTreeSet<String> =
+            [&v1, &v1b, &v2, &v3, &thin].into_iter().cloned().collect();
         for op in &ops {
             match op {
                 Op::Create(n) => want.insert(format!("vg/{n}")),
@@ -422,6 +408,7 @@ fn every_failure_of_a_host_ends_with_a_safe_takeover() {
         for n in names.split_whitespace() {
             assert!(seen.insert(n.to_owned()), "LV {n} twice: {names}");
         }
+        b.assert_nothing_mounted();
     });
 }
 

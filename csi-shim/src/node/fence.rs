@@ -23,8 +23,20 @@ impl Node {
         let act = self.config.activation.as_ref();
         let volumes = match Volumes::new(session, vg).list_seen() {
             Ok(v) => v,
+            // Never read by this process (it started while the LUN did not answer): what
+            // the lost leases tell is all there is.
             Err(e) => {
-                out.failed.push(format!("{vg}: {e}"));
+                match session.fence_lost(vg, standing, act) {
+                    Ok(devices) if devices.is_empty() => {}
+                    Ok(devices) => {
+                        tracing::error!(vg, ?devices, reason = %e, "fenced every device of the VG on this host: its lockspace is lost and its metadata unknown here");
+                        out.fenced
+                            .extend(devices.into_iter().map(|d| format!("{vg}: {d}")));
+                    }
+                    Err(f) => out
+                        .failed
+                        .push(format!("{vg}: {e}; by its lost leases: {f}")),
+                }
                 return;
             }
         };
@@ -62,6 +74,16 @@ impl Node {
                     drop(gone);
                     if let Err(e) = session.drop_orphan(vg, lv) {
                         tracing::warn!(volume_id = %id, error = %e, "dropping the orphan of a fenced volume");
+                    }
+                    // Removed now unless something still has it open (a mount, a pod's
+                    // process): then kubelet's NodeUnstageVolume removes it.
+                    match session.deactivate_seen(vg, lv, act) {
+                        Ok(()) => {
+                            tracing::info!(volume_id = %id, "fenced volume's devices removed")
+                        }
+                        Err(e) => {
+                            tracing::info!(volume_id = %id, reason = %e, "fenced volume's devices stay until it is unstaged")
+                        }
                     }
                     out.fenced.push(id);
                 }

@@ -186,38 +186,6 @@ impl Node {
         })
     }
 
-    /// What the mount at `at` shows, compared with volume `vg/lv` whose device here is
-    /// `dev`: a mount of another device that maps exactly this volume's extents (one a
-    /// previous process of this plugin made, where simulated nodes share a kernel) is this
-    /// volume's too, so that unpublish and unstage never leave it behind.
-    fn holds_volume(&self, at: &Place, dev: &Path, vg: &str, lv: &str) -> Result<Holds, Status> {
-        let found = match self.holds(at, dev)? {
-            Holds::Other(found) => found,
-            h => return Ok(h),
-        };
-        let sys = &self.config.system;
-        let users = self
-            .backend
-            .session()
-            .users(vg, lv, self.config.activation.as_ref())
-            .map_err(from_activation)?;
-        for u in users {
-            if sys.device_id(&u).map_err(sys_status)? == found && self.maps_only(&u, vg, lv)? {
-                return Ok(Holds::This);
-            }
-        }
-        Ok(Holds::Other(found))
-    }
-
-    /// Does device `dev` map volume `vg/lv` and nothing else (its size is the volume's)?
-    fn maps_only(&self, dev: &Path, vg: &str, lv: &str) -> Result<bool, Status> {
-        let vol = self.backend.volume(vg, lv)?;
-        let size = std::fs::File::open(dev)
-            .and_then(|mut f| std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)))
-            .map_err(|e| Status::internal(format!("{}: {e}", dev.display())))?;
-        Ok(size == vol.bytes)
-    }
-
     /// The common start of NodeStage and NodePublish: the capability checked, the volume
     /// marked busy, and found (NOT_FOUND for an LV the driver did not make).
     fn begin(

@@ -121,7 +121,7 @@ impl Node {
         let (Some(target), Some(dev)) = (target, self.device_of(&req.volume_id, &vg, &lv)?) else {
             return Ok(());
         };
-        match self.holds_volume(&target, &dev, &vg, &lv)? {
+        match self.holds(&target, &dev)? {
             Holds::This => {}
             Holds::Other(found) => {
                 tracing::warn!(volume_id = %params::shown(&req.volume_id), target = %target.path().display(), found, "the target holds another mount: left alone");

@@ -196,7 +196,7 @@ impl Node {
             }
         };
         if let (Some(at), Some(dev)) = (&staging, &dev) {
-            match self.holds_volume(at, dev, &vg, &lv)? {
+            match self.holds(at, dev)? {
                 Holds::This => self.config.system.umount(at).map_err(sys_status)?,
                 Holds::Other(found) => {
                     tracing::warn!(volume_id = %params::shown(&req.volume_id), staging = %at.path().display(), found, "the staging path holds another mount: left alone, volume not staged there");

@@ -781,6 +781,28 @@ impl Backend for DmBackend {
         self.fenced(p)
     }
 
+    fn devices(&self) -> Result<Vec<(String, String)>, ActivateError> {
+        let listed = self
+            .dm
+            .list_devices()
+            .map_err(|e| dm_err("list devices", e))?;
+        let mut out = Vec::with_capacity(listed.len());
+        for (name, _, _) in listed {
+            // A device removed meanwhile is simply not reported.
+            if let Ok(info) = self.dm.device_info(&DevId::Name(&name)) {
+                let uuid = info.uuid().map(|u| u.to_string()).unwrap_or_default();
+                out.push((name.to_string(), uuid));
+            }
+        }
+        Ok(out)
+    }
+
+    fn fence_device(&self, name: &str) -> Result<(), ActivateError> {
+        self.load_error(name)?;
+        tracing::warn!(device = name, "fenced: every I/O now fails");
+        Ok(())
+    }
+
     fn fence(&self, p: &Placement) -> Result<Vec<String>, ActivateError> {
         let mut done = Vec::new();
         for t in fence::stack(p) {

@@ -80,6 +80,28 @@ pub fn stack(p: &Placement) -> Vec<FenceTarget> {
     out
 }
 
+/// The devices to fence when nothing but the lost leases is known (the metadata cannot be
+/// read): every device of each VG that holds a device of an LV whose lease was lost, as
+/// device-mapper names them (`LVM-`, the VG's id, the LV's id, a layer suffix). LV ids in
+/// `lost` are lease names (lvm2's uuid with dashes). The `-tpool` layers are left out, as
+/// in [`stack`]; lower layers after upper ones.
+pub fn by_lost_leases(devices: &[(String, String)], lost: &[String]) -> Vec<String> {
+    let ids: Vec<String> = lost.iter().map(|l| l.replace('-', "")).collect();
+    let lv_of = |uuid: &str| uuid.get(36..68).map(str::to_owned);
+    let vgs: Vec<&str> = devices
+        .iter()
+        .filter(|(_, u)| u.starts_with("LVM-") && lv_of(u).is_some_and(|lv| ids.contains(&lv)))
+        .filter_map(|(_, u)| u.get(..36))
+        .collect();
+    let mut out: Vec<(bool, String)> = devices
+        .iter()
+        .filter(|(_, u)| vgs.iter().any(|v| u.starts_with(v)) && !u.ends_with("-tpool"))
+        .map(|(n, u)| (u.ends_with("-tdata") || u.ends_with("-tmeta"), n.clone()))
+        .collect();
+    out.sort();
+    out.into_iter().map(|(_, n)| n).collect()
+}
+
 /// The table that fails every I/O to a device of `sectors`.
 pub fn error_table(sectors: u64) -> (u64, u64, String, String) {
     (0, sectors, "error".into(), String::new())
@@ -103,6 +125,28 @@ mod tests {
             }]),
             dm_uuid: uuid.into(),
         }
+    }
+
+    #[test]
+    fn lost_leases_alone_name_every_device_of_their_vg() {
+        let vg = "a".repeat(32);
+        let other = "b".repeat(32);
+        let lease = "Xk2Xk2-aaaa-bbbb-cccc-dddd-eeee-ffffff";
+        let id = lease.replace('-', "");
+        let dev = |n: &str, u: String| (n.to_owned(), u);
+        let devices = vec![
+            dev("vg-pool_tdata", format!("LVM-{vg}{}-tdata", "d".repeat(32))),
+            dev("vg-t1", format!("LVM-{vg}{}", "t".repeat(32))),
+            dev("vg-pool-tpool", format!("LVM-{vg}{id}-tpool")),
+            dev("vg-pool", format!("LVM-{vg}{id}")),
+            dev("other-x", format!("LVM-{other}{}", "x".repeat(32))),
+            dev("lun", String::new()),
+        ];
+        assert_eq!(
+            by_lost_leases(&devices, &[lease.to_owned()]),
+            ["vg-pool", "vg-t1", "vg-pool_tdata"]
+        );
+        assert!(by_lost_leases(&devices, &["nothing-of-ours".into()]).is_empty());
     }
 
     #[test]

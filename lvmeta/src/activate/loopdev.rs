@@ -191,6 +191,17 @@ impl Backend for LoopBackend {
         Ok(false)
     }
 
+    fn devices(&self) -> Result<Vec<(String, String)>, ActivateError> {
+        Ok(Vec::new())
+    }
+
+    fn fence_device(&self, name: &str) -> Result<(), ActivateError> {
+        Err(ActivateError::Unsupported {
+            lv: name.to_owned(),
+            why: "loop devices cannot fail their I/O in place".into(),
+        })
+    }
+
     /// A loop device's backing cannot be swapped for one that fails I/O while it is open.
     fn fence(&self, p: &Placement) -> Result<Vec<String>, ActivateError> {
         match self.active(p)? {

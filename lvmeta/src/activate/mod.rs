@@ -109,6 +109,12 @@ pub trait Backend: Send + Sync {
     fn fence(&self, p: &Placement) -> Result<Vec<String>, ActivateError>;
     /// Has a device of `p`'s stack been fenced (and not removed since)?
     fn is_fenced(&self, p: &Placement) -> Result<bool, ActivateError>;
+    /// Every device this backend made on this host, by name and uuid (for fencing when the
+    /// metadata cannot be read: [`fence::by_lost_leases`]); none for a backend without
+    /// such names.
+    fn devices(&self) -> Result<Vec<(String, String)>, ActivateError>;
+    /// Fences device `name` (one of [`Backend::devices`]) in place, as [`Backend::fence`].
+    fn fence_device(&self, name: &str) -> Result<(), ActivateError>;
 }
 
 /// Activations in memory (tests): one-piece linear LVs, as the loop backend; with
@@ -119,8 +125,10 @@ pub trait Backend: Send + Sync {
 pub struct FakeBackend {
     active: Mutex<HashMap<(String, String), (Placement, bool)>>,
     thin: Option<Mutex<HashMap<String, FakePool>>>,
-    /// Devices fenced, in order.
+    /// Devices fenced, in order (every one ever).
     fenced: Mutex<Vec<String>>,
+    /// Devices fenced and not removed since.
+    fenced_now: Mutex<Vec<String>>,
 }
 
 /// A simulated kernel thin pool.
@@ -181,7 +189,7 @@ impl FakeBackend {
             .map(|(_, ro)| *ro)
     }
 
-    /// The devices fenced so far, in order ([`Backend::fence`]).
+    /// Every device fenced so far, in order ([`Backend::fence`]), removed since or not.
     pub fn fenced(&self) -> Vec<String> {
         self.fenced
             .lock()
@@ -276,7 +284,7 @@ impl Backend for FakeBackend {
     fn deactivate(&self, p: &Placement) -> Result<(), ActivateError> {
         self.map().remove(&(p.vg.clone(), p.lv.clone()));
         let name = dm_names::dm_name(&p.vg, &p.lv);
-        self.fenced
+        self.fenced_now
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|f| *f != name);
@@ -341,10 +349,29 @@ impl Backend for FakeBackend {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(done.iter().cloned());
+        self.fenced_now
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(done.iter().cloned());
         Ok(done)
     }
+    fn devices(&self) -> Result<Vec<(String, String)>, ActivateError> {
+        Ok(self
+            .map()
+            .values()
+            .map(|(p, _)| (dm_names::dm_name(&p.vg, &p.lv), p.dm_uuid.clone()))
+            .collect())
+    }
+    fn fence_device(&self, name: &str) -> Result<(), ActivateError> {
+        for list in [&self.fenced, &self.fenced_now] {
+            list.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(name.to_owned());
+        }
+        Ok(())
+    }
     fn is_fenced(&self, p: &Placement) -> Result<bool, ActivateError> {
-        let fenced = self.fenced.lock().unwrap_or_else(|p| p.into_inner());
+        let fenced = self.fenced_now.lock().unwrap_or_else(|p| p.into_inner());
         Ok(self.state(&p.vg, &p.lv).is_some() && fenced.contains(&dm_names::dm_name(&p.vg, &p.lv)))
     }
     fn users(&self, pieces: &[&Piece]) -> Result<Vec<PathBuf>, ActivateError> {

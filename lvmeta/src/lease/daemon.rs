@@ -7,7 +7,7 @@
 //!   seq, data, data2};
 //! - reply: one `sm_header`, then records until the daemon closes the connection, each an
 //!   80-byte `sanlk_state` {type, flags, data32 (pid), data64 (host id or lease version),
-//!   name[48], str_len}, `str_len` bytes of `key=value` text (NUL-terminated), then for a
+//!   `name[48]`, str_len}, `str_len` bytes of `key=value` text (NUL-terminated), then for a
 //!   lockspace its 1104-byte `sanlk_lockspace`, for a lease its 128-byte `sanlk_resource`
 //!   and `num_disks` 1040-byte disks.
 //!

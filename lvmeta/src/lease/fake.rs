@@ -262,4 +262,21 @@ impl LeaseManager for FakeLeases {
             held,
         })
     }
+    fn let_go(&self, lockspace: &str, names: &[String]) -> Result<(), LeaseError> {
+        let mut s = self.lock();
+        let keys: Vec<(String, u64)> = s
+            .written
+            .iter()
+            .filter(|(k, n)| {
+                names.contains(n) && s.lockspace_of.get(*k).is_some_and(|l| l == lockspace)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            s.held.remove(&k);
+            s.persistent.retain(|(p, _)| *p != k);
+            s.orphans.retain(|(p, _)| *p != k);
+        }
+        Ok(())
+    }
 }

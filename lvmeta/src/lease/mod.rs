@@ -156,6 +156,10 @@ pub trait LeaseManager: Send + Sync {
     /// This host as the manager sees it: whether it can fence the host, its lockspaces'
     /// health, the leases it holds.
     fn standing(&self) -> Result<Standing, LeaseError>;
+    /// Lets go of leases `names` of lockspace `lockspace`, which has failed, known by name
+    /// only (no disk I/O: they protect nothing any more): only once their devices are
+    /// fenced.
+    fn let_go(&self, lockspace: &str, names: &[String]) -> Result<(), LeaseError>;
 }
 
 /// A lease area [`LeaseManager::unheld`] found free, as it read it.

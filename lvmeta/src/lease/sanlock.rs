@@ -31,12 +31,52 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 ///   sending SIGTERM, so the process can stop its devices before it lets go of the leases;
 ///   one that never does keeps the lockspace, and the watchdog resets the host;
 /// - every lockspace an LV lease is taken in is marked used by orphans: should the process
-///   end with LVs active, their orphans keep a failed lockspace, and with it the watchdog.
+///   end with LVs active, their orphans keep a failed lockspace, and with it the watchdog;
+/// - with a holder ([`SanlockLeases::with_holder`]), LV leases are the holder's: taken and
+///   released on its behalf, they outlive this process for as long as the holder lives.
 #[derive(Debug, Default)]
 pub struct SanlockLeases {
     client: Mutex<Option<Client>>,
     /// Lockspaces marked used by orphans by this process.
     kept: Mutex<Vec<String>>,
+    /// The registered process LV leases are taken for, if not this one.
+    holder: Option<i32>,
+    /// The LV leases held for `holder`: (path, offset).
+    for_holder: Mutex<Vec<(String, u64)>>,
+}
+
+/// A registration with the daemon that holds leases other processes take for it
+/// ([`SanlockLeases::with_holder`]); restricted from SIGKILL, as every registration of
+/// lvmeta is. The leases go (or become orphans) when it is dropped.
+#[derive(Debug)]
+pub struct Holder {
+    _client: Client,
+}
+
+impl Holder {
+    /// Registers this process as a holder.
+    pub fn register() -> Result<Self, LeaseError> {
+        let client = Client::register().map_err(|rv| err("sanlock register".into(), rv))?;
+        client
+            .restrict(SANLK_RESTRICT_SIGKILL)
+            .map_err(|rv| err("sanlock restrict".into(), rv))?;
+        Ok(Self { _client: client })
+    }
+}
+
+/// How many leases the daemon's status shows held for process `pid` (sanlock's view of
+/// pids: the host's).
+pub fn held_by(pid: i32) -> Result<usize, LeaseError> {
+    let st =
+        daemon::query(&daemon::socket_path(), STATUS_TIMEOUT).map_err(|e| LeaseError::Manager {
+            what: "sanlock status".into(),
+            why: e.to_string(),
+        })?;
+    Ok(st
+        .resources
+        .iter()
+        .filter(|r| r.pid == pid && r.list != "rem")
+        .count())
 }
 
 fn ls_flags(g: Geometry) -> u32 {
@@ -121,6 +161,50 @@ impl SanlockLeases {
         Self::default()
     }
 
+    /// A manager whose LV leases are held by registered process `pid` (a [`Holder`]), as
+    /// the daemon sees pids (the host's: a container needs the host's pid namespace).
+    pub fn with_holder(pid: i32) -> Self {
+        Self {
+            holder: Some(pid),
+            ..Self::default()
+        }
+    }
+
+    /// Records (or forgets) that `r` is held for the holder.
+    fn note_for_holder(&self, r: &ResourceSpec, held: bool) {
+        let key = (r.path.clone(), r.offset);
+        let mut v = self.for_holder.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|k| *k != key);
+        if held {
+            v.push(key);
+        }
+    }
+
+    /// Was `r` taken for the holder (and not released since)?
+    fn is_for_holder(&self, r: &ResourceSpec) -> bool {
+        let key = (r.path.clone(), r.offset);
+        self.for_holder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&key)
+    }
+
+    /// Acquires `raw` (of `r`) with `flags`: for the holder if there is one, else on this
+    /// process's registration. The outer error: this process could not register.
+    fn acquire_lv(
+        &self,
+        r: &ResourceSpec,
+        raw: &Resource,
+        flags: u32,
+    ) -> Result<Result<(), Rv>, LeaseError> {
+        match self.holder {
+            Some(pid) => {
+                Ok(safe::acquire_for(pid, raw, flags).inspect(|()| self.note_for_holder(r, true)))
+            }
+            None => self.with_client(|c| Ok(c.acquire(raw, flags))),
+        }
+    }
+
     /// Writes a fresh free lease at `r`: renamed in place when the area (`seen`, or read) is
     /// a never-held lease, else written whole through sanlock.
     fn write_resource(&self, r: &ResourceSpec, seen: Option<&[u8]>) -> Result<(), LeaseError> {
@@ -175,6 +259,23 @@ impl SanlockLeases {
                 what: "sanlock register".into(),
                 why: "no connection".into(),
             }),
+        }
+    }
+}
+
+impl SanlockLeases {
+    /// What a failed acquire of `r` for the holder means: as [`acquire_err`], or naming the
+    /// holder when the daemon does not know it.
+    fn holder_err(&self, r: &ResourceSpec, rv: Rv) -> LeaseError {
+        match self.holder {
+            Some(pid) if rv.0 == -libc::ESRCH => LeaseError::Manager {
+                what: format!("acquire {} in {} for process {pid}", r.name, r.lockspace),
+                why: "the daemon has no such registered process (the lease keeper is gone, \
+                      or runs in another pid namespace than the daemon's: a node plugin \
+                      needs the host's pid namespace)"
+                    .into(),
+            },
+            _ => acquire_err(r, rv),
         }
     }
 }
@@ -311,10 +412,8 @@ impl LeaseManager for SanlockLeases {
         self.keep_for_orphans(&r.lockspace);
         let mut raw = res(r, mode);
         raw.flags |= SANLK_RES_PERSISTENT;
-        self.with_client(|c| {
-            c.acquire(&raw, SANLK_ACQUIRE_ORPHAN)
-                .map_err(|rv| acquire_err(r, rv))
-        })
+        self.acquire_lv(r, &raw, SANLK_ACQUIRE_ORPHAN)?
+            .map_err(|rv| self.holder_err(r, rv))
     }
 
     fn release_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError> {
@@ -324,16 +423,20 @@ impl LeaseManager for SanlockLeases {
         for mode in [Mode::Exclusive, Mode::Shared] {
             let mut raw = res(r, mode);
             raw.flags |= SANLK_RES_PERSISTENT;
-            match self.with_client(|c| Ok(c.acquire(&raw, SANLK_ACQUIRE_ORPHAN_ONLY))) {
-                Ok(Ok(())) => {
+            match self.acquire_lv(r, &raw, SANLK_ACQUIRE_ORPHAN_ONLY)? {
+                Ok(()) => {
                     self.release(r, None)?;
                     return Ok(1);
                 }
                 // The orphan is in the other mode.
-                Ok(Err(Rv(rv))) if rv == -libc::EUCLEAN => continue,
-                Ok(Err(Rv(rv))) if rv == -libc::ENOENT => return Ok(0),
-                Ok(Err(rv)) => return Err(acquire_err(r, rv)),
-                Err(e) => return Err(e),
+                Err(Rv(rv)) if rv == -libc::EUCLEAN => continue,
+                Err(Rv(rv)) if rv == -libc::ENOENT => return Ok(0),
+                // No orphan of this host: the lease is being released (an orphan dropped
+                // after a fence), held by another process here, or by another host.
+                // (sanlock 3.8.5 tests ORPHAN_ONLY against the wrong bit, so with no
+                // orphan it acquires a free lease: released again just above.)
+                Err(rv) if matches!(acquire_err(r, rv), LeaseError::Busy { .. }) => return Ok(0),
+                Err(rv) => return Err(self.holder_err(r, rv)),
             }
         }
         Ok(0)
@@ -341,6 +444,18 @@ impl LeaseManager for SanlockLeases {
 
     fn release(&self, r: &ResourceSpec, lvb: Option<Lvb>) -> Result<(), LeaseError> {
         let raw = res(r, Mode::Exclusive);
+        if let (Some(pid), true) = (self.holder, self.is_for_holder(r)) {
+            self.note_for_holder(r, false);
+            return safe::release_for(pid, &raw, 0).map(drop).map_err(|rv| {
+                err(
+                    format!(
+                        "release {} in {} held for process {pid}",
+                        r.name, r.lockspace
+                    ),
+                    rv,
+                )
+            });
+        }
         if let Some(v) = lvb {
             safe::set_lvb(&raw, &v.encode())
                 .map_err(|rv| err(format!("value block of {}", r.name), rv))?;
@@ -353,6 +468,7 @@ impl LeaseManager for SanlockLeases {
 
     fn drop_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError> {
         let raw = res(r, Mode::Exclusive);
+        self.note_for_holder(r, false);
         self.with_client(|c| {
             c.release_orphans(&raw).map_err(|rv| {
                 err(
@@ -361,6 +477,32 @@ impl LeaseManager for SanlockLeases {
                 )
             })
         })
+    }
+
+    fn let_go(&self, lockspace: &str, names: &[String]) -> Result<(), LeaseError> {
+        for name in names {
+            // The daemon finds a held lease by its lockspace and name.
+            let raw = Resource {
+                lockspace: lockspace.to_owned(),
+                name: name.clone(),
+                path: String::new(),
+                offset: 0,
+                flags: 0,
+            };
+            let released = match self.holder {
+                Some(pid) => safe::release_for(pid, &raw, 0).map(drop),
+                None => self.with_client(|c| Ok(c.release(&raw)))?,
+            };
+            match released {
+                // Another process's (lvmlockd's): the daemon ends that one itself.
+                Err(Rv(rv)) if rv == -libc::ENOENT => {}
+                Err(rv) => return Err(err(format!("let go of {name} in {lockspace}"), rv)),
+                Ok(()) => {}
+            }
+        }
+        let mut v = self.for_holder.lock().unwrap_or_else(|p| p.into_inner());
+        v.clear();
+        Ok(())
     }
 
     fn standing(&self) -> Result<Standing, LeaseError> {

@@ -157,6 +157,15 @@ impl Session {
         Ok(backend.fence(&p)?)
     }
 
+    /// Removes LV `lv`'s devices on this host, the LV found in the metadata as last found
+    /// (reading no device; see [`Session::fence`]); fails while a device is open.
+    pub fn deactivate_seen(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<(), Error> {
+        let scan = self.seen(vg)?;
+        let sv = scan.vg(vg)?;
+        let p = activate::place(&sv.vg, lv, &places(&scan, sv).paths)?;
+        Ok(backend.deactivate(&p)?)
+    }
+
     /// Whether LV `lv` of `vg` is live on this host (see [`Session::live`]), not fenced
     /// already, although this host does not hold the lease that covers it (a thin LV's: its pool's) in a healthy
     /// lockspace, as `standing` tells: a device that may write where another host may
@@ -182,6 +191,37 @@ impl Session {
         Ok(!standing.holds(&r.lockspace, &r.name))
     }
 
+    /// Fences, when VG `vg` cannot be found (its metadata was never read by this process and
+    /// the devices do not answer), every device of this host that belongs to the VG of an
+    /// LV whose lease this host holds in `vg`'s lockspace although that lockspace is not
+    /// healthy ([`activate::fence::by_lost_leases`]), then lets those leases go. Returns the
+    /// devices fenced.
+    pub fn fence_lost(
+        &self,
+        vg: &str,
+        standing: &lease::Standing,
+        backend: &dyn Backend,
+    ) -> Result<Vec<String>, Error> {
+        let ls = lease::layout::lockspace_name(vg);
+        if standing.healthy(&ls) {
+            return Ok(Vec::new());
+        }
+        let lost: Vec<String> = standing
+            .held
+            .iter()
+            .filter(|h| h.lockspace == ls)
+            .map(|h| h.name.clone())
+            .collect();
+        let names = activate::fence::by_lost_leases(&backend.devices()?, &lost);
+        for n in &names {
+            backend.fence_device(n)?;
+        }
+        if let (Some(h), false) = (&self.host, names.is_empty()) {
+            h.manager.let_go(&ls, &lost)?;
+        }
+        Ok(names)
+    }
+
     /// Drops this host's orphan of the lease covering LV `lv` of `vg` without acquiring it
     /// ([`lease::LeaseManager::drop_orphans`]): for after [`Session::fence`], also in a
     /// failed lockspace. Returns how many were dropped.
@@ -193,13 +233,6 @@ impl Session {
         };
         let (_, r) = covering_lease(&sv.vg, &places(&scan, sv), lv)?;
         Ok(h.manager.drop_orphans(&r)?)
-    }
-
-    /// Every device on this host that maps a byte of LV `lv` of `vg`, whichever process or
-    /// node made it (several simulated nodes share one kernel in tests).
-    pub fn users(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Vec<PathBuf>, Error> {
-        let p = self.placement(vg, lv)?;
-        Ok(backend.users(&p.pieces())?)
     }
 
     /// The device of LV `lv` when it is active on this host.

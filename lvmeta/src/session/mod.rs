@@ -259,7 +259,8 @@ impl Session {
             .ok_or_else(|| Error::VgNotFound(vg.to_owned()))
     }
 
-    /// VG `vg` as last found, without reading any device (see [`Session::seen`]).
+    /// VG `vg` as last found, without reading any device: every LV this host activated is
+    /// in it, and a lost path cannot hold fencing up.
     pub fn seen_vg(&self, vg: &str) -> Result<Vg, Error> {
         Ok(self.seen(vg)?.vg(vg)?.vg.clone())
     }
