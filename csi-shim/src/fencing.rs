@@ -36,6 +36,12 @@ use crate::node::Node;
 /// How often the sweep runs.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// Every this many sweeps, one looks at the volumes of healthy lockspaces too.
+pub const FULL_EVERY: u64 = 10;
+
+/// How long after a lost lockspace a SIGTERM is still taken for sanlock's.
+pub const RECENTLY: Duration = Duration::from_secs(30);
+
 /// How often, at most, joining a lockspace this host is not in is tried again.
 pub const REJOIN_EVERY: Duration = Duration::from_secs(10);
 
@@ -56,6 +62,8 @@ pub struct Fencing {
     warned: Mutex<Option<Instant>>,
     /// Lockspace joins started by the sweep: VG, when, and whether one is running.
     joins: Mutex<Vec<(String, Instant, bool)>>,
+    /// The served VGs whose lockspace the last sweep found failed.
+    lost: Mutex<Vec<String>>,
 }
 
 impl Fencing {
@@ -74,7 +82,18 @@ impl Fencing {
             last: Mutex::new(None),
             warned: Mutex::new(None),
             joins: Mutex::new(Vec::new()),
+            lost: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Did the last sweep find a served VG's lockspace failed? (Writes under its leases,
+    /// an erasure, must stop.)
+    pub fn any_lost(&self) -> bool {
+        !self
+            .lost
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     /// Is fencing required (not turned off by the operator)?
@@ -186,9 +205,9 @@ impl lvmeta::lease::Gate for Gate {
 /// What one sweep did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Swept {
-    /// Served shared VGs whose lockspace is not healthy here.
+    /// Served shared VGs whose lockspace failed here (what sanlock's SIGTERM is about).
     pub lost: Vec<String>,
-    /// Those of them whose lockspace this host is not in at all (never joined, or lost
+    /// Served shared VGs whose lockspace this host is not in at all (never joined, or lost
     /// and cleared).
     pub unjoined: Vec<String>,
     /// Volumes fenced (`vg/lv`).
@@ -197,9 +216,9 @@ pub struct Swept {
     pub failed: Vec<String>,
 }
 
-/// One sweep (see the module documentation): `full` looks at every volume of every served
-/// shared VG; otherwise only at those of VGs whose lockspace is not healthy and at the
-/// node's staged volumes. `Err` when the lock manager could not be asked.
+/// One sweep (see the module documentation): the volumes of served shared VGs whose
+/// lockspace is not healthy here are looked at, and with `full` those of every served shared
+/// VG. `Err` when the lock manager could not be asked.
 pub fn sweep(backend: &Backend, node: Option<&Node>, full: bool) -> Result<Swept, String> {
     let session = backend.session();
     let standing = match session.standing() {
@@ -214,24 +233,27 @@ pub fn sweep(backend: &Backend, node: Option<&Node>, full: bool) -> Result<Swept
         if standing.lockspace(&ls).is_none() && !session.is_shared(vg).unwrap_or(false) {
             continue;
         }
-        let healthy = standing.healthy(&ls);
         if standing.lockspace(&ls).is_none() {
             out.unjoined.push(vg.clone());
         }
-        if !healthy {
+        if standing.failed(&ls) {
             out.lost.push(vg.clone());
             if let Err(e) = session.release_kept(vg) {
                 tracing::warn!(vg, error = %e, "giving back the kept VG lease of a lost lockspace");
             }
         }
         if let Some(n) = node {
-            if full || !healthy {
+            if full || !standing.healthy(&ls) {
                 n.fence_unheld(vg, &standing, &mut out);
             }
         }
     }
-    if !out.fenced.is_empty() {
-        backend.metrics().fenced(out.fenced.len() as u64);
+    if let Some(f) = backend.fencing() {
+        *f.lost.lock().unwrap_or_else(|p| p.into_inner()) = out.lost.clone();
+    }
+    let volumes = out.fenced.len() as u64;
+    if volumes > 0 {
+        backend.metrics().fenced(volumes);
     }
     Ok(out)
 }
@@ -245,7 +267,8 @@ pub fn watch(backend: Arc<Backend>, node: Option<Arc<Node>>) -> std::io::Result<
     std::thread::Builder::new()
         .name("fencing".into())
         .spawn(move || loop {
-            let r = sweep(&backend, node.as_deref(), false);
+            let full = me.lock().sweeps % FULL_EVERY == 0;
+            let r = sweep(&backend, node.as_deref(), full);
             if let (Ok(s), Some(f)) = (&r, backend.fencing()) {
                 for vg in &s.unjoined {
                     f.rejoin(&backend, vg);
@@ -272,6 +295,8 @@ struct WatchState {
     wake: bool,
     /// The last sweep's lost lockspaces (`None`: the manager could not be asked).
     lost: Option<Vec<String>>,
+    /// When a sweep last found a lost lockspace or fenced a volume.
+    last_lost: Option<Instant>,
 }
 
 impl Watch {
@@ -281,15 +306,24 @@ impl Watch {
 
     fn record(&self, r: Result<Swept, String>) {
         match &r {
-            Ok(s) if !s.fenced.is_empty() || !s.failed.is_empty() => tracing::error!(
+            Ok(s) if !s.fenced.is_empty() => tracing::error!(
                 lost = ?s.lost, fenced = ?s.fenced, failed = ?s.failed,
-                "lockspace lost: volumes fenced (their I/O now fails) and their leases let go"
+                "volumes fenced: this host no longer holds their leases; their I/O now fails"
+            ),
+            Ok(s) if !s.failed.is_empty() => tracing::error!(
+                lost = ?s.lost, failed = ?s.failed,
+                "volumes whose leases may be lost could not be fenced: their leases stay held, so a failed lockspace ends in a watchdog reset"
             ),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "fencing sweep: cannot ask the lock manager"),
         }
         let mut s = self.lock();
         s.sweeps += 1;
+        if r.as_ref()
+            .is_ok_and(|s| !s.lost.is_empty() || !s.fenced.is_empty())
+        {
+            s.last_lost = Some(Instant::now());
+        }
         s.lost = r.ok().map(|s| s.lost);
         self.changed.notify_all();
     }
@@ -303,8 +337,11 @@ impl Watch {
         s.wake = false;
     }
 
-    /// Asks for a sweep now and waits (at most `most`) for it; returns the lost lockspaces
-    /// it found (`None` when the sweep could not ask the lock manager or did not finish).
+    /// Asks for a sweep now and waits (at most `most`) for it; returns the lockspaces it
+    /// found lost, or, when it found none but one was lost within [`RECENTLY`] (sanlock
+    /// clears a lockspace as soon as its leases are let go, so a SIGTERM it sent may come
+    /// after), `["(recently)"]`. `None` when the sweep could not ask the lock manager or did
+    /// not finish.
     pub fn sweep_now(&self, most: Duration) -> Option<Vec<String>> {
         let mut s = self.lock();
         let target = s.sweeps + 2;
@@ -317,6 +354,10 @@ impl Watch {
         if timeout.timed_out() {
             return None;
         }
-        s.lost.clone()
+        let recent = s.last_lost.is_some_and(|t| t.elapsed() < RECENTLY);
+        match s.lost.clone() {
+            Some(l) if l.is_empty() && recent => Some(vec!["(recently)".into()]),
+            other => other,
+        }
     }
 }

@@ -5,34 +5,46 @@
 //! Why: sanlock frees the leases of a process that ends after its lockspace failed (they
 //! become orphans only when it ends before), and then clears the lockspace and disarms the
 //! watchdog with the volumes' tables still live. With the keeper, a serving process that
-//! crashes or is OOM-killed at any moment leaves the leases held by a live, registered
-//! process, so the lockspace (and the watchdog) stays until a new serving process fences.
+//! crashes or is killed at any moment leaves the leases held by a live, registered process,
+//! so the lockspace (and the watchdog) stays until a new serving process fences.
 //!
 //! Invariants:
-//! - the keeper holds its registration, restricted from SIGKILL, for its whole life;
-//! - a serving process that fails while leases are held for the keeper is started again
-//!   (after [`BACKOFF`], up to [`BACKOFF_MAX`]); one that fails with none held ends the keeper
-//!   with its code (a bad command line is not retried for ever);
-//! - a serving process that exits 0 (kubelet's SIGTERM with every lockspace healthy) ends the
-//!   keeper: its leases become the host's orphans;
+//! - the keeper holds its registration, restricted from SIGKILL, for its whole life, and is
+//!   exempt from the OOM killer (`oom_score_adj` -1000, also from a container's group kill);
+//!   the serving process is not;
+//! - a serving process that ends while leases are held for the keeper is started again
+//!   (after [`BACKOFF`], up to [`BACKOFF_MAX`]), also when it ended well but a lockspace of
+//!   those leases failed meanwhile; one that fails with none held ends the keeper with its
+//!   code (a bad command line is not retried for ever); one that ends well with no lease in
+//!   a failed lockspace ends the keeper (the leases become the host's orphans);
+//! - when the daemon cannot be asked, leases are taken to be held;
 //! - SIGTERM and SIGINT are passed to the serving process, which decides (see
-//!   [`crate::fencing`]);
-//! - a serving process whose keeper is gone is killed by the kernel ([`watch_keeper`]).
+//!   [`crate::fencing`]); it blocks them until it can handle them ([`serving`]);
+//! - a serving process whose keeper is gone gets SIGUSR1 from the kernel: it fences what a
+//!   failed lockspace left and stops.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+
 /// The environment variable that tells the serving process its keeper's pid.
 pub const HOLDER_ENV: &str = "LVMETA_LEASE_HOLDER";
 
-/// The first wait before a failed serving process is started again.
+/// The first wait before a serving process is started again.
 pub const BACKOFF: Duration = Duration::from_secs(1);
 /// The longest wait.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
+/// What the keeper's `oom_score_adj` is set to: never chosen by the OOM killer.
+const OOM_NEVER: &str = "-1000";
+
 /// Runs the keeper: this program again, with the same arguments, as the serving process.
 pub fn run() -> ExitCode {
-    let holder = match lvmeta::lease::sanlock::Holder::register() {
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", OOM_NEVER) {
+        tracing::warn!(error = %e, "lease keeper: cannot exempt itself from the OOM killer");
+    }
+    let holder = match lvmeta::lease::holder::Holder::register() {
         Ok(h) => h,
         Err(e) => {
             tracing::error!(error = %e, "lease keeper: cannot register with the sanlock daemon");
@@ -52,6 +64,22 @@ pub fn run() -> ExitCode {
     let code = rt.block_on(keep());
     drop(holder);
     code
+}
+
+/// Whether the keeper must start a serving process again after one ended with `ok`: leases
+/// are held for it (or the daemon cannot say), and it did not end well or one of them is
+/// in a failed lockspace.
+fn again(me: u32, ok: bool) -> bool {
+    let state = i32::try_from(me)
+        .map_err(|e| e.to_string())
+        .and_then(|pid| lvmeta::lease::holder::holder_state(pid).map_err(|e| e.to_string()));
+    match state {
+        Err(e) => {
+            tracing::error!(error = %e, "lease keeper: the daemon cannot say which leases are held; taking them to be");
+            true
+        }
+        Ok(s) => s.held > 0 && (!ok || s.in_failed),
+    }
 }
 
 async fn keep() -> ExitCode {
@@ -90,33 +118,28 @@ async fn keep() -> ExitCode {
         let status = loop {
             let sig = tokio::select! {
                 st = child.wait() => break st,
-                _ = term.recv() => nix::sys::signal::Signal::SIGTERM,
-                _ = int.recv() => nix::sys::signal::Signal::SIGINT,
+                _ = term.recv() => Signal::SIGTERM,
+                _ = int.recv() => Signal::SIGINT,
             };
             if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
             }
         };
-        let held = i32::try_from(me)
-            .ok()
-            .map(lvmeta::lease::sanlock::held_by)
-            .transpose();
-        match (status, held) {
-            (Ok(st), _) if st.success() => return ExitCode::SUCCESS,
-            (st, Ok(Some(n))) if n > 0 => {
-                tracing::error!(status = ?st, leases = n, "lease keeper: the serving process ended while leases are held for it; starting it again");
+        let ok = status.as_ref().is_ok_and(|s| s.success());
+        if !again(me, ok) {
+            if ok {
+                return ExitCode::SUCCESS;
             }
-            (st, held) => {
-                tracing::error!(status = ?st, held = ?held, "lease keeper: the serving process failed with no lease held; ending");
-                let code = st
-                    .ok()
-                    .and_then(|s| s.code())
-                    .and_then(|c| u8::try_from(c).ok())
-                    .filter(|c| *c != 0)
-                    .unwrap_or(1);
-                return ExitCode::from(code);
-            }
+            tracing::error!(status = ?status, "lease keeper: the serving process failed with no lease held; ending");
+            let code = status
+                .ok()
+                .and_then(|s| s.code())
+                .and_then(|c| u8::try_from(c).ok())
+                .filter(|c| *c != 0)
+                .unwrap_or(1);
+            return ExitCode::from(code);
         }
+        tracing::error!(status = ?status, "lease keeper: the serving process ended while leases are held for it; starting it again");
         if started.elapsed() > Duration::from_secs(60) {
             backoff = BACKOFF;
         }
@@ -125,15 +148,37 @@ async fn keep() -> ExitCode {
     }
 }
 
-/// In the serving process: ends it (SIGKILL, from the kernel) the moment its keeper `holder`
-/// is gone: the leases went with the keeper, and nothing this process does can hold them.
-pub fn watch_keeper(holder: u32) -> std::io::Result<()> {
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+/// The signals a serving process blocks until it handles them: SIGTERM (sanlock's and
+/// kubelet's, passed on by the keeper) and SIGUSR1 (its keeper gone).
+fn held_signals() -> SigSet {
+    let mut s = SigSet::empty();
+    s.add(Signal::SIGTERM);
+    s.add(Signal::SIGUSR1);
+    s
+}
+
+/// In the serving process of keeper `holder`, first thing: blocks [`held_signals`] until
+/// [`handling`] (a SIGTERM before the handlers are up would end the process without a
+/// fence), gives up the keeper's OOM exemption, and asks the kernel for SIGUSR1 when the
+/// keeper is gone.
+pub fn serving(holder: u32) -> std::io::Result<()> {
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&held_signals()), None)
         .map_err(std::io::Error::from)?;
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", "0") {
+        tracing::warn!(error = %e, "cannot give up the keeper's OOM exemption");
+    }
+    nix::sys::prctl::set_pdeathsig(Signal::SIGUSR1).map_err(std::io::Error::from)?;
     // The keeper may have gone before the line above.
     if std::os::unix::process::parent_id() != holder {
-        tracing::error!(keeper = holder, "the lease keeper is gone: stopping");
-        std::process::exit(1);
+        return Err(std::io::Error::other(format!(
+            "the lease keeper {holder} is gone"
+        )));
     }
     Ok(())
+}
+
+/// Unblocks [`held_signals`] once their handlers are installed.
+pub fn handling() -> std::io::Result<()> {
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&held_signals()), None)
+        .map_err(std::io::Error::from)
 }

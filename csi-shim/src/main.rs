@@ -130,6 +130,12 @@ fn main() -> std::process::ExitCode {
     if args.node_id.is_some() && leases && holder.is_none() {
         return csi_shim::keeper::run();
     }
+    if let Some(h) = holder {
+        if let Err(e) = csi_shim::keeper::serving(h) {
+            eprintln!("csi-shim: serving for the lease keeper {h}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
     let result = run(args, holder);
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -160,7 +166,6 @@ fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
     });
     if let Some(h) = holder {
         tracing::info!(keeper = h, "volumes' leases are held by the lease keeper");
-        csi_shim::keeper::watch_keeper(h).map_err(|e| format!("watching the keeper: {e}"))?;
     }
     // A node plugin's volumes must fail their I/O in place when their lease is lost.
     let devices = match (&args.node_id, &host_devices) {
@@ -234,10 +239,19 @@ fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
         }
         None => None,
     };
-    // A restarted node plugin first fences what is live here without its lease.
+    // A restarted node plugin first fences what is live here without its lease, from the
+    // metadata as it reads now (a LUN that does not answer: from the lost leases).
+    for vg in backend.vgs() {
+        if let Err(e) = backend.session().view(vg) {
+            tracing::warn!(vg, error = %e, "cannot read the VG at start");
+        }
+    }
     match csi_shim::fencing::sweep(&backend, node.as_deref(), true) {
-        Ok(s) if !s.fenced.is_empty() || !s.failed.is_empty() => {
+        Ok(s) if !s.fenced.is_empty() => {
             tracing::error!(fenced = ?s.fenced, failed = ?s.failed, "volumes live here without their leases were fenced at start")
+        }
+        Ok(s) if !s.failed.is_empty() => {
+            tracing::error!(failed = ?s.failed, "volumes live here without their leases could not be fenced at start")
         }
         Ok(_) => {}
         Err(e) => {
@@ -270,28 +284,43 @@ fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
             }
             None => None,
         };
-        let shutdown = async {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::error!(error = %e, "no SIGTERM handler; stopping on Ctrl-C only");
-                        let _ = tokio::signal::ctrl_c().await;
-                        return;
-                    }
-                };
-            loop {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => break,
-                    _ = term.recv() => {}
+        let keeper_gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let gone = keeper_gone.clone();
+        let shutdown = async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (mut term, mut usr1) = match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::user_defined1()),
+            ) {
+                (Ok(t), Ok(u)) => (t, u),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::error!(error = %e, "no SIGTERM handler; stopping on Ctrl-C only");
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
                 }
+            };
+            if let Err(e) = csi_shim::keeper::handling() {
+                tracing::error!(error = %e, "cannot unblock SIGTERM");
+            }
+            loop {
+                let keeper = tokio::select! {
+                    _ = tokio::signal::ctrl_c() => break,
+                    _ = term.recv() => false,
+                    _ = usr1.recv() => true,
+                };
                 // sanlock asks a lease holder to stop with SIGTERM when a lockspace fails:
-                // then the volumes there are fenced and the process goes on serving.
+                // then the volumes there are fenced and the process goes on serving. The
+                // keeper gone (SIGUSR1): what a failed lockspace left is fenced, then stop.
                 let w = watch.clone();
                 let lost = tokio::task::spawn_blocking(move || w.sweep_now(STOP_SWEEP))
                     .await
                     .ok()
                     .flatten();
+                if keeper {
+                    tracing::error!(lost = ?lost, "the lease keeper is gone: stopping");
+                    gone.store(true, std::sync::atomic::Ordering::SeqCst);
+                    break;
+                }
                 match lost {
                     Some(l) if l.is_empty() => break,
                     Some(l) => tracing::error!(lost = ?l, "SIGTERM with lockspaces lost (sanlock's request): their volumes are fenced; serving on"),
@@ -311,6 +340,9 @@ fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
         }
         served.map_err(|e| e.to_string())?;
         let _ = std::fs::remove_file(&args.endpoint);
+        if keeper_gone.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err("the lease keeper is gone".into());
+        }
         Ok(())
     })
 }

@@ -115,7 +115,9 @@ pub fn spawn(backend: Arc<Backend>) -> std::io::Result<std::thread::JoinHandle<(
         .spawn(move || {
             let w = backend.wiper().clone();
             loop {
-                let (done, failed) = pass(&backend, &|| w.stopped());
+                // A lost lockspace stops an erasure too: its lease holds nothing any more.
+                let lost = || backend.fencing().is_some_and(|f| f.any_lost());
+                let (done, failed) = pass(&backend, &|| w.stopped() || lost());
                 if done + failed > 0 {
                     tracing::info!(erased = done, failed, "wiper pass");
                 }

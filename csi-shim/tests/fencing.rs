@@ -20,6 +20,15 @@ use tonic::Code;
 
 /// A driver over shared VG `vg` whose leases are `fake`'s, fencing `required` or not.
 async fn shared_driver(fake: Arc<FakeLeases>, required: bool) -> Driver {
+    shared_driver_with(fake, required, Arc::default()).await
+}
+
+/// [`shared_driver`] whose node activates through `activation`.
+async fn shared_driver_with(
+    fake: Arc<FakeLeases>,
+    required: bool,
+    activation: Arc<lvmeta::activate::FakeBackend>,
+) -> Driver {
     let f = Arc::new(Fencing::new(
         Some(fake.clone() as Arc<dyn lvmeta::lease::LeaseManager>),
         required,
@@ -28,7 +37,7 @@ async fn shared_driver(fake: Arc<FakeLeases>, required: bool) -> Driver {
     let gate = Arc::new(fencing::Gate(f.clone()));
     let (session, lun) = shared_vg_on(fake, |h| h.with_gate(gate));
     let backend = Backend::new(session, vec!["vg".into()]).with_fencing(f);
-    serve(backend, lun).await
+    serve_with(backend, lun, activation).await
 }
 
 async fn probe(d: &mut Driver) -> Option<bool> {
@@ -176,10 +185,78 @@ async fn a_restarted_plugin_fences_only_what_is_live_here_without_its_lease() {
     let ub = vg.lv("b").expect("b").id.to_string();
     d.backend
         .session()
-        .drop_orphan("vg", "b")
-        .expect("drop b's orphan");
+        .let_go_covering("vg", "b")
+        .expect("let go of b's orphan");
     assert!(!fake.is_held("lvm_vg", &ub));
     let s = fencing::sweep(&d.backend, Some(&d.node_service), true).expect("sweep");
     assert_eq!(s.fenced, ["vg/b"]);
     assert_eq!(d.activation.fenced(), ["vg-b"]);
+}
+
+#[tokio::test]
+async fn two_thin_volumes_of_one_pool_are_fenced_together_and_the_pool_lease_goes() {
+    let fake = Arc::new(FakeLeases::default());
+    let thin = Arc::new(lvmeta::activate::FakeBackend::with_thin());
+    let mut d = shared_driver_with(fake.clone(), true, thin).await;
+    let rwo = vec![block()];
+    let src = d
+        .controller
+        .create_volume(create("src", "thin", 8 * MIB, rwo.clone()))
+        .await
+        .expect("thin volume")
+        .into_inner()
+        .volume
+        .expect("volume")
+        .volume_id;
+    d.controller
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: src.clone(),
+            name: "snap".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("snapshot");
+    let mut restore = create("restored", "thin", 8 * MIB, rwo);
+    restore.volume_content_source = Some(VolumeContentSource {
+        r#type: Some(volume_content_source::Type::Snapshot(
+            volume_content_source::SnapshotSource {
+                snapshot_id: "vg/snap".into(),
+            },
+        )),
+    });
+    let restored = d
+        .controller
+        .create_volume(restore)
+        .await
+        .expect("restore into the same pool")
+        .into_inner()
+        .volume
+        .expect("volume")
+        .volume_id;
+    for id in [&src, &restored] {
+        d.node
+            .node_stage_volume(stage(&d, id, &format!("staging/{id}"), block()))
+            .await
+            .expect("NodeStageVolume");
+    }
+    let pool = d
+        .backend
+        .session()
+        .vg("vg")
+        .expect("vg")
+        .lv("src-pool")
+        .expect("pool")
+        .id
+        .to_string();
+    assert!(fake.is_held("lvm_vg", &pool), "one pool lease for both");
+    fake.fail_lockspace("lvm_vg");
+    let s = fencing::sweep(&d.backend, Some(&d.node_service), false).expect("sweep");
+    assert!(s.failed.is_empty(), "{:?}", s.failed);
+    assert!(!s.fenced.is_empty());
+    assert!(
+        !fake.is_held("lvm_vg", &pool),
+        "the pool lease is let go once both volumes are forgotten"
+    );
+    assert!(d.activation.state("vg", "src").is_none());
+    assert!(d.activation.state("vg", "restored").is_none());
 }

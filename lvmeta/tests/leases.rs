@@ -426,6 +426,9 @@ impl LeaseManager for Counting {
     fn let_go(&self, lockspace: &str, names: &[String]) -> Result<(), LeaseError> {
         self.inner.let_go(lockspace, names)
     }
+    fn keep_for_orphans(&self, lockspace: &str) -> Result<(), LeaseError> {
+        self.inner.keep_for_orphans(lockspace)
+    }
     fn unheld(
         &self,
         r: &lvmeta::lease::ResourceSpec,

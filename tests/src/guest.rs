@@ -275,6 +275,11 @@ impl Drop for Guest {
 }
 
 impl Guest {
+    /// Connects anew (after the serving process was killed, the old connection is gone).
+    pub async fn reconnect(&mut self) {
+        (self.controller, self.node, self.identity) = connect(&self.vm).await;
+    }
+
     /// Restarts the guest's csi-shim with `extra` arguments (SIGTERM, then a new process).
     pub async fn restart(&mut self, extra: &str) {
         stop_shim(self);

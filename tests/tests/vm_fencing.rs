@@ -170,6 +170,9 @@ async fn path_loss(a: &mut Guest, b: &mut Guest, vol: &str, label: &str, kill: b
         "{label}: a write of A landed after B took the volume over"
     );
     assert!(failed_after > failed, "{label}: A's writer stopped trying");
+    if kill {
+        a.reconnect().await;
+    }
     // The pod on A ends; kubelet cleans up its view of the fenced volume.
     a.vm.ok("pkill -f 'seqio write'; sleep 0.5");
     a.release(vol).await;

@@ -230,7 +230,7 @@ impl Default for Metrics {
         );
         l.register(
             "fenced_volumes",
-            "Volumes fenced on this host after it lost their leases",
+            "Volumes fenced on this host after it lost their leases (devices, where one was fenced without its VG's metadata)",
             m.fenced.clone(),
         );
         Metrics { registry: r, ..m }

@@ -1,6 +1,10 @@
 //! The node's part of fencing (see [`crate::fencing`]): volumes live here without their
-//! lease are fenced, forgotten and their orphans dropped.
+//! lease are fenced, forgotten, their leases let go and, when nothing has them open, their
+//! devices removed.
 
+use std::collections::HashSet;
+
+use lvmeta::activate::dm_names::dm_name;
 use lvmeta::lease::Standing;
 
 use crate::fencing::Swept;
@@ -11,13 +15,16 @@ use super::Node;
 impl Node {
     /// Fences every volume of served VG `vg` that is live on this host while this host
     /// does not hold its lease in a healthy lockspace (as `standing`, then a fresh account,
-    /// both say), then lets its lease and orphan go; records what it did in `out`.
+    /// both say), then lets its lease go; records what it did in `out`.
     ///
     /// Invariants:
     /// - a lease is acquired before its device is made and let go after it is removed, so a
     ///   volume found live and then unheld by an account asked after that is really
     ///   unprotected (one staged meanwhile shows its lease in the second account);
-    /// - the staged entry (and with it the lease) goes only once the fence succeeded.
+    /// - a volume being staged or unstaged (its in-flight guard taken) is left to the next
+    ///   sweep: that call decides with the lease in hand;
+    /// - a staged entry goes only once its stack is fenced; every staged entry of a fenced
+    ///   stack goes (a thin pool's lease covers all its thin LVs), releasing the lease.
     pub(crate) fn fence_unheld(&self, vg: &str, standing: &Standing, out: &mut Swept) {
         let session = self.backend.session();
         let act = self.config.activation.as_ref();
@@ -25,34 +32,31 @@ impl Node {
             Ok(v) => v,
             // Never read by this process (it started while the LUN did not answer): what
             // the lost leases tell is all there is.
+            Err(e) => return self.fence_unknown(vg, standing, &e.to_string(), out),
+        };
+        // Only volumes with a device here are looked at (one listing, not one per volume).
+        let present: HashSet<String> = match act.devices() {
+            Ok(d) => d.into_iter().map(|(n, _)| n).collect(),
             Err(e) => {
-                match session.fence_lost(vg, standing, act) {
-                    Ok(devices) if devices.is_empty() => {}
-                    Ok(devices) => {
-                        tracing::error!(vg, ?devices, reason = %e, "fenced every device of the VG on this host: its lockspace is lost and its metadata unknown here");
-                        out.fenced
-                            .extend(devices.into_iter().map(|d| format!("{vg}: {d}")));
-                    }
-                    Err(f) => out
-                        .failed
-                        .push(format!("{vg}: {e}; by its lost leases: {f}")),
-                }
+                out.failed.push(format!("{vg}: listing devices: {e}"));
                 return;
             }
         };
-        let unheld = |s: &Standing, lv: &str| {
+        let unheld = |s: &Standing, lv: &str, out: &mut Swept| {
             session
                 .live_without_lease(vg, lv, s, act)
                 .unwrap_or_else(|e| {
-                    tracing::debug!(vg, lv, error = %e, "fencing sweep: cannot tell");
+                    tracing::error!(vg, lv, error = %e, "fencing sweep: cannot tell whether the volume is protected");
+                    out.failed.push(format!("{vg}/{lv}: {e}"));
                     false
                 })
         };
-        let candidates: Vec<String> = volumes
-            .into_iter()
-            .map(|v| v.name)
-            .filter(|lv| unheld(standing, lv))
-            .collect();
+        let mut candidates = Vec::new();
+        for v in volumes {
+            if present.contains(&dm_name(vg, &v.name)) && unheld(standing, &v.name, out) {
+                candidates.push(v.name);
+            }
+        }
         if candidates.is_empty() {
             return;
         }
@@ -64,20 +68,24 @@ impl Node {
                 return;
             }
         };
-        for lv in candidates.iter().filter(|lv| unheld(&fresh, lv)) {
+        for lv in candidates {
             let id = format!("{vg}/{lv}");
-            match session.fence(vg, lv, act) {
+            let Ok(_busy) = self.backend.inflight().enter(&id) else {
+                continue;
+            };
+            if !unheld(&fresh, &lv, out) {
+                continue;
+            }
+            match session.fence(vg, &lv, act) {
                 Ok(devices) => {
                     tracing::error!(volume_id = %id, ?devices, "fenced: this host no longer holds the volume's lease; its I/O now fails");
-                    let gone = self.staged().remove(&id);
-                    // Released (or let go, in a lost lockspace) outside the map's lock.
-                    drop(gone);
-                    if let Err(e) = session.drop_orphan(vg, lv) {
-                        tracing::warn!(volume_id = %id, error = %e, "dropping the orphan of a fenced volume");
+                    self.forget_fenced(vg);
+                    if let Err(e) = session.let_go_covering(vg, &lv) {
+                        tracing::warn!(volume_id = %id, error = %e, "letting go of a fenced volume's lease");
                     }
                     // Removed now unless something still has it open (a mount, a pod's
                     // process): then kubelet's NodeUnstageVolume removes it.
-                    match session.deactivate_seen(vg, lv, act) {
+                    match session.deactivate_seen(vg, &lv, act) {
                         Ok(()) => {
                             tracing::info!(volume_id = %id, "fenced volume's devices removed")
                         }
@@ -88,10 +96,54 @@ impl Node {
                     out.fenced.push(id);
                 }
                 Err(e) => {
-                    tracing::error!(volume_id = %id, error = %e, "cannot fence a volume whose lease is lost: its lease stays held, so the watchdog resets this host if the lockspace failed");
+                    tracing::error!(volume_id = %id, error = %e, "cannot fence a volume whose lease is lost: its lease stays held, so a failed lockspace ends in a watchdog reset");
                     out.failed.push(format!("{id}: {e}"));
                 }
             }
+        }
+    }
+
+    /// Forgets every staged volume of `vg` whose stack is fenced, removing its devices where
+    /// nothing has them open and releasing its lease (one that is being let go anyway).
+    fn forget_fenced(&self, vg: &str) {
+        let act = self.config.activation.as_ref();
+        let gone: Vec<_> = {
+            let mut staged = self.staged();
+            let ids: Vec<String> = staged
+                .iter()
+                .filter(|(_, s)| {
+                    s.activation.placement.vg == vg
+                        && act.is_fenced(&s.activation.placement).unwrap_or(true)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| staged.remove(&id))
+                .collect()
+        };
+        // Removed where nothing has them open, and released, outside the map's lock.
+        for s in gone {
+            if s.activation.deactivate(act).is_ok() {
+                tracing::info!(vg, lv = %s.activation.placement.lv, "fenced volume's devices removed");
+            }
+        }
+    }
+
+    /// Fences, with no metadata of `vg` at hand, every device of it the lost leases (or,
+    /// with none, its name) point at.
+    fn fence_unknown(&self, vg: &str, standing: &Standing, why: &str, out: &mut Swept) {
+        let act = self.config.activation.as_ref();
+        match self.backend.session().fence_lost(vg, standing, act) {
+            Ok(devices) if devices.is_empty() => {}
+            Ok(devices) => {
+                tracing::error!(vg, ?devices, reason = %why, "fenced every device of the VG on this host: its lockspace is lost and its metadata unknown here");
+                self.forget_fenced(vg);
+                out.fenced
+                    .extend(devices.into_iter().map(|d| format!("{vg}: {d}")));
+            }
+            Err(f) => out
+                .failed
+                .push(format!("{vg}: {why}; by its lost leases: {f}")),
         }
     }
 }

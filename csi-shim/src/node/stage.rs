@@ -91,7 +91,10 @@ impl Node {
         if let Some(fs) = &want.fs {
             if let Err(e) = self.mount_staging(&activation.device, &staging, fs, &want) {
                 if let Err(d) = activation.deactivate(self.config.activation.as_ref()) {
-                    tracing::warn!(volume_id = %params::shown(&req.volume_id), error = %d, "deactivating after a failed stage");
+                    // Still live: its lease stays held (an orphan once this process ends),
+                    // never released under a device that may write.
+                    tracing::warn!(volume_id = %params::shown(&req.volume_id), error = %d, "deactivating after a failed stage; the lease stays held");
+                    activation.keep_lease();
                 }
                 return Err(e);
             }

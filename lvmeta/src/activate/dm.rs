@@ -734,6 +734,13 @@ impl Backend for DmBackend {
 
     fn refresh(&self, p: &Placement) -> Result<(), ActivateError> {
         let name = dm_name(&p.vg, &p.lv);
+        // A fenced stack never gets a live table back: its lease is gone.
+        if self.fenced(p)? {
+            return Err(ActivateError::InUse {
+                lv: format!("{}/{}", p.vg, p.lv),
+                by: format!("{name}, fenced after this host lost the LV's lease"),
+            });
+        }
         // A pool is live in the kernel when its tpool is, whether or not the pool LV's own
         // device is up.
         let live = match &p.layout {
@@ -854,7 +861,7 @@ impl Backend for DmBackend {
 }
 
 impl DmBackend {
-    /// Has any device of `p`'s stack an `error` table ([`Backend::fence`])?
+    /// Has any device of `p`'s stack a table of `error` targets only ([`Backend::fence`])?
     fn fenced(&self, p: &Placement) -> Result<bool, ActivateError> {
         for t in fence::stack(p) {
             if self.find(&t.name)?.is_none() {
@@ -866,7 +873,8 @@ impl DmBackend {
                 .dm
                 .table_status(&DevId::Name(n), flags)
                 .map_err(|e| dm_err(&format!("table of {}", t.name), e))?;
-            if table.iter().any(|(_, _, target, _)| target == "error") {
+            // All of it: lvm2's partial activation puts error segments in live tables.
+            if !table.is_empty() && table.iter().all(|(_, _, target, _)| target == "error") {
                 return Ok(true);
             }
         }

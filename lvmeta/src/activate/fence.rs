@@ -102,6 +102,27 @@ pub fn by_lost_leases(devices: &[(String, String)], lost: &[String]) -> Vec<Stri
     out.into_iter().map(|(_, n)| n).collect()
 }
 
+/// The devices of LVs of VGs named `vg` on this host, by device-mapper name (`<vg>-`, the
+/// name's dashes doubled) and lvm2 uuid (`LVM-`), without their `-tpool` layers; lower
+/// layers last. For when neither the metadata nor a lease tells which LVs are there.
+pub fn by_vg_name(devices: &[(String, String)], vg: &str) -> Vec<String> {
+    let prefix = super::dm_names::dm_name(vg, "");
+    let mut out: Vec<(bool, String)> = devices
+        .iter()
+        .filter(|(n, u)| {
+            // After `<vg>-` an LV name, whose dashes are doubled: a dash there means a VG
+            // whose name goes on (`<vg>-x`).
+            n.strip_prefix(&prefix)
+                .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('-'))
+                && u.starts_with("LVM-")
+                && !u.ends_with("-tpool")
+        })
+        .map(|(n, u)| (u.ends_with("-tdata") || u.ends_with("-tmeta"), n.clone()))
+        .collect();
+    out.sort();
+    out.into_iter().map(|(_, n)| n).collect()
+}
+
 /// The table that fails every I/O to a device of `sectors`.
 pub fn error_table(sectors: u64) -> (u64, u64, String, String) {
     (0, sectors, "error".into(), String::new())
@@ -147,6 +168,21 @@ mod tests {
             ["vg-pool", "vg-t1", "vg-pool_tdata"]
         );
         assert!(by_lost_leases(&devices, &["nothing-of-ours".into()]).is_empty());
+    }
+
+    #[test]
+    fn a_vg_name_alone_names_its_devices_and_no_other_vgs() {
+        let u = |s: &str| format!("LVM-{}{}{s}", "a".repeat(32), "b".repeat(32));
+        let devices = vec![
+            ("vg-pvc--1".to_owned(), u("")),
+            ("vg-pool_tdata".to_owned(), u("-tdata")),
+            ("vg-pool-tpool".to_owned(), u("-tpool")),
+            ("vg--x-lv".to_owned(), u("")),
+            ("vgx-lv".to_owned(), u("")),
+            ("vg-nolvm".to_owned(), "CRYPT-x".to_owned()),
+        ];
+        assert_eq!(by_vg_name(&devices, "vg"), ["vg-pvc--1", "vg-pool_tdata"]);
+        assert_eq!(by_vg_name(&devices, "vg-x"), ["vg--x-lv"]);
     }
 
     #[test]

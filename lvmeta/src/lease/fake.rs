@@ -237,6 +237,7 @@ impl LeaseManager for FakeLeases {
             .map(|(name, _)| LockspaceHealth {
                 name: name.clone(),
                 healthy: !s.failed.contains(name),
+                failed: s.failed.contains(name),
                 kept_by_orphans: true,
                 host_dead_seconds: None,
             })
@@ -277,6 +278,9 @@ impl LeaseManager for FakeLeases {
             s.persistent.retain(|(p, _)| *p != k);
             s.orphans.retain(|(p, _)| *p != k);
         }
+        Ok(())
+    }
+    fn keep_for_orphans(&self, _lockspace: &str) -> Result<(), LeaseError> {
         Ok(())
     }
 }

@@ -9,6 +9,8 @@
 
 pub mod daemon;
 mod fake;
+#[cfg(feature = "sanlock")]
+pub mod holder;
 pub mod layout;
 mod linger;
 pub mod observe;
@@ -160,6 +162,9 @@ pub trait LeaseManager: Send + Sync {
     /// only (no disk I/O: they protect nothing any more): only once their devices are
     /// fenced.
     fn let_go(&self, lockspace: &str, names: &[String]) -> Result<(), LeaseError>;
+    /// Marks `lockspace` so that orphans of it keep it (and the host's watchdog) after it
+    /// fails, as they would not otherwise.
+    fn keep_for_orphans(&self, lockspace: &str) -> Result<(), LeaseError>;
 }
 
 /// A lease area [`LeaseManager::unheld`] found free, as it read it.
@@ -378,6 +383,13 @@ impl Host {
             Some(g) => g.check().map_err(|why| LeaseError::Unfenced { why }),
             None => Ok(()),
         }
+    }
+
+    /// Takes LV lease `r` for this process only, once the gate passes (a data copy or an
+    /// erasure: writes to the LUN under the lease, released when done).
+    pub fn acquire_gated(&self, r: &ResourceSpec, mode: Mode) -> Result<(), LeaseError> {
+        self.gated()?;
+        self.manager.acquire(r, mode, false).map(drop)
     }
 
     /// Gives back the VG lease kept after a change in lockspace `lockspace`, if any.

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use crate::dev::{BlockDevice, FileDevice};
 use sanlock_sys::safe::{self, Client, Lockspace, Resource, Rv};
@@ -14,15 +13,15 @@ use sanlock_sys::{
     SANLK_LSF_SECTOR512, SANLK_RES_ALIGN1M, SANLK_RES_ALIGN8M, SANLK_RES_PERSISTENT,
     SANLK_RES_SECTOR4K, SANLK_RES_SECTOR512, SANLK_RES_SHARED,
 };
-use sanlock_sys::{SANLK_CONFIG_USED_BY_ORPHANS, SANLK_RESTRICT_SIGKILL};
+use sanlock_sys::{
+    SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_CONFIG_USED_BY_ORPHANS, SANLK_RESTRICT_SIGKILL,
+};
 
+use super::holder::{status, ForHolder};
 use super::{
     daemon, paxos, Geometry, HeldLease, LeaseError, LeaseManager, LockspaceHealth, LockspaceSpec,
     Lvb, Mode, ResourceSpec, SeenFree, Standing,
 };
-
-/// How long a status query waits for the daemon.
-const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Leases held through this process's registration with the sanlock daemon.
 ///
@@ -37,46 +36,8 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Default)]
 pub struct SanlockLeases {
     client: Mutex<Option<Client>>,
-    /// Lockspaces marked used by orphans by this process.
-    kept: Mutex<Vec<String>>,
     /// The registered process LV leases are taken for, if not this one.
-    holder: Option<i32>,
-    /// The LV leases held for `holder`: (path, offset).
-    for_holder: Mutex<Vec<(String, u64)>>,
-}
-
-/// A registration with the daemon that holds leases other processes take for it
-/// ([`SanlockLeases::with_holder`]); restricted from SIGKILL, as every registration of
-/// lvmeta is. The leases go (or become orphans) when it is dropped.
-#[derive(Debug)]
-pub struct Holder {
-    _client: Client,
-}
-
-impl Holder {
-    /// Registers this process as a holder.
-    pub fn register() -> Result<Self, LeaseError> {
-        let client = Client::register().map_err(|rv| err("sanlock register".into(), rv))?;
-        client
-            .restrict(SANLK_RESTRICT_SIGKILL)
-            .map_err(|rv| err("sanlock restrict".into(), rv))?;
-        Ok(Self { _client: client })
-    }
-}
-
-/// How many leases the daemon's status shows held for process `pid` (sanlock's view of
-/// pids: the host's).
-pub fn held_by(pid: i32) -> Result<usize, LeaseError> {
-    let st =
-        daemon::query(&daemon::socket_path(), STATUS_TIMEOUT).map_err(|e| LeaseError::Manager {
-            what: "sanlock status".into(),
-            why: e.to_string(),
-        })?;
-    Ok(st
-        .resources
-        .iter()
-        .filter(|r| r.pid == pid && r.list != "rem")
-        .count())
+    holder: Option<ForHolder>,
 }
 
 fn ls_flags(g: Geometry) -> u32 {
@@ -161,32 +122,21 @@ impl SanlockLeases {
         Self::default()
     }
 
-    /// A manager whose LV leases are held by registered process `pid` (a [`Holder`]), as
-    /// the daemon sees pids (the host's: a container needs the host's pid namespace).
+    /// A manager whose LV leases are held by registered process `pid` (a
+    /// [`super::holder::Holder`]), as the daemon sees pids (the host's: a container needs
+    /// the host's pid namespace). What the holder holds already is asked of the daemon.
     pub fn with_holder(pid: i32) -> Self {
         Self {
-            holder: Some(pid),
+            holder: Some(ForHolder::new(pid)),
             ..Self::default()
         }
     }
 
-    /// Records (or forgets) that `r` is held for the holder.
-    fn note_for_holder(&self, r: &ResourceSpec, held: bool) {
-        let key = (r.path.clone(), r.offset);
-        let mut v = self.for_holder.lock().unwrap_or_else(|p| p.into_inner());
-        v.retain(|k| *k != key);
-        if held {
-            v.push(key);
-        }
-    }
-
-    /// Was `r` taken for the holder (and not released since)?
-    fn is_for_holder(&self, r: &ResourceSpec) -> bool {
-        let key = (r.path.clone(), r.offset);
-        self.for_holder
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&key)
+    /// The holder, when it holds `r`.
+    fn holder_of(&self, r: &ResourceSpec) -> Option<&ForHolder> {
+        self.holder
+            .as_ref()
+            .filter(|h| h.holds(&r.lockspace, &r.name))
     }
 
     /// Acquires `raw` (of `r`) with `flags`: for the holder if there is one, else on this
@@ -197,11 +147,35 @@ impl SanlockLeases {
         raw: &Resource,
         flags: u32,
     ) -> Result<Result<(), Rv>, LeaseError> {
-        match self.holder {
-            Some(pid) => {
-                Ok(safe::acquire_for(pid, raw, flags).inspect(|()| self.note_for_holder(r, true)))
+        let Some(h) = &self.holder else {
+            return self.with_client(|c| Ok(c.acquire(raw, flags)));
+        };
+        match safe::acquire_for(h.pid, raw, flags) {
+            Ok(()) => {
+                h.note(&r.lockspace, &r.name, true);
+                Ok(Ok(()))
             }
-            None => self.with_client(|c| Ok(c.acquire(raw, flags))),
+            // The holder has it already (an earlier serving process took it): adopted.
+            Err(Rv(rv)) if rv == -libc::EEXIST && h.holds(&r.lockspace, &r.name) => Ok(Ok(())),
+            Err(rv) => Ok(Err(rv)),
+        }
+    }
+
+    /// Releases `r` held by the holder; `Ok(false)` when the daemon says the holder does
+    /// not hold it.
+    fn release_for_holder(&self, h: &ForHolder, r: &Resource) -> Result<bool, LeaseError> {
+        h.note(&r.lockspace, &r.name, false);
+        match safe::release_for(h.pid, r, 0) {
+            Ok(_) => Ok(true),
+            // sanlock answers -1 (or -ENOENT) for a lease the pid does not hold.
+            Err(Rv(rv)) if rv == -1 || rv == -libc::ENOENT => Ok(false),
+            Err(rv) => Err(err(
+                format!(
+                    "release {} in {} held for process {}",
+                    r.name, r.lockspace, h.pid
+                ),
+                rv,
+            )),
         }
     }
 
@@ -224,20 +198,17 @@ impl SanlockLeases {
         })
     }
 
-    /// Marks `lockspace` used by orphans (once per process): a failure is logged, since the
-    /// lease itself still holds; only the protection across a restart is weaker.
-    fn keep_for_orphans(&self, lockspace: &str) {
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.iter().any(|k| k == lockspace) {
-            return;
-        }
-        match safe::set_config(lockspace, SANLK_CONFIG_USED_BY_ORPHANS) {
-            Ok(()) => kept.push(lockspace.to_owned()),
-            Err(rv) => tracing::warn!(
-                lockspace, error = %rv,
-                "cannot mark the lockspace used by orphans: should this process end with LVs \
-                 active and the lockspace then fail, no watchdog reset would follow"
-            ),
+    /// Marks `lockspace` used by orphans: the mark belongs to the daemon's lockspace
+    /// instance (a lockspace joined again has lost it), so it is set at every LV lease.
+    /// A failure is logged: the lease itself still holds; only the protection once this
+    /// process and its holder are gone is weaker.
+    fn mark_for_orphans(&self, lockspace: &str) {
+        if let Err(e) = self.keep_for_orphans(lockspace) {
+            tracing::warn!(
+                lockspace, error = %e,
+                "should the lease holder end with LVs active and the lockspace then fail, no \
+                 watchdog reset would follow"
+            );
         }
     }
 
@@ -267,7 +238,7 @@ impl SanlockLeases {
     /// What a failed acquire of `r` for the holder means: as [`acquire_err`], or naming the
     /// holder when the daemon does not know it.
     fn holder_err(&self, r: &ResourceSpec, rv: Rv) -> LeaseError {
-        match self.holder {
+        match self.holder.as_ref().map(|h| h.pid) {
             Some(pid) if rv.0 == -libc::ESRCH => LeaseError::Manager {
                 what: format!("acquire {} in {} for process {pid}", r.name, r.lockspace),
                 why: "the daemon has no such registered process (the lease keeper is gone, \
@@ -409,7 +380,7 @@ impl LeaseManager for SanlockLeases {
     }
 
     fn acquire_persistent(&self, r: &ResourceSpec, mode: Mode) -> Result<(), LeaseError> {
-        self.keep_for_orphans(&r.lockspace);
+        self.mark_for_orphans(&r.lockspace);
         let mut raw = res(r, mode);
         raw.flags |= SANLK_RES_PERSISTENT;
         self.acquire_lv(r, &raw, SANLK_ACQUIRE_ORPHAN)?
@@ -417,13 +388,22 @@ impl LeaseManager for SanlockLeases {
     }
 
     fn release_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError> {
-        // Adopting the orphan (ORPHAN_ONLY: nothing is acquired when there is none) and then
-        // releasing it is synchronous, where SANLK_REL_ORPHAN leaves the release on disk to
-        // a daemon thread: another node may take the lease as soon as this returns.
+        // Held for the holder by an earlier serving process: released as such.
+        if let Some(h) = self.holder_of(r) {
+            return Ok(u32::from(
+                self.release_for_holder(h, &res(r, Mode::Exclusive))?,
+            ));
+        }
+        // Adopting the orphan (ORPHAN_ONLY) and then releasing it is synchronous, where
+        // SANLK_REL_ORPHAN leaves the release on disk to a daemon thread: another node may
+        // take the lease as soon as this returns. OWNER_NOWAIT: sanlock 3.8.5 tests
+        // ORPHAN_ONLY against the wrong bit, so with no orphan it acquires for real, and
+        // must not wait out a dead owner here.
         for mode in [Mode::Exclusive, Mode::Shared] {
             let mut raw = res(r, mode);
             raw.flags |= SANLK_RES_PERSISTENT;
-            match self.acquire_lv(r, &raw, SANLK_ACQUIRE_ORPHAN_ONLY)? {
+            let flags = SANLK_ACQUIRE_ORPHAN_ONLY | SANLK_ACQUIRE_OWNER_NOWAIT;
+            match self.acquire_lv(r, &raw, flags)? {
                 Ok(()) => {
                     self.release(r, None)?;
                     return Ok(1);
@@ -433,8 +413,6 @@ impl LeaseManager for SanlockLeases {
                 Err(Rv(rv)) if rv == -libc::ENOENT => return Ok(0),
                 // No orphan of this host: the lease is being released (an orphan dropped
                 // after a fence), held by another process here, or by another host.
-                // (sanlock 3.8.5 tests ORPHAN_ONLY against the wrong bit, so with no
-                // orphan it acquires a free lease: released again just above.)
                 Err(rv) if matches!(acquire_err(r, rv), LeaseError::Busy { .. }) => return Ok(0),
                 Err(rv) => return Err(self.holder_err(r, rv)),
             }
@@ -444,17 +422,8 @@ impl LeaseManager for SanlockLeases {
 
     fn release(&self, r: &ResourceSpec, lvb: Option<Lvb>) -> Result<(), LeaseError> {
         let raw = res(r, Mode::Exclusive);
-        if let (Some(pid), true) = (self.holder, self.is_for_holder(r)) {
-            self.note_for_holder(r, false);
-            return safe::release_for(pid, &raw, 0).map(drop).map_err(|rv| {
-                err(
-                    format!(
-                        "release {} in {} held for process {pid}",
-                        r.name, r.lockspace
-                    ),
-                    rv,
-                )
-            });
+        if let Some(h) = self.holder_of(r) {
+            return self.release_for_holder(h, &raw).map(drop);
         }
         if let Some(v) = lvb {
             safe::set_lvb(&raw, &v.encode())
@@ -468,7 +437,6 @@ impl LeaseManager for SanlockLeases {
 
     fn drop_orphans(&self, r: &ResourceSpec) -> Result<u32, LeaseError> {
         let raw = res(r, Mode::Exclusive);
-        self.note_for_holder(r, false);
         self.with_client(|c| {
             c.release_orphans(&raw).map_err(|rv| {
                 err(
@@ -480,6 +448,7 @@ impl LeaseManager for SanlockLeases {
     }
 
     fn let_go(&self, lockspace: &str, names: &[String]) -> Result<(), LeaseError> {
+        let mut first = Ok(());
         for name in names {
             // The daemon finds a held lease by its lockspace and name.
             let raw = Resource {
@@ -489,29 +458,26 @@ impl LeaseManager for SanlockLeases {
                 offset: 0,
                 flags: 0,
             };
-            let released = match self.holder {
-                Some(pid) => safe::release_for(pid, &raw, 0).map(drop),
-                None => self.with_client(|c| Ok(c.release(&raw)))?,
-            };
-            match released {
-                // Another process's (lvmlockd's): the daemon ends that one itself.
-                Err(Rv(rv)) if rv == -libc::ENOENT => {}
-                Err(rv) => return Err(err(format!("let go of {name} in {lockspace}"), rv)),
-                Ok(()) => {}
+            if let Some(h) = &self.holder {
+                if let Err(e) = self.release_for_holder(h, &raw) {
+                    first = first.and(Err(e));
+                }
+            }
+            // An orphan of it; a lease of another process (lvmlockd) the daemon ends itself.
+            if let Err(rv) = self.with_client(|c| Ok(c.release_orphans(&raw)))? {
+                tracing::debug!(lockspace, lease = %name, error = %rv, "no orphan to drop");
             }
         }
-        let mut v = self.for_holder.lock().unwrap_or_else(|p| p.into_inner());
-        v.clear();
-        Ok(())
+        first
+    }
+
+    fn keep_for_orphans(&self, lockspace: &str) -> Result<(), LeaseError> {
+        safe::set_config(lockspace, SANLK_CONFIG_USED_BY_ORPHANS)
+            .map_err(|rv| err(format!("mark {lockspace} used by orphans"), rv))
     }
 
     fn standing(&self) -> Result<Standing, LeaseError> {
-        let socket = daemon::socket_path();
-        let st = daemon::query(&socket, STATUS_TIMEOUT).map_err(|e| LeaseError::Manager {
-            what: "sanlock status".into(),
-            why: e.to_string(),
-        })?;
-        Ok(standing_of(&st))
+        Ok(standing_of(&status()?))
     }
 }
 
@@ -525,6 +491,7 @@ pub fn standing_of(st: &daemon::DaemonStatus) -> Standing {
             .map(|l| LockspaceHealth {
                 name: l.name.clone(),
                 healthy: l.healthy(),
+                failed: l.renew_fail || l.space_dead || l.killing_pids || l.list == "rem",
                 kept_by_orphans: l.used_by_orphans,
                 host_dead_seconds: st
                     .watchdog_fire_timeout
@@ -535,7 +502,7 @@ pub fn standing_of(st: &daemon::DaemonStatus) -> Standing {
         held: st
             .resources
             .iter()
-            .filter(|r| r.list != "rem")
+            .filter(|r| r.list == "held" || r.list == "orphan")
             .map(|r| HeldLease {
                 lockspace: r.lockspace.clone(),
                 name: r.name.clone(),

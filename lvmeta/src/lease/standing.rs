@@ -21,6 +21,9 @@ pub struct LockspaceHealth {
     pub name: String,
     /// Joined and renewing: its leases hold.
     pub healthy: bool,
+    /// Its renewals failed (or it is being left): its leases hold nothing any more.
+    /// Neither healthy nor failed: still being joined.
+    pub failed: bool,
     /// Orphans keep it after a failure, so the watchdog still resets the host.
     pub kept_by_orphans: bool,
     /// Seconds without a renewal after which other hosts count this one dead and take its
@@ -43,6 +46,11 @@ impl Standing {
     /// Lockspace `name` as the manager has it, if this host is in it.
     pub fn lockspace(&self, name: &str) -> Option<&LockspaceHealth> {
         self.lockspaces.iter().find(|l| l.name == name)
+    }
+
+    /// Has lockspace `name` failed on this host (see [`LockspaceHealth::failed`])?
+    pub fn failed(&self, name: &str) -> bool {
+        self.lockspace(name).is_some_and(|l| l.failed)
     }
 
     /// Is lockspace `name` joined and healthy?
@@ -71,6 +79,7 @@ mod tests {
             lockspaces: vec![LockspaceHealth {
                 name: "lvm_vg".into(),
                 healthy: true,
+                failed: false,
                 kept_by_orphans: true,
                 host_dead_seconds: None,
             }],
@@ -85,6 +94,8 @@ mod tests {
         assert!(!s.holds("lvm_vg", "u2"));
         assert!(!s.holds("lvm_other", "u1"));
         s.lockspaces[0].healthy = false;
+        s.lockspaces[0].failed = true;
+        assert!(s.failed("lvm_vg"));
         assert!(!s.holds("lvm_vg", "u1"));
     }
 }

@@ -212,7 +212,13 @@ impl Session {
             .filter(|h| h.lockspace == ls)
             .map(|h| h.name.clone())
             .collect();
-        let names = activate::fence::by_lost_leases(&backend.devices()?, &lost);
+        let devices = backend.devices()?;
+        let mut names = activate::fence::by_lost_leases(&devices, &lost);
+        // No lease left to go by (the holder gone with them): every device of an LV of a
+        // VG of this name (`<vg>-...` with an lvm2 uuid).
+        if names.is_empty() {
+            names = activate::fence::by_vg_name(&devices, vg);
+        }
         for n in &names {
             backend.fence_device(n)?;
         }
@@ -222,17 +228,18 @@ impl Session {
         Ok(names)
     }
 
-    /// Drops this host's orphan of the lease covering LV `lv` of `vg` without acquiring it
-    /// ([`lease::LeaseManager::drop_orphans`]): for after [`Session::fence`], also in a
-    /// failed lockspace. Returns how many were dropped.
-    pub fn drop_orphan(&self, vg: &str, lv: &str) -> Result<u32, Error> {
+    /// Lets go of the lease covering LV `lv` of `vg` ([`lease::LeaseManager::let_go`]):
+    /// released if this process or its holder holds it, its orphan dropped, with no disk I/O
+    /// and no acquire (also in a failed lockspace). Only once its devices are fenced; the LV
+    /// is found as last found, reading no device.
+    pub fn let_go_covering(&self, vg: &str, lv: &str) -> Result<(), Error> {
         let scan = self.seen(vg)?;
         let sv = scan.vg(vg)?;
         let Some(h) = self.host_for(&sv.vg)? else {
-            return Ok(0);
+            return Ok(());
         };
         let (_, r) = covering_lease(&sv.vg, &places(&scan, sv), lv)?;
-        Ok(h.manager.drop_orphans(&r)?)
+        Ok(h.manager.let_go(&r.lockspace, &[r.name])?)
     }
 
     /// The device of LV `lv` when it is active on this host.
@@ -253,12 +260,27 @@ impl Session {
 
     /// Brings an active LV's device up to the metadata (`lvchange --refresh`): its size after
     /// `lvextend`; for a thin LV also its pool's size and the pool's queued messages, which
-    /// are then cleared. The caller holds the LV's lease (a thin LV's: its pool's).
+    /// are then cleared. The caller holds the LV's lease (a thin LV's: its pool's); in a
+    /// shared VG the lock manager must say this host still holds it.
     pub fn refresh(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Placement, Error> {
-        let placement = self.placement(vg, lv)?;
+        let scan = self.current();
+        let sv = scan.vg(vg)?;
+        let at = places(&scan, sv);
+        let placement = activate::place(&sv.vg, lv, &at.paths)?;
         // Not live here: nothing to bring up to date, and no queue delivered to clear.
         if !live(backend, &placement)? {
             return Ok(placement);
+        }
+        // In a shared VG only under the lease, still held by this host in a healthy
+        // lockspace: a device whose lease is lost stays as it is (fenced).
+        if let Some(h) = self.host_for(&sv.vg)? {
+            let (_, r) = covering_lease(&sv.vg, &at, lv)?;
+            if !h.manager.standing()?.holds(&r.lockspace, &r.name) {
+                return Err(lease::LeaseError::NotJoined {
+                    lockspace: r.lockspace,
+                }
+                .into());
+            }
         }
         backend.refresh(&placement)?;
         self.clear_delivered(&placement, "lvchange --refresh")?;

@@ -115,9 +115,9 @@ impl Session {
                     covering_lease(&sv.vg, &at, src)?,
                     covering_lease(&sv.vg, &at, dst)?,
                 );
-                h.manager.acquire(&rs, lease::Mode::Shared, false)?;
+                h.acquire_gated(&rs, lease::Mode::Shared)?;
                 let held_src = lease::Held::new(h.clone(), rs, "copy source");
-                h.manager.acquire(&rd, lease::Mode::Exclusive, false)?;
+                h.acquire_gated(&rd, lease::Mode::Exclusive)?;
                 Some((held_src, lease::Held::new(h.clone(), rd, "copy target")))
             }
             None => None,
@@ -161,7 +161,7 @@ impl Session {
             Some(h) => {
                 h.check_joined(&sv.vg, &at)?;
                 let (_, r) = covering_lease(&sv.vg, &at, lv)?;
-                h.manager.acquire(&r, lease::Mode::Exclusive, false)?;
+                h.acquire_gated(&r, lease::Mode::Exclusive)?;
                 Some(lease::Held::new(h.clone(), r, "erased LV"))
             }
             None => None,
