@@ -157,7 +157,7 @@ fn held_signals() -> SigSet {
     s
 }
 
-/// In the serving process of keeper `holder`, first thing: blocks [`held_signals`] until
+/// In the serving process of keeper `holder`, first thing: blocks SIGTERM and SIGUSR1 until
 /// [`handling`] (a SIGTERM before the handlers are up would end the process without a
 /// fence), gives up the keeper's OOM exemption, and asks the kernel for SIGUSR1 when the
 /// keeper is gone.
@@ -177,7 +177,7 @@ pub fn serving(holder: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Unblocks [`held_signals`] once their handlers are installed.
+/// Unblocks SIGTERM and SIGUSR1 once their handlers are installed.
 pub fn handling() -> std::io::Result<()> {
     nix::sys::signal::sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&held_signals()), None)
         .map_err(std::io::Error::from)
