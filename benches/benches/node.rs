@@ -6,7 +6,7 @@
 //! - `lvm2-lvchange/linear` and `/thin`: lvm2 activating and deactivating an LV it made.
 //!
 //! Needs root, lvm2, sanlock and a kernel with device-mapper and dm-thin-pool (prints SKIPPED
-//! otherwise), so it runs in the VM of `tests/vm/run` (README "Speed"):
+//! otherwise), so it runs in the VM of `tests/vm/run` (docs/benchmarks.md):
 //! `cargo bench -p lvmeta-benches --bench node --no-run`, then the bench binary there.
 #![allow(missing_docs)] // criterion's macros generate undocumented items
 

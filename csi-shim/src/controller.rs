@@ -2,7 +2,7 @@
 //! [`crate::volume`], one VG commit per change.
 //!
 //! No ControllerPublish step: every node sees the LUN, so there is nothing to attach; a node
-//! takes the LV's lease when it stages the volume (README, "CSI driver").
+//! takes the LV's lease when it stages the volume (docs/csi.md, "Fencing and a dead node").
 
 use std::sync::Arc;
 
@@ -285,7 +285,7 @@ impl Backend {
             used = m.used,
             max = m.max,
             percent = format!("{:.1}", m.percent()),
-            "metadata area filling: new volumes are refused once it is full (README, \"Sizing the metadata area\")"
+            "metadata area filling: new volumes are refused once it is full (docs/csi.md, \"Sizing the metadata area\")"
         );
     }
 

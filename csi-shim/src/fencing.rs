@@ -125,7 +125,7 @@ impl Fencing {
             return Err(
                 "the sanlock daemon runs without its watchdog (-w 0, the default of \
                  Debian's /etc/default/sanlock): a host that loses its leases but keeps \
-                 running would not be reset (deploy/README.md, \"Fencing\")"
+                 running would not be reset (deploy/README.md, \"1. Every node that sees the LUN\")"
                     .into(),
             );
         }

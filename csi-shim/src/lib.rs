@@ -3,7 +3,7 @@
 //! It checks and translates requests, runs the storage work of [`volume`] (the driver's
 //! volume policy over lvmeta's lvm2 model: CSI tags, the node request mailbox, conditions,
 //! erasure) on blocking threads, and maps its errors to the gRPC codes the CSI spec
-//! prescribes. See README.md ("CSI driver") for the StorageClass parameters and what is served.
+//! prescribes. See docs/csi.md for the StorageClass parameters and what is served.
 
 // tonic::Status is the error of every RPC; boxing it in helpers would only add conversions.
 #![allow(clippy::result_large_err)]

@@ -1,6 +1,7 @@
 //! The allocator settings csi-shim runs with: glibc's malloc, tuned so that a large VG's
 //! transient buffers go back to the kernel when freed and concurrent requests do not each
-//! grow an arena of their own (measured in docs/benchmarks.md, "Memory"):
+//! grow an arena of their own (measured in docs/benchmarks.md, "Memory: one text, in
+//! place; glibc's malloc tuned (2026-12-05, later)"):
 //! - `arena_max=2`: two arenas for all threads (glibc's default is eight per core, and each
 //!   request thread that allocates a few MB of model and index keeps them in its arena);
 //! - `mmap_threshold=131072`: every allocation of 128 KiB or more (texts, parse trees, LV

@@ -1,5 +1,5 @@
 //! The metrics endpoint scraped by a real Prometheus (Debian's `prometheus`), with the alert
-//! rules of `deploy/components/monitoring` loaded: every series named in README is there
+//! rules of `deploy/components/monitoring` loaded: every series named in docs/csi.md is there
 //! with the value the driver's state implies, every rule evaluates, and the alerts whose
 //! condition the test brings about (a VG over 85% allocated, a thin pool over 85% full)
 //! select exactly the series they should.

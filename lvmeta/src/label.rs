@@ -58,6 +58,26 @@ pub struct PvLabel {
     pub extension: Option<PvExtension>,
 }
 
+impl PvLabel {
+    /// This label with `PV_EXT_USED` set or cleared (a PV joining or leaving a VG), the
+    /// extension made (version 2) when it had none.
+    pub fn with_used(&self, used: bool) -> PvLabel {
+        let mut l = self.clone();
+        let ext = l.extension.get_or_insert_with(|| PvExtension {
+            version: PV_EXT_VERSION,
+            flags: 0,
+            bootloader_areas: Vec::new(),
+        });
+        ext.version = PV_EXT_VERSION;
+        if used {
+            ext.flags |= PV_EXT_USED;
+        } else {
+            ext.flags &= !PV_EXT_USED;
+        }
+        l
+    }
+}
+
 /// Why a label sector was rejected. Offsets are absolute byte offsets on the device.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LabelError {
@@ -304,7 +324,7 @@ pub fn encode(label: &PvLabel) -> Result<[u8; SECTOR], LabelError> {
 mod tests {
     use super::*;
 
-    /// The label sector lvm2 2.03.16 wrote (reference section 1.3).
+    /// The label sector lvm2 2.03.16 wrote (`tests/fixtures`).
     pub(crate) fn reference_sector() -> [u8; 512] {
         let hex = concat!(
             "4c4142454c4f4e45",

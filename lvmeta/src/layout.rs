@@ -1,6 +1,6 @@
 //! Where `pvcreate` puts things on a new PV: metadata areas, bootloader area, first extent.
 //! Pure arithmetic following lvm2 2.03's `_text_pv_add_metadata_area` and `set_pe_align`
-//! (reference section 2.1), so that a PV made by lvmeta is laid out byte for byte as lvm2
+//! (lvm2's `lib/format_text/format-text.c`, `lib/metadata/pv.c`), so that a PV made by lvmeta is laid out byte for byte as lvm2
 //! lays it out.
 
 use crate::label::{DiskLocn, PvExtension, PvLabel, PV_EXT_VERSION};

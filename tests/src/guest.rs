@@ -259,6 +259,17 @@ impl Drop for Guest {
         if !std::thread::panicking() {
             return;
         }
+        // The daemon's own account and its whole debug log, while the guest runs.
+        if self.vm.alive() {
+            let (_, out) = self.vm.sh(
+                "export SANLOCK_RUN_DIR=/run/t/san\nsanlock client status -D\nsanlock client log_dump | tail -n 200",
+            );
+            let mut err = std::io::stderr();
+            let _ = std::io::Write::write_fmt(
+                &mut err,
+                format_args!("--- {} sanlock status and log_dump\n{out}\n", self.vm.name),
+            );
+        }
         for log in ["csi.log", "sanlock.log", "wdmd.log"] {
             let text = std::fs::read_to_string(self.vm.scratch().join(log)).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(60).collect();

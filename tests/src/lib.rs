@@ -414,7 +414,7 @@ pub fn device_mapper(test: &str) -> bool {
     }
     let msg = format!(
         "{test}: this kernel has no device-mapper with thin-pool (the VM stage runs it: \
-         tests/vm/run, README \"Tests on a real kernel\")"
+         tests/vm/run, docs/testing.md, \"Tests on a real kernel\")"
     );
     let required = ["LVMETA_VM", "LVMETA_REQUIRE_DM"]
         .iter()

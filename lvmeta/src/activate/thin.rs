@@ -1,6 +1,6 @@
 //! Thin pools on this host, planned (pure): what a kernel thin pool needs from the metadata
 //! (its `_tmeta` and `_tdata` devices, chunk size, features), the messages lvm2 queued in the
-//! pool for the kernel, and lvm2's rule for delivering them (reference section 7.2):
+//! pool for the kernel, and lvm2's rule for delivering them (lvm2's `lib/thin/thin.c`, `libdm/libdm-deptree.c`):
 //!
 //! * kernel transaction id K equal to the metadata's T: the queue was delivered already;
 //! * K + 1 == T: send the queue in order, then `set_transaction_id K T`;

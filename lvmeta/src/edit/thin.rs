@@ -1,5 +1,5 @@
 //! Thin provisioning edits: pools (with `_tdata`, `_tmeta` and the VG's `_pmspare`), thin LVs
-//! and thin snapshots, removal with lvm2's message queue (reference section 7).
+//! and thin snapshots, removal with lvm2's message queue (lvm2's `lib/metadata/thin_manip.c`).
 //!
 //! lvm2 queues each change for the kernel as a pool message and bumps the pool's
 //! `transaction_id` when the first message is queued; whoever activates the pool next

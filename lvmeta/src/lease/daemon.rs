@@ -2,7 +2,7 @@
 //! status` asks (`SM_CMD_STATUS`): whether it uses the watchdog, each lockspace's health and
 //! every lease held on this host, orphans included. libsanlock has no call for this.
 //!
-//! Wire format (sanlock 3.8, little-endian, x86_64 layout; reference: sanlock.md):
+//! Wire format (sanlock 3.8, little-endian, x86_64 layout; sanlock's `src/sanlock_sock.h`, `src/cmd.c`):
 //! - request: one 32-byte `sm_header` {magic 0x04282010, version 1, cmd 5, flags, length 32,
 //!   seq, data, data2};
 //! - reply: one `sm_header`, then records until the daemon closes the connection, each an

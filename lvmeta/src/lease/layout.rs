@@ -233,7 +233,7 @@ mod tests {
         let g = Geometry::for_sector(512);
         let ls = lockspace(&vg, &paths, 3, g).expect("lockspace");
         assert_eq!((ls.name.as_str(), ls.offset), ("lvm_vg", 1 << 20));
-        // Measured with lvmlockd (test-machine.md): VG lease at 66 MiB of lvmlock, first LV
+        // Measured with lvmlockd 2.03.16: VG lease at 66 MiB of lvmlock, first LV
         // lease at 67 MiB ("1.0.0:70254592").
         assert_eq!(
             vg_lease(&vg, &paths, g).expect("vg").offset,

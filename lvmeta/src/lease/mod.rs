@@ -1,5 +1,5 @@
 //! Leases that coordinate hosts sharing a VG, laid out exactly as lvmlockd lays them out with
-//! sanlock (reference: lvm2-format.md section 6), so that lvmeta hosts and stock lvmlockd hosts
+//! sanlock (lvm2's `daemons/lvmlockd/lvmlockd-sanlock.c`), so that lvmeta hosts and stock lvmlockd hosts
 //! exclude each other.
 //!
 //! [`layout`] is pure: lockspace and resource names, offsets inside the `lvmlock` LV and their

@@ -1,4 +1,4 @@
-//! sanlock's paxos lease area on disk (reference: sanlock.md A2), as far as lvmeta needs it:
+//! sanlock's paxos lease area on disk (sanlock's `src/leader.h`, `src/paxos_dblock.h`), as far as lvmeta needs it:
 //! recognising a lease that no host has ever acquired, and renaming it in place.
 //!
 //! `sanlock_write_resource` rewrites a lease's whole area (1 MiB, or 8 MiB with 4 KiB

@@ -1,11 +1,11 @@
 //! The verbs that change PVs and the VG namespace (`pvcreate`, `vgcreate`, `vgextend`, ...):
 //! lvm2's global lock (and lvmlockd's global lease), then labels and whole metadata areas.
 
-use super::update::describe;
+use super::write::describe;
 use super::{members, places, writable, Session};
 use crate::commit::{self, flush, io_err, write};
 use crate::edit::{self, EditError, NewPv, VgSpec};
-use crate::label::{PvLabel, PV_EXT_USED};
+
 use crate::layout::{self, PvOptions};
 use crate::lease;
 use crate::lockfile::{FileLock, Resource};
@@ -327,7 +327,7 @@ impl Session {
             commit::write_header(dev, &commit::empty_header(m.locn.offset, m.locn.size))?;
         }
         flush(dev)?;
-        commit::write_label(dev, &with_used(&p.label, false))?;
+        commit::write_label(dev, &p.label.with_used(false))?;
         flush(dev)
     }
 }
@@ -386,23 +386,4 @@ fn new_pv(p: &ScannedPv) -> NewPv {
             .and_then(|e| e.bootloader_areas.first())
             .map(|b| (b.offset, b.size)),
     }
-}
-
-/// `l` with `PV_EXT_USED` set or cleared (a PV joining or leaving a VG).
-pub(super) fn with_used(l: &PvLabel, used: bool) -> PvLabel {
-    let mut l = l.clone();
-    let ext = l
-        .extension
-        .get_or_insert_with(|| crate::label::PvExtension {
-            version: crate::label::PV_EXT_VERSION,
-            flags: 0,
-            bootloader_areas: Vec::new(),
-        });
-    ext.version = crate::label::PV_EXT_VERSION;
-    if used {
-        ext.flags |= PV_EXT_USED;
-    } else {
-        ext.flags &= !PV_EXT_USED;
-    }
-    l
 }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::group::{Outcome, Turn};
 use super::guard::{Guard, HeldLeases, VgHold};
+use super::write::describe;
 use super::{members, places, writable, Session};
 use crate::edit::{self, EditError};
 use crate::lease;
@@ -578,12 +579,4 @@ impl Drop for Leading<'_> {
             .groups
             .finish(self.vg, self.group.take(), &abandoned);
     }
-}
-
-/// The metadata's description of a change: `Write from lvmeta <verbs>.`, this host, now.
-pub(super) fn describe(vg: &mut Vg, verb: &str) {
-    let stamp = edit::Stamp::now();
-    vg.header.description = Some(format!("Write from lvmeta {verb}."));
-    vg.header.creation_host = Some(stamp.host);
-    vg.header.creation_time = i64::try_from(stamp.time).ok();
 }

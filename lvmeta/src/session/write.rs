@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use super::pv::with_used;
 use super::{Session, GENERATOR};
 use crate::commit::{self, Area, LabelWrite};
 use crate::mda::{self, MdaError, MdaHeader};
@@ -128,7 +127,7 @@ impl Session {
             if joins {
                 labels.push(LabelWrite {
                     dev,
-                    label: with_used(&p.label, true),
+                    label: p.label.with_used(true),
                 });
             }
             for (i, m) in p.mdas.iter().enumerate() {
@@ -229,4 +228,12 @@ impl Session {
         let p = self.published.lock().unwrap_or_else(|p| p.into_inner());
         std::sync::Weak::ptr_eq(&p.0, &Arc::downgrade(scan)) && p.1 == vg
     }
+}
+
+/// The metadata's description of a change: `Write from lvmeta <verbs>.`, this host, now.
+pub(super) fn describe(vg: &mut Vg, verb: &str) {
+    let stamp = crate::edit::Stamp::now();
+    vg.header.description = Some(format!("Write from lvmeta {verb}."));
+    vg.header.creation_host = Some(stamp.host);
+    vg.header.creation_time = i64::try_from(stamp.time).ok();
 }

@@ -3,7 +3,7 @@
 mod write;
 
 /// mimalloc: the model of a large VG is many small allocations that glibc's allocator
-/// serves (and returns to the kernel) more slowly; see README, "Parse + model build".
+/// serves (and returns to the kernel) more slowly; see docs/benchmarks.md, "Parse + model build".
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -1,4 +1,4 @@
-//! Privileged: README's demo, `csi-demo` (a binary of this crate), runs its whole scenario on this
+//! Privileged: the demo (README, "The demo"), `csi-demo` (a binary of this crate), runs its whole scenario on this
 //! machine (private sanlock daemon, loop-device LUN, CSI server, stock `lvs` judging) and
 //! leaves nothing behind: no loop device, mount or file, also when interrupted with Ctrl-C.
 
