@@ -7,32 +7,8 @@
 //! start. What is still missing is allocated by the same rule again. So sequential LVs fill
 //! the first PV, a hole that fits is reused, and an LV is split only when no area holds it.
 
-use crate::model::{Area, Vg};
-
-/// A run of free or allocated extents on one PV.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Extents {
-    /// Index of the PV in the VG.
-    pub pv: usize,
-    /// First PE.
-    pub pe: u32,
-    /// Number of PEs.
-    pub len: u32,
-}
-
-/// (PV, first PE, length) of each of `lv`'s areas on PVs, zero-length ones included.
-pub(crate) fn extents_of(lv: &crate::model::Lv) -> Vec<Extents> {
-    lv.segments
-        .iter()
-        .flat_map(|seg| {
-            let len = seg.area_len();
-            seg.kind.areas().iter().filter_map(move |a| match *a {
-                Area::Pv { pv, pe } => Some(Extents { pv, pe, len }),
-                Area::Lv { .. } => None,
-            })
-        })
-        .collect()
-}
+use crate::model::extents::PeRun;
+use crate::model::Vg;
 
 /// Allocation failures, with lvm2's wording.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,7 +47,7 @@ impl FreeMap {
         let free = vg
             .pvs
             .iter()
-            .zip(UsedMap::of_version(vg).used)
+            .zip(crate::edit::used_of_version(vg).into_runs())
             .map(|(pv, used)| {
                 if !pv.status.iter().any(|s| s == "ALLOCATABLE") || pv.is_marked_missing() {
                     return Vec::new();
@@ -108,11 +84,11 @@ impl FreeMap {
     }
 
     /// The largest free area of `pv` (lowest PE among equals).
-    fn largest(&self, pv: usize) -> Option<Extents> {
-        let mut best: Option<Extents> = None;
+    fn largest(&self, pv: usize) -> Option<PeRun> {
+        let mut best: Option<PeRun> = None;
         for &(pe, len) in &self.free[pv] {
             if best.is_none_or(|b| len > b.len) {
-                best = Some(Extents { pv, pe, len });
+                best = Some(PeRun { pv, pe, len });
             }
         }
         best
@@ -130,14 +106,14 @@ impl FreeMap {
     }
 
     /// Marks every piece used.
-    pub fn reserve(&mut self, pieces: &[Extents]) {
+    pub fn reserve(&mut self, pieces: &[PeRun]) {
         for e in pieces {
             self.take(*e);
         }
     }
 
     /// Marks `e` used.
-    fn take(&mut self, e: Extents) {
+    fn take(&mut self, e: PeRun) {
         let areas = &mut self.free[e.pv];
         if let Some(i) = areas
             .iter()
@@ -157,7 +133,7 @@ impl FreeMap {
 
     /// Allocates `stripes` parallel areas of `per_stripe` extents each on distinct PVs (one
     /// stripe is a linear LV), by lvm2's normal policy. Returns the pieces in LE order, each
-    /// one `Extents` per stripe. Nothing changes on failure.
+    /// one `PeRun` per stripe. Nothing changes on failure.
     pub fn allocate(
         &mut self,
         vg: &str,
@@ -165,7 +141,7 @@ impl FreeMap {
         stripes: u32,
         per_stripe: u32,
         allowed: Option<&[usize]>,
-    ) -> Result<Vec<Vec<Extents>>, AllocError> {
+    ) -> Result<Vec<Vec<PeRun>>, AllocError> {
         let needed = u64::from(stripes) * u64::from(per_stripe);
         let free = self.free_count(allowed);
         if needed > free {
@@ -180,7 +156,7 @@ impl FreeMap {
         let mut left = per_stripe;
         let n = stripes as usize;
         while left > 0 {
-            let mut cands: Vec<Extents> = Vec::new();
+            let mut cands: Vec<PeRun> = Vec::new();
             for pv in trial.pvs(allowed) {
                 if let Some(a) = trial.largest(pv) {
                     cands.push(a);
@@ -199,7 +175,7 @@ impl FreeMap {
             cands.sort_by_key(|c| std::cmp::Reverse(c.len));
             cands.truncate(n);
             let len = cands.iter().map(|c| c.len).min().unwrap_or(0).min(left);
-            let piece: Vec<Extents> = cands.iter().map(|c| Extents { len, ..*c }).collect();
+            let piece: Vec<PeRun> = cands.iter().map(|c| PeRun { len, ..*c }).collect();
             for e in &piece {
                 trial.take(*e);
             }
@@ -211,172 +187,12 @@ impl FreeMap {
     }
 }
 
-/// The allocated extents of every PV of a VG: sorted, merged runs (PE, length) per PV.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsedMap {
-    used: Vec<Vec<(u32, u32)>>,
-}
-
-impl UsedMap {
-    /// The extents the LVs of `vg` hold, on every PV (allocatable or not).
-    pub fn of(vg: &Vg) -> Self {
-        let mut used: Vec<Vec<(u32, u32)>> = vec![Vec::new(); vg.pvs.len()];
-        for lv in &vg.lvs {
-            for seg in &lv.segments {
-                for a in seg.kind.areas() {
-                    // A zero-length area holds nothing.
-                    if let (Area::Pv { pv, pe }, 1..) = (a, seg.area_len()) {
-                        if let Some(u) = used.get_mut(*pv) {
-                            u.push((*pe, seg.area_len()));
-                        }
-                    }
-                }
-            }
-        }
-        for runs in &mut used {
-            runs.sort_unstable();
-            let mut merged: Vec<(u32, u32)> = Vec::with_capacity(runs.len());
-            for &(pe, len) in runs.iter() {
-                match merged.last_mut() {
-                    Some((p, l)) if pe <= p.saturating_add(*l) => {
-                        *l = (*l).max(pe.saturating_add(len) - *p);
-                    }
-                    _ => merged.push((pe, len)),
-                }
-            }
-            *runs = merged;
-        }
-        Self { used }
-    }
-
-    /// [`UsedMap::of`], through the index of the version the running edit started from
-    /// when `vg` is a small change of it ([`crate::edit::in_group`]).
-    pub fn of_version(vg: &Vg) -> Self {
-        crate::edit::base()
-            .and_then(|b| b.used_of(vg))
-            .unwrap_or_else(|| Self::of(vg))
-    }
-
-    /// Marks `e` held and returns true when none of it was; false (nothing changed) when
-    /// some of it is held already.
-    pub fn take_free(&mut self, e: Extents) -> bool {
-        let Some(runs) = self.used.get_mut(e.pv) else {
-            return false;
-        };
-        let end = e.pe.saturating_add(e.len);
-        let i = runs.partition_point(|&(pe, _)| pe < end);
-        if i > 0 && runs[i - 1].0.saturating_add(runs[i - 1].1) > e.pe {
-            return false;
-        }
-        runs.insert(i, (e.pe, e.len));
-        true
-    }
-
-    /// Marks `e` held (merged with the runs it touches), whether or not some of it was.
-    pub fn take(&mut self, e: Extents) {
-        let Some(runs) = self.used.get_mut(e.pv).filter(|_| e.len > 0) else {
-            return;
-        };
-        let (mut start, mut end) = (e.pe, e.pe.saturating_add(e.len));
-        // The runs that overlap or touch [start, end): merged into one.
-        let first = runs.partition_point(|&(pe, len)| pe.saturating_add(len) < start);
-        let last = runs.partition_point(|&(pe, _)| pe <= end);
-        if first < last {
-            start = start.min(runs[first].0);
-            end = end.max(runs[last - 1].0.saturating_add(runs[last - 1].1));
-        }
-        runs.splice(first..last, [(start, end - start)]);
-    }
-
-    /// Marks `e` free (the runs it covers split or shortened).
-    pub fn release(&mut self, e: Extents) {
-        let Some(runs) = self.used.get_mut(e.pv) else {
-            return;
-        };
-        let (start, end) = (e.pe, e.pe.saturating_add(e.len));
-        let first = runs.partition_point(|&(pe, len)| pe.saturating_add(len) <= start);
-        let last = runs.partition_point(|&(pe, _)| pe < end);
-        if first >= last {
-            return;
-        }
-        let (lo, hi) = (
-            runs[first].0,
-            runs[last - 1].0.saturating_add(runs[last - 1].1),
-        );
-        let mut keep = Vec::with_capacity(2);
-        if lo < start {
-            keep.push((lo, start - lo));
-        }
-        if end < hi {
-            keep.push((end, hi - end));
-        }
-        runs.splice(first..last, keep);
-    }
-
-    /// Whether any of `e` is held.
-    pub fn overlaps(&self, e: Extents) -> bool {
-        let Some(runs) = self.used.get(e.pv) else {
-            return false;
-        };
-        let end = e.pe.saturating_add(e.len);
-        let i = runs.partition_point(|&(pe, len)| pe.saturating_add(len) <= e.pe);
-        runs.get(i).is_some_and(|&(pe, _)| pe < end)
-    }
-
-    /// The extents held here that `after` (the same VG after a change) no longer holds, in
-    /// PV and PE order.
-    pub fn freed_in(&self, after: &Vg) -> Vec<Extents> {
-        let now = UsedMap::of_version(after);
-        let mut out = Vec::new();
-        for (pv, runs) in self.used.iter().enumerate() {
-            let kept = now.used.get(pv).map_or(&[][..], Vec::as_slice);
-            for &(pe, len) in runs {
-                subtract(pv, pe, pe.saturating_add(len), kept, &mut out);
-            }
-        }
-        out
-    }
-}
-
-/// Pushes the parts of extents `[start, end)` of `pv` that no run of `kept` (sorted, merged)
-/// covers.
-fn subtract(pv: usize, start: u32, end: u32, kept: &[(u32, u32)], out: &mut Vec<Extents>) {
-    let mut at = start;
-    // The first run that could overlap: the last one starting at or before `start`.
-    let from = kept
-        .partition_point(|&(pe, _)| pe <= start)
-        .saturating_sub(1);
-    for &(pe, len) in &kept[from..] {
-        let run_end = pe.saturating_add(len);
-        if pe >= end {
-            break;
-        }
-        if run_end <= at {
-            continue;
-        }
-        if pe > at {
-            out.push(Extents {
-                pv,
-                pe: at,
-                len: pe - at,
-            });
-        }
-        at = at.max(run_end);
-    }
-    if at < end {
-        out.push(Extents {
-            pv,
-            pe: at,
-            len: end - at,
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::edit::{LvSpec, NewPv, Stamp, VgSpec};
-    use crate::model::{SegKind, Segment, Striped};
+    use crate::model::extents::UsedMap;
+    use crate::model::{Area, SegKind, Segment, Striped};
 
     /// A VG with PVs of the given PE counts (4 MiB extents) and no LVs.
     fn vg(pe_counts: &[u32]) -> Vg {
@@ -408,7 +224,7 @@ mod tests {
         }
     }
 
-    fn add(vg: &mut Vg, name: &str, pieces: &[Vec<Extents>]) {
+    fn add(vg: &mut Vg, name: &str, pieces: &[Vec<PeRun>]) {
         let mut segs = Vec::new();
         let mut le = 0;
         for p in pieces {
@@ -431,7 +247,7 @@ mod tests {
         vg.lvs.push(std::sync::Arc::new(lv));
     }
 
-    fn create(vg: &mut Vg, name: &str, n: u32) -> Vec<Vec<Extents>> {
+    fn create(vg: &mut Vg, name: &str, n: u32) -> Vec<Vec<PeRun>> {
         let p = FreeMap::of(vg)
             .allocate("vg", name, 1, n, None)
             .expect("fits");
@@ -439,8 +255,8 @@ mod tests {
         p
     }
 
-    fn at(pv: usize, pe: u32, len: u32) -> Vec<Extents> {
-        vec![Extents { pv, pe, len }]
+    fn at(pv: usize, pe: u32, len: u32) -> Vec<PeRun> {
+        vec![PeRun { pv, pe, len }]
     }
 
     #[test]
@@ -497,14 +313,14 @@ mod tests {
         let mut after = before.clone();
         after.lvs.retain(|l| l.name != "b");
         assert_eq!(
-            used.freed_in(&after),
+            used.freed_in(&UsedMap::of(&after)),
             vec![
-                Extents {
+                PeRun {
                     pv: 0,
                     pe: 10,
                     len: 5
                 },
-                Extents {
+                PeRun {
                     pv: 1,
                     pe: 0,
                     len: 20
@@ -514,26 +330,26 @@ mod tests {
         // A new LV over part of what was freed keeps that part.
         add(&mut after, "d", &[at(1, 5, 10)]);
         assert_eq!(
-            used.freed_in(&after),
+            used.freed_in(&UsedMap::of(&after)),
             vec![
-                Extents {
+                PeRun {
                     pv: 0,
                     pe: 10,
                     len: 5
                 },
-                Extents {
+                PeRun {
                     pv: 1,
                     pe: 0,
                     len: 5
                 },
-                Extents {
+                PeRun {
                     pv: 1,
                     pe: 15,
                     len: 5
                 }
             ]
         );
-        assert!(used.freed_in(&before).is_empty());
+        assert!(used.freed_in(&UsedMap::of(&before)).is_empty());
     }
 
     #[test]
@@ -553,12 +369,12 @@ mod tests {
         assert_eq!(
             p,
             vec![vec![
-                Extents {
+                PeRun {
                     pv: 0,
                     pe: 0,
                     len: 4
                 },
-                Extents {
+                PeRun {
                     pv: 1,
                     pe: 0,
                     len: 4

@@ -95,10 +95,10 @@ fn a_removal_holding_its_extents_takes_a_spare_slot_in_a_full_vg() {
     // unchanged.
     for i in 0..8 {
         let name = format!("l{i}");
-        let before = lvmeta::alloc::UsedMap::of_version(&v);
+        let before = lvmeta::edit::used_of_version(&v);
         let freed_slot = lease(&v, &name);
         let out = edit::lv::remove(v.clone(), &name, false).expect("remove");
-        let freed = before.freed_in(&out);
+        let freed = before.freed_in(&lvmeta::edit::used_of_version(&out));
         let spec = LvSpec::linear(&format!("w{i}"), 0, stamp());
         v = edit::lv::hold(out, &freed, &spec, &[freed_slot])
             .expect("hold")

@@ -126,12 +126,12 @@ fn check_and_resume(image: Vec<u8>, volume: &str, runs: &[Piece], byte: u8, at: 
         );
     } else {
         // Held: none of those extents is free.
-        let used = lvmeta::alloc::UsedMap::of(&vg);
+        let used = lvmeta::model::extents::UsedMap::of(&vg);
         let mut free = used.clone();
         for r in runs {
             let first = (r.offset - pe_start(&vg)) / extent(&vg);
             let n = r.len / extent(&vg);
-            let e = lvmeta::alloc::Extents {
+            let e = lvmeta::model::extents::PeRun {
                 pv: 0,
                 pe: u32::try_from(first).expect("pe"),
                 len: u32::try_from(n).expect("len"),

@@ -18,7 +18,6 @@ pub use request::{Posted, Request, MAX_AGE as REQUEST_MAX_AGE, REQUEST_TAG};
 pub use wipe::{is_wipe, WIPE_PREFIX, WIPE_TAG};
 
 use lvmeta::activate::Backend;
-use lvmeta::alloc::UsedMap;
 pub use lvmeta::edit::thin::PoolOptions;
 use lvmeta::edit::{self, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
 use lvmeta::model::{Lv, SegKind, Vg};
@@ -280,7 +279,7 @@ impl<'s> Volumes<'s> {
         if !self.erase {
             return removal(vg);
         }
-        let before = UsedMap::of_version(&vg);
+        let before = lvmeta::edit::used_of_version(&vg);
         // Slots freed by this change are marked unused after its commit: not reused in it.
         let leases = match vg.is_shared() {
             true => edit::slots::leases_in_use(&vg),

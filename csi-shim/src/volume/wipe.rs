@@ -14,8 +14,8 @@
 //! - a wipe LV is removed only after its erasure checked out, never activated by the driver.
 
 use super::{VolumeError, Volumes};
-use lvmeta::alloc::UsedMap;
 use lvmeta::edit::{self, EditError, LvSpec, Stamp};
+use lvmeta::model::extents::UsedMap;
 use lvmeta::model::Vg;
 use lvmeta::session::EraseWith;
 use lvmeta::uuid::Uuid;
@@ -36,7 +36,7 @@ pub(super) fn hold_freed(
     of: &str,
     stamp: Stamp,
 ) -> Result<Vg, EditError> {
-    let freed = before.freed_in(&vg);
+    let freed = before.freed_in(&lvmeta::edit::used_of_version(&vg));
     if freed.is_empty() {
         return Ok(vg);
     }

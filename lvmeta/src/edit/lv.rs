@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use super::slots::{assign_lease, SPARE_LEASE_SLOTS};
 use super::{finish, refused, EditError, Stamp};
-use crate::alloc::{Extents, FreeMap};
+use crate::alloc::FreeMap;
+use crate::model::extents::PeRun;
 use crate::model::{Area, Lv, SegKind, Segment, Striped, Vg, Word};
 use crate::uuid::Uuid;
 
@@ -175,7 +176,7 @@ pub(crate) fn new_lv(name: &str, spec: &LvSpec, visible: bool) -> Lv {
 
 /// Striped segments for allocated pieces, starting at LE `start`.
 pub(crate) fn segments_of(
-    pieces: &[Vec<Extents>],
+    pieces: &[Vec<PeRun>],
     mut start: u32,
     stripe_size: Option<u32>,
 ) -> Vec<Segment> {
@@ -273,7 +274,7 @@ pub fn create(vg: Vg, spec: &LvSpec) -> Result<(Vg, String), EditError> {
 /// Returns the changed VG and the LV's name.
 pub fn hold(
     vg: Vg,
-    pieces: &[Extents],
+    pieces: &[PeRun],
     spec: &LvSpec,
     avoid_leases: &[u64],
 ) -> Result<(Vg, String), EditError> {
@@ -285,7 +286,7 @@ pub fn hold(
     if pieces.is_empty() {
         return Err(refused(name, "no extents to hold"));
     }
-    let mut used = crate::alloc::UsedMap::of_version(&out);
+    let mut used = super::used_of_version(&out);
     for e in pieces {
         let on_pv = out
             .pvs
@@ -303,7 +304,7 @@ pub fn hold(
             ));
         }
     }
-    let linear: Vec<Vec<Extents>> = pieces.iter().map(|e| vec![*e]).collect();
+    let linear: Vec<Vec<PeRun>> = pieces.iter().map(|e| vec![*e]).collect();
     let mut lv = new_lv(&name, spec, true);
     lv.segments = segments_of(&linear, 0, None);
     out.lvs.push(Arc::new(lv));
@@ -336,11 +337,11 @@ pub(crate) fn grow(
         };
         // Where each stripe's last area ends: contiguous growth starts there.
         let area_len = last.area_len();
-        let ends: Option<Vec<Extents>> = st
+        let ends: Option<Vec<PeRun>> = st
             .areas
             .iter()
             .map(|a| match a {
-                Area::Pv { pv, pe } => Some(Extents {
+                Area::Pv { pv, pe } => Some(PeRun {
                     pv: *pv,
                     pe: pe + area_len,
                     len: 0,
@@ -361,7 +362,7 @@ pub(crate) fn grow(
             .unwrap_or(0)
             .min(per_stripe);
         if room > 0 {
-            let piece: Vec<Extents> = ends.iter().map(|e| Extents { len: room, ..*e }).collect();
+            let piece: Vec<PeRun> = ends.iter().map(|e| PeRun { len: room, ..*e }).collect();
             free.reserve(&piece);
             if let Some(seg) = Arc::make_mut(&mut vg.lvs[index]).segments.last_mut() {
                 seg.extent_count += room * stripes;

@@ -16,6 +16,7 @@ pub use vg::{NewPv, SharedVg, VgSpec};
 use crate::alloc::AllocError;
 use std::sync::Arc;
 
+use crate::model::extents::UsedMap;
 use crate::model::index::Indexed;
 use crate::model::{validate, ModelError, Vg};
 use crate::names::NameError;
@@ -140,7 +141,7 @@ pub struct Reserved {
     /// Lease offsets in `lvmlock`.
     pub leases: Vec<u64>,
     /// Extents on the PVs.
-    pub extents: Vec<crate::alloc::Extents>,
+    pub extents: Vec<crate::model::extents::PeRun>,
 }
 
 impl Reserved {
@@ -182,12 +183,15 @@ impl Reserved {
                     .filter(|(a, b)| a < b)
                     .collect();
             }
-            self.extents
-                .extend(pieces.into_iter().map(|(pe, end)| crate::alloc::Extents {
-                    pv,
-                    pe,
-                    len: end - pe,
-                }));
+            self.extents.extend(
+                pieces
+                    .into_iter()
+                    .map(|(pe, end)| crate::model::extents::PeRun {
+                        pv,
+                        pe,
+                        len: end - pe,
+                    }),
+            );
         }
     }
 }
@@ -219,6 +223,14 @@ pub(crate) fn reserved<T>(f: impl FnOnce(&Reserved) -> T) -> T {
 /// The version this thread's edit started from, with its index, if it runs in a group.
 pub(crate) fn base() -> Option<Arc<Indexed>> {
     GROUP.with(|g| g.borrow().base.clone())
+}
+
+/// [`UsedMap::of`], through the index of the version the running edit started from when
+/// `vg` is a small change of it ([`in_group`]).
+pub fn used_of_version(vg: &Vg) -> UsedMap {
+    base()
+        .and_then(|b| b.used_of(vg))
+        .unwrap_or_else(|| UsedMap::of(vg))
 }
 
 /// Whether `vg` certainly has no LV named `name`, known through the index of the version

@@ -15,7 +15,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use super::{Lv, SegKind, Vg};
-use crate::alloc::{extents_of, Extents, UsedMap};
+use crate::model::extents::{extents_of, PeRun, UsedMap};
 
 /// Below this many LVs a change is looked at the plain way. Debug builds (the tests) take
 /// the indexed way at every size but the empty VG, and check it against the full checks.
@@ -178,8 +178,8 @@ enum Field {
 pub struct IndexChange {
     counts: Vec<(Field, u64, bool)>,
     spares: i64,
-    released: Vec<Extents>,
-    taken: Vec<Extents>,
+    released: Vec<PeRun>,
+    taken: Vec<PeRun>,
     /// LVs added less LVs removed.
     lvs: isize,
 }
@@ -318,7 +318,7 @@ impl VgIndex {
         for e in d.removed.iter().flat_map(|l| extents_of(l)) {
             used.release(e);
         }
-        let mine: Vec<Extents> = d.placed.iter().flat_map(|(_, l)| extents_of(l)).collect();
+        let mine: Vec<PeRun> = d.placed.iter().flat_map(|(_, l)| extents_of(l)).collect();
         // Overlaps among the changed LVs are the caller's pairwise check.
         !mine.iter().any(|e| used.overlaps(*e))
     }
@@ -742,7 +742,7 @@ mod tests {
     /// Runs taken and released keep the map as [`UsedMap::of`] builds it.
     #[test]
     fn used_runs_merge_and_split() {
-        let e = |pe, len| Extents { pv: 0, pe, len };
+        let e = |pe, len| PeRun { pv: 0, pe, len };
         let mut v = vg();
         for i in 0..4 {
             v = edit::lv::create(v, &LvSpec::linear(&format!("l{i}"), 3, stamp()))

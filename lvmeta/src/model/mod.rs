@@ -4,6 +4,7 @@
 //! references to other LVs are then checked); export follows `export.c`, field by field, so
 //! what lvmeta writes looks like what lvm2 writes.
 
+pub mod extents;
 mod flags;
 pub mod index;
 mod read;

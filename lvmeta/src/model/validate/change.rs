@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{check_lv, check_lv_names, check_read, check_write, err, is_spare, lease_of, lv_path};
-use crate::alloc::{extents_of, Extents};
+use crate::model::extents::{extents_of, PeRun};
 use crate::model::index::{diff, VgIndex};
 use crate::model::{Area, Lv, ModelError, SegKind, Vg};
 
@@ -153,7 +153,7 @@ struct Held<'v> {
     /// A thin LV's pool and device id.
     thin: Option<(&'v str, u32)>,
     /// Its areas on PVs.
-    extents: Vec<Extents>,
+    extents: Vec<PeRun>,
 }
 
 impl<'v> Mine<'v> {
