@@ -99,8 +99,8 @@ fn thin_10k(c: &mut Criterion) {
         discards: "passdown".into(),
         zero: true,
     };
-    s.update("vg", "lvcreate", |v| {
-        edit::thin::create_pool(v, &pool).map(|x| x.0)
+    s.update("vg", "lvcreate", |v, ctx| {
+        edit::thin::create_pool(v, ctx, &pool).map(|x| x.0)
     })
     .expect("pool");
     let thin = |name: String| ThinSpec {
@@ -113,8 +113,8 @@ fn thin_10k(c: &mut Criterion) {
         stamp: lvmeta_tests::bench_stamp(),
     };
     let specs: Vec<ThinSpec> = (0..10_000).map(|i| thin(format!("pvc-{i:06}"))).collect();
-    s.update("vg", "lvcreate", |v| {
-        edit::thin::create_thins(v, &specs).map(|x| x.0)
+    s.update("vg", "lvcreate", |v, ctx| {
+        edit::thin::create_thins(v, ctx, &specs).map(|x| x.0)
     })
     .expect("10,000 thin LVs");
     let n = AtomicUsize::new(0);
@@ -123,8 +123,8 @@ fn thin_10k(c: &mut Criterion) {
     g.bench_function("lvmeta-create", |b| {
         b.iter(|| {
             let name = format!("new-{}", n.fetch_add(1, Ordering::Relaxed));
-            s.update("vg", "lvcreate", |v| {
-                edit::thin::create_thin(v, &thin(name)).map(|x| x.0)
+            s.update("vg", "lvcreate", |v, ctx| {
+                edit::thin::create_thin(v, ctx, &thin(name)).map(|x| x.0)
             })
             .expect("create");
         })

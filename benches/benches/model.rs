@@ -22,7 +22,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use lvmeta::edit::{self, LvSpec, NewPv, PoolSpec, ThinSpec, VgSpec};
+use lvmeta::edit::{self, EditCtx, LvSpec, NewPv, PoolSpec, ThinSpec, VgSpec};
 use lvmeta::model::index::{Indexed, VgIndex};
 use lvmeta::model::{validate, Area, Vg};
 use lvmeta::text::Style;
@@ -54,9 +54,11 @@ fn thin(name: &str, pool: String) -> ThinSpec {
 }
 
 /// Creates thin volume `name` as CreateVolume does.
-fn create(vg: Vg, name: &str) -> Vg {
-    let (vg, p) = edit::thin::create_pool(vg, &pool(name)).expect("pool");
-    edit::thin::create_thin(vg, &thin(name, p)).expect("thin").0
+fn create(vg: Vg, ctx: &EditCtx, name: &str) -> Vg {
+    let (vg, p) = edit::thin::create_pool(vg, ctx, &pool(name)).expect("pool");
+    edit::thin::create_thin(vg, ctx, &thin(name, p))
+        .expect("thin")
+        .0
 }
 
 fn name(i: usize) -> String {
@@ -81,7 +83,7 @@ fn kubesan_vg() -> Vg {
         shared: None,
     };
     let vg = edit::vg::create(&spec, &[pv], &lvmeta_tests::bench_stamp()).expect("vg");
-    let mut vg = create(vg, &name(0));
+    let mut vg = create(vg, &EditCtx::default(), &name(0));
     let template: Vec<_> = vg.lvs.iter().map(|l| (**l).clone()).collect();
     let first = name(0);
     // Extents the first volume's LVs (but the pool metadata spare) use.
@@ -118,7 +120,7 @@ fn kubesan_vg() -> Vg {
             vg.lvs.push(Arc::new(lv));
         }
     }
-    edit::finish(&mut vg).expect("a valid VG");
+    edit::finish(&mut vg, &EditCtx::default()).expect("a valid VG");
     vg
 }
 
@@ -152,26 +154,24 @@ fn model(c: &mut Criterion) {
     g.bench_function("create-thin-volume", |b| {
         b.iter(|| {
             n += 1;
-            create(vg.clone(), &format!("new-{n}"))
+            create(vg.clone(), &EditCtx::default(), &format!("new-{n}"))
         })
     });
     g.bench_function("create-thin-volume-checked-once", |b| {
         b.iter(|| {
             n += 1;
-            let group = edit::Group {
-                reserved: Default::default(),
-                base: Some(base.clone()),
-            };
-            let out = edit::in_group(group, || create(base.vg().clone(), &format!("new-{n}")));
+            let ctx = EditCtx::in_group(base.clone(), Default::default());
+            let out = create(base.vg().clone(), &ctx, &format!("new-{n}"));
             validate::check_change(base.vg(), &out, Some(base.index())).expect("checks");
             out
         })
     });
     let victim = name(VOLUMES / 2);
     g.bench_function("remove-thin-volume", |b| {
+        let ctx = &EditCtx::default();
         b.iter(|| {
-            let v = edit::lv::remove(vg.clone(), &victim, false).expect("thin");
-            edit::lv::remove(v, &format!("{victim}-pool"), false).expect("pool")
+            let v = edit::lv::remove(vg.clone(), ctx, &victim, false).expect("thin");
+            edit::lv::remove(v, ctx, &format!("{victim}-pool"), false).expect("pool")
         })
     });
     g.bench_function("validate", |b| {
@@ -193,7 +193,7 @@ fn model(c: &mut Criterion) {
     );
     // Two versions a change apart, printed in turn: each print finds the other's LVs cached
     // but for the four the change made.
-    let changed = create(vg.clone(), "changed");
+    let changed = create(vg.clone(), &EditCtx::default(), "changed");
     let mut cache = lvmeta::model::TextCache::aligned(4096, 1024);
     let mut turn = false;
     g.bench_function("print-cached", |b| {

@@ -69,13 +69,13 @@ fn fill(s: &Session, vg: &str, mode: Mode, count: usize) {
         let batch: Vec<String> = (done..count.min(done + FILL_BATCH))
             .map(|i| pvc(0xf111, i))
             .collect();
-        s.update(vg, "lvcreate", |mut v| {
+        s.update(vg, "lvcreate", |mut v, ctx| {
             for name in &batch {
                 v = match mode {
                     Mode::Linear => {
                         let mut spec = LvSpec::linear(name, 1, stamp.clone());
                         spec.tags = tags.clone();
-                        edit::lv::create(v, &spec)?.0
+                        edit::lv::create(v, ctx, &spec)?.0
                     }
                     Mode::Thin => {
                         let pool = PoolSpec {
@@ -85,7 +85,7 @@ fn fill(s: &Session, vg: &str, mode: Mode, count: usize) {
                             discards: "passdown".into(),
                             zero: true,
                         };
-                        let (v, pool) = edit::thin::create_pool(v, &pool)?;
+                        let (v, pool) = edit::thin::create_pool(v, ctx, &pool)?;
                         let thin = ThinSpec {
                             name: Some(name.clone()),
                             pool,
@@ -95,7 +95,7 @@ fn fill(s: &Session, vg: &str, mode: Mode, count: usize) {
                             activation_skip: Some(false),
                             stamp: stamp.clone(),
                         };
-                        edit::thin::create_thin(v, &thin)?.0
+                        edit::thin::create_thin(v, ctx, &thin)?.0
                     }
                 };
             }

@@ -561,13 +561,13 @@ async fn volume_condition_shows_an_unfinished_copy() {
     let s = lvmeta::session::Session::new(vec![
         Box::new(d.lun.clone()) as Box<dyn lvmeta::dev::BlockDevice>
     ]);
-    s.update("vg", "lvcreate", |vg| {
+    s.update("vg", "lvcreate", |vg, ctx| {
         let mut spec = lvmeta::edit::LvSpec::linear("pvc-half", 1, lvmeta::edit::Stamp::now());
         spec.tags = vec![
             "lvmeta.csi/mode=linear".into(),
             format!("{}pvc-src", csi_shim::volume::CLONE_PENDING_TAG),
         ];
-        lvmeta::edit::lv::create(vg, &spec)
+        lvmeta::edit::lv::create(vg, ctx, &spec)
     })
     .expect("half-made clone");
     let c = &mut d.controller;

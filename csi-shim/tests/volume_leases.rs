@@ -120,7 +120,7 @@ fn a_pool_held_by_a_node_is_changed_through_a_request() {
     let old = Request::DeleteSnapshot {
         name: "snap2".into(),
     };
-    s.update("vg", "lvchange --addtag", |mut v| {
+    s.update("vg", "lvchange --addtag", |mut v, _| {
         if let Some(l) = v.lv_mut("src-pool") {
             l.tags.push(old.tag_at(1_000_000_000));
         }

@@ -7,7 +7,7 @@
 //! start. What is still missing is allocated by the same rule again. So sequential LVs fill
 //! the first PV, a hole that fits is reused, and an LV is split only when no area holds it.
 
-use crate::model::extents::PeRun;
+use crate::model::extents::{PeRun, UsedMap};
 use crate::model::Vg;
 
 /// Allocation failures, with lvm2's wording.
@@ -42,19 +42,20 @@ pub struct FreeMap {
 }
 
 impl FreeMap {
-    /// The free areas of `vg` (PVs marked not allocatable have none).
-    pub fn of(vg: &Vg) -> Self {
+    /// The free areas of `vg` whose held extents are `used` (PVs marked not allocatable have
+    /// none), without the `reserved` ones.
+    pub fn of(vg: &Vg, used: &UsedMap, reserved: &[PeRun]) -> Self {
         let free = vg
             .pvs
             .iter()
-            .zip(crate::edit::used_of_version(vg).into_runs())
+            .zip(used.runs())
             .map(|(pv, used)| {
                 if !pv.status.iter().any(|s| s == "ALLOCATABLE") || pv.is_marked_missing() {
                     return Vec::new();
                 }
                 let mut out = Vec::new();
                 let mut next = 0u32;
-                for (pe, len) in used {
+                for &(pe, len) in used {
                     if pe > next {
                         out.push((next, pe - next));
                     }
@@ -67,8 +68,8 @@ impl FreeMap {
             })
             .collect();
         let mut map = Self { free };
-        // Extents an earlier change of the group freed are still their old owners' on disk.
-        crate::edit::reserved(|r| map.reserve(&r.extents));
+        // Extents an earlier change of a group freed are still their old owners' on disk.
+        map.reserve(reserved);
         map
     }
 
@@ -191,7 +192,6 @@ impl FreeMap {
 mod tests {
     use super::*;
     use crate::edit::{LvSpec, NewPv, Stamp, VgSpec};
-    use crate::model::extents::UsedMap;
     use crate::model::{Area, SegKind, Segment, Striped};
 
     /// A VG with PVs of the given PE counts (4 MiB extents) and no LVs.
@@ -215,6 +215,10 @@ mod tests {
             shared: None,
         };
         crate::edit::vg::create(&spec, &pvs, &stamp()).expect("valid")
+    }
+
+    fn free(vg: &Vg) -> FreeMap {
+        FreeMap::of(vg, &UsedMap::of(vg), &[])
     }
 
     fn stamp() -> Stamp {
@@ -248,9 +252,7 @@ mod tests {
     }
 
     fn create(vg: &mut Vg, name: &str, n: u32) -> Vec<Vec<PeRun>> {
-        let p = FreeMap::of(vg)
-            .allocate("vg", name, 1, n, None)
-            .expect("fits");
+        let p = free(vg).allocate("vg", name, 1, n, None).expect("fits");
         add(vg, name, &p);
         p
     }
@@ -289,7 +291,7 @@ mod tests {
             .retain(|l| !["x", "y", "z"].contains(&l.name.as_str()));
         assert_eq!(create(&mut v, "t3", 3), vec![at(0, 5, 3)]);
         assert_eq!(create(&mut v, "t2", 2), vec![at(0, 12, 2)]);
-        let err = FreeMap::of(&v).allocate("vg", "big", 1, 20, None);
+        let err = free(&v).allocate("vg", "big", 1, 20, None);
         assert_eq!(
             err,
             Err(AllocError::NoSpace {
@@ -357,15 +359,13 @@ mod tests {
         let mut v = vg(&[15, 15]);
         v.pvs[0].flags.push(crate::model::word("MISSING"));
         assert_eq!(create(&mut v, "l1", 5), vec![at(1, 0, 5)]);
-        assert_eq!(FreeMap::of(&v).free_count(None), 10);
+        assert_eq!(free(&v).free_count(None), 10);
     }
 
     #[test]
     fn stripes_need_distinct_pvs() {
         let mut v = vg(&[10, 10]);
-        let p = FreeMap::of(&v)
-            .allocate("vg", "s", 2, 4, None)
-            .expect("fits");
+        let p = free(&v).allocate("vg", "s", 2, 4, None).expect("fits");
         assert_eq!(
             p,
             vec![vec![
@@ -385,16 +385,14 @@ mod tests {
         create(&mut v, "fill", 6);
         // 6 free extents, all on PV 1: two stripes cannot be placed.
         assert!(matches!(
-            FreeMap::of(&v).allocate("vg", "s2", 2, 1, None),
+            free(&v).allocate("vg", "s2", 2, 1, None),
             Err(AllocError::Unsuitable { .. })
         ));
         // A PV list is honoured.
-        let p = FreeMap::of(&v)
+        let p = free(&v)
             .allocate("vg", "only1", 1, 2, Some(&[1]))
             .expect("fits");
         assert_eq!(p, vec![at(1, 4, 2)]);
-        assert!(FreeMap::of(&v)
-            .allocate("vg", "only0", 1, 1, Some(&[0]))
-            .is_err());
+        assert!(free(&v).allocate("vg", "only0", 1, 1, Some(&[0])).is_err());
     }
 }

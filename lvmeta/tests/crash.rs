@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use lvmeta::dev::{BlockDevice, Fault, FaultyDevice, MemDevice};
-use lvmeta::edit::{self, LvChange, LvSpec, PoolSpec, Stamp, ThinSpec, VgSpec};
+use lvmeta::edit::{self, EditCtx, LvChange, LvSpec, PoolSpec, Stamp, ThinSpec, VgSpec};
 use lvmeta::layout::PvOptions;
 use lvmeta::model::Vg;
 use lvmeta::session::Session;
@@ -106,21 +106,23 @@ fn base(c: &Config, bare: bool) -> Vec<Vec<u8>> {
         s.vgcreate(&spec, &refs).expect("vgcreate");
         for i in 0..12 {
             let name = format!("churn{i}");
-            s.update("vg", "lvcreate", |v| {
-                edit::lv::create(v, &LvSpec::linear(&name, 1, stamp())).map(|x| x.0)
+            s.update("vg", "lvcreate", |v, ctx| {
+                edit::lv::create(v, ctx, &LvSpec::linear(&name, 1, stamp())).map(|x| x.0)
             })
             .expect("lvcreate");
             if i % 3 != 0 {
-                s.update("vg", "lvremove", |v| edit::lv::remove(v, &name, false))
-                    .expect("lvremove");
+                s.update("vg", "lvremove", |v, ctx| {
+                    edit::lv::remove(v, ctx, &name, false)
+                })
+                .expect("lvremove");
             }
         }
-        s.update("vg", "lvcreate", |v| {
-            edit::thin::create_pool(v, &pool_spec("pool")).map(|x| x.0)
+        s.update("vg", "lvcreate", |v, ctx| {
+            edit::thin::create_pool(v, ctx, &pool_spec("pool")).map(|x| x.0)
         })
         .expect("pool");
-        s.update("vg", "lvcreate", |v| {
-            edit::thin::create_thin(v, &thin_spec("thin1", None)).map(|x| x.0)
+        s.update("vg", "lvcreate", |v, ctx| {
+            edit::thin::create_thin(v, ctx, &thin_spec("thin1", None)).map(|x| x.0)
         })
         .expect("thin");
     }
@@ -151,7 +153,10 @@ fn thin_spec(name: &str, origin: Option<&str>) -> ThinSpec {
 
 type Verb = fn(&Session) -> Result<(), Error>;
 
-fn upd(s: &Session, f: impl FnOnce(Vg) -> Result<Vg, edit::EditError>) -> Result<(), Error> {
+fn upd(
+    s: &Session,
+    f: impl FnOnce(Vg, &EditCtx) -> Result<Vg, edit::EditError>,
+) -> Result<(), Error> {
     s.update("vg", "test", f).map(|_| ())
 }
 
@@ -173,39 +178,41 @@ fn verbs() -> Vec<(&'static str, bool, Verb)> {
             s.pvcreate("pv0", &PvOptions::default(), true).map(|_| ())
         }),
         ("lvcreate-linear", false, |s| {
-            upd(s, |v| {
-                edit::lv::create(v, &LvSpec::linear("new", 3, stamp())).map(|x| x.0)
+            upd(s, |v, ctx| {
+                edit::lv::create(v, ctx, &LvSpec::linear("new", 3, stamp())).map(|x| x.0)
             })
         }),
         ("lvcreate-thin-pool", false, |s| {
-            upd(s, |v| {
-                edit::thin::create_pool(v, &pool_spec("pool2")).map(|x| x.0)
+            upd(s, |v, ctx| {
+                edit::thin::create_pool(v, ctx, &pool_spec("pool2")).map(|x| x.0)
             })
         }),
         ("lvcreate-thin", false, |s| {
-            upd(s, |v| {
-                edit::thin::create_thin(v, &thin_spec("thin2", None)).map(|x| x.0)
+            upd(s, |v, ctx| {
+                edit::thin::create_thin(v, ctx, &thin_spec("thin2", None)).map(|x| x.0)
             })
         }),
         ("lvcreate-snapshot", false, |s| {
-            upd(s, |v| {
-                edit::thin::create_thin(v, &thin_spec("snap", Some("thin1"))).map(|x| x.0)
+            upd(s, |v, ctx| {
+                edit::thin::create_thin(v, ctx, &thin_spec("snap", Some("thin1"))).map(|x| x.0)
             })
         }),
         ("lvremove", false, |s| {
-            upd(s, |v| edit::lv::remove(v, "churn0", false))
+            upd(s, |v, ctx| edit::lv::remove(v, ctx, "churn0", false))
         }),
         ("lvremove-thin", false, |s| {
-            upd(s, |v| edit::lv::remove(v, "thin1", false))
+            upd(s, |v, ctx| edit::lv::remove(v, ctx, "thin1", false))
         }),
         ("lvremove-pool", false, |s| {
-            upd(s, |v| edit::lv::remove(v, "pool", true))
+            upd(s, |v, ctx| edit::lv::remove(v, ctx, "pool", true))
         }),
         ("lvextend", false, |s| {
-            upd(s, |v| edit::lv::resize(v, "churn3", 4, None, false))
+            upd(s, |v, ctx| {
+                edit::lv::resize(v, ctx, "churn3", 4, None, false)
+            })
         }),
         ("lvrename", false, |s| {
-            upd(s, |v| edit::lv::rename(v, "churn3", "renamed"))
+            upd(s, |v, ctx| edit::lv::rename(v, ctx, "churn3", "renamed"))
         }),
         ("lvchange", false, |s| {
             let c = LvChange {
@@ -213,10 +220,12 @@ fn verbs() -> Vec<(&'static str, bool, Verb)> {
                 activation_skip: Some(true),
                 ..LvChange::default()
             };
-            upd(s, |v| edit::lv::change(v, "churn6", &c))
+            upd(s, |v, ctx| edit::lv::change(v, ctx, "churn6", &c))
         }),
         ("vgchange", false, |s| {
-            upd(s, |v| edit::vg::change_tags(v, &["kube".into()], &[]))
+            upd(s, |v, ctx| {
+                edit::vg::change_tags(v, ctx, &["kube".into()], &[])
+            })
         }),
         ("vgremove", false, |s| s.vgremove("vg", true)),
     ]
@@ -414,8 +423,8 @@ fn a_torn_header_is_detected_not_misread() {
     let c = &configs()[0];
     let before = base(c, false);
     let verb: Verb = |s| {
-        upd(s, |v| {
-            edit::lv::create(v, &LvSpec::linear("new", 1, stamp())).map(|x| x.0)
+        upd(s, |v, ctx| {
+            edit::lv::create(v, ctx, &LvSpec::linear("new", 1, stamp())).map(|x| x.0)
         })
     };
     let sizes = write_sizes(&before, verb);

@@ -51,28 +51,33 @@ fn lease(vg: &Vg, lv: &str) -> u64 {
 
 #[test]
 fn leases_take_the_first_free_slot_and_lvmlock_grows_when_full() {
+    let ctx = &lvmeta::edit::EditCtx::default();
     let mut v = vg(2, true);
     assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(64));
     assert!(v.lv("lvmlock").is_some_and(|l| !l.is_visible()));
     // 189 slots fit in 256 MiB (67..=255); a creation leaves eight of them spare.
     for i in 0..181 {
-        v = edit::lv::create(v.clone(), &LvSpec::linear(&format!("l{i}"), 1, stamp()))
-            .expect("create")
-            .0;
+        v = edit::lv::create(
+            v.clone(),
+            ctx,
+            &LvSpec::linear(&format!("l{i}"), 1, stamp()),
+        )
+        .expect("create")
+        .0;
     }
     assert_eq!(edit::slots::SPARE_LEASE_SLOTS, 8);
     assert_eq!(lease(&v, "l0"), 67 << 20);
     assert_eq!(lease(&v, "l180"), 247 << 20);
     assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(64));
     // Only eight left: lvmlock grows by 256 MiB, as lvm2 extends it when full.
-    v = edit::lv::create(v.clone(), &LvSpec::linear("more", 1, stamp()))
+    v = edit::lv::create(v.clone(), ctx, &LvSpec::linear("more", 1, stamp()))
         .expect("create")
         .0;
     assert_eq!(v.lv("lvmlock").map(|l| l.extents()), Some(128));
     assert_eq!(lease(&v, "more"), 248 << 20);
     // A freed slot is reused first.
-    v = edit::lv::remove(v.clone(), "l5", false).expect("remove");
-    v = edit::lv::create(v.clone(), &LvSpec::linear("again", 1, stamp()))
+    v = edit::lv::remove(v.clone(), ctx, "l5", false).expect("remove");
+    v = edit::lv::create(v.clone(), ctx, &LvSpec::linear("again", 1, stamp()))
         .expect("create")
         .0;
     assert_eq!(lease(&v, "again"), (67 + 5) << 20);
@@ -80,14 +85,19 @@ fn leases_take_the_first_free_slot_and_lvmlock_grows_when_full() {
 
 #[test]
 fn a_removal_holding_its_extents_takes_a_spare_slot_in_a_full_vg() {
+    let ctx = &lvmeta::edit::EditCtx::default();
     // 1 GiB: 64 extents for lvmlock, too few left for it to grow after 181 LVs.
     let mut v = vg(1, true);
     for i in 0..181 {
-        v = edit::lv::create(v.clone(), &LvSpec::linear(&format!("l{i}"), 1, stamp()))
-            .expect("create")
-            .0;
+        v = edit::lv::create(
+            v.clone(),
+            ctx,
+            &LvSpec::linear(&format!("l{i}"), 1, stamp()),
+        )
+        .expect("create")
+        .0;
     }
-    let e = edit::lv::create(v.clone(), &LvSpec::linear("more", 1, stamp()))
+    let e = edit::lv::create(v.clone(), ctx, &LvSpec::linear("more", 1, stamp()))
         .expect_err("lvmlock cannot grow");
     assert!(e.to_string().contains("free space"), "{e}");
     // Each removal gives its extents to a holding LV: the freed slot is avoided (still the
@@ -95,12 +105,12 @@ fn a_removal_holding_its_extents_takes_a_spare_slot_in_a_full_vg() {
     // unchanged.
     for i in 0..8 {
         let name = format!("l{i}");
-        let before = lvmeta::edit::used_of_version(&v);
+        let before = ctx.used(&v);
         let freed_slot = lease(&v, &name);
-        let out = edit::lv::remove(v.clone(), &name, false).expect("remove");
-        let freed = before.freed_in(&lvmeta::edit::used_of_version(&out));
+        let out = edit::lv::remove(v.clone(), ctx, &name, false).expect("remove");
+        let freed = before.freed_in(&ctx.used(&out));
         let spec = LvSpec::linear(&format!("w{i}"), 0, stamp());
-        v = edit::lv::hold(out, &freed, &spec, &[freed_slot])
+        v = edit::lv::hold(out, ctx, &freed, &spec, &[freed_slot])
             .expect("hold")
             .0;
         let taken = lease(&v, &format!("w{i}"));
@@ -119,6 +129,7 @@ fn a_removal_holding_its_extents_takes_a_spare_slot_in_a_full_vg() {
 
 #[test]
 fn thin_ids_and_transactions_follow_lvm2() {
+    let ctx = &lvmeta::edit::EditCtx::default();
     let v = vg(1, false);
     let pool = PoolSpec {
         data: LvSpec::linear("pool", 10, stamp()),
@@ -127,7 +138,7 @@ fn thin_ids_and_transactions_follow_lvm2() {
         discards: "passdown".into(),
         zero: true,
     };
-    let (v, _) = edit::thin::create_pool(v.clone(), &pool).expect("pool");
+    let (v, _) = edit::thin::create_pool(v.clone(), ctx, &pool).expect("pool");
     for sub in ["pool_tdata", "pool_tmeta", "lvol0_pmspare"] {
         assert!(v.lv(sub).is_some_and(|l| !l.is_visible()), "{sub}");
     }
@@ -140,9 +151,9 @@ fn thin_ids_and_transactions_follow_lvm2() {
         activation_skip: None,
         stamp: stamp(),
     };
-    let (v, _) = edit::thin::create_thin(v.clone(), &thin("a", None)).expect("a");
-    let (v, _) = edit::thin::create_thin(v.clone(), &thin("b", None)).expect("b");
-    let (v, _) = edit::thin::create_thin(v.clone(), &thin("snap", Some("a"))).expect("snap");
+    let (v, _) = edit::thin::create_thin(v.clone(), ctx, &thin("a", None)).expect("a");
+    let (v, _) = edit::thin::create_thin(v.clone(), ctx, &thin("b", None)).expect("b");
+    let (v, _) = edit::thin::create_thin(v.clone(), ctx, &thin("snap", Some("a"))).expect("snap");
     let seg = |v: &Vg, n: &str| v.lv(n).expect(n).segments[0].kind.clone();
     let SegKind::ThinPool(p) = seg(&v, "pool") else {
         panic!("pool")
@@ -156,17 +167,17 @@ fn thin_ids_and_transactions_follow_lvm2() {
     assert_eq!((s.device_id, s.origin.as_deref()), (3, Some("a")));
     assert!(v.lv("snap").is_some_and(|l| l.has_flag("ACTIVATION_SKIP")));
     // Removing a thin LV whose create is still queued drops the message.
-    let v = edit::lv::remove(v.clone(), "b", false).expect("remove b");
+    let v = edit::lv::remove(v.clone(), ctx, "b", false).expect("remove b");
     let SegKind::ThinPool(p) = seg(&v, "pool") else {
         panic!("pool")
     };
     assert!(!p.messages.contains(&ThinMessage::Create("b".into())));
     // The pool goes with its thin LVs only when forced; the spare goes with the last pool.
     assert!(matches!(
-        edit::lv::remove(v.clone(), "pool", false),
+        edit::lv::remove(v.clone(), ctx, "pool", false),
         Err(EditError::Refused { .. })
     ));
-    let v = edit::lv::remove(v.clone(), "pool", true).expect("remove pool");
+    let v = edit::lv::remove(v.clone(), ctx, "pool", true).expect("remove pool");
     assert!(
         v.lvs.is_empty(),
         "{:?}",
@@ -176,9 +187,10 @@ fn thin_ids_and_transactions_follow_lvm2() {
 
 #[test]
 fn refusals_name_the_problem() {
+    let ctx = &lvmeta::edit::EditCtx::default();
     let v = vg(1, false);
-    let e =
-        edit::lv::create(v.clone(), &LvSpec::linear("big", 1000, stamp())).expect_err("too big");
+    let e = edit::lv::create(v.clone(), ctx, &LvSpec::linear("big", 1000, stamp()))
+        .expect_err("too big");
     assert_eq!(
         e.to_string(),
         "Volume group \"vg\" has insufficient free space (255 extents): 1000 required."
@@ -186,24 +198,24 @@ fn refusals_name_the_problem() {
     for bad in ["snapshot0", "x_tmeta", "a b", "lvmlock"] {
         assert!(
             matches!(
-                edit::lv::create(v.clone(), &LvSpec::linear(bad, 1, stamp())),
+                edit::lv::create(v.clone(), ctx, &LvSpec::linear(bad, 1, stamp())),
                 Err(EditError::Name(_))
             ),
             "{bad}"
         );
     }
-    let (v, _) = edit::lv::create(v.clone(), &LvSpec::linear("one", 1, stamp())).expect("one");
+    let (v, _) = edit::lv::create(v.clone(), ctx, &LvSpec::linear("one", 1, stamp())).expect("one");
     assert!(matches!(
-        edit::lv::create(v.clone(), &LvSpec::linear("one", 1, stamp())),
+        edit::lv::create(v.clone(), ctx, &LvSpec::linear("one", 1, stamp())),
         Err(EditError::Exists { .. })
     ));
     assert!(matches!(
-        edit::lv::resize(v.clone(), "one", 0, None, true),
+        edit::lv::resize(v.clone(), ctx, "one", 0, None, true),
         Err(EditError::Option { .. })
     ));
-    let grown = edit::lv::resize(v.clone(), "one", 3, None, false).expect("grow");
+    let grown = edit::lv::resize(v.clone(), ctx, "one", 3, None, false).expect("grow");
     assert!(matches!(
-        edit::lv::resize(grown.clone(), "one", 2, None, false),
+        edit::lv::resize(grown.clone(), ctx, "one", 2, None, false),
         Err(EditError::Refused { .. })
     ));
     assert_eq!(
@@ -229,8 +241,8 @@ fn metadata_that_does_not_fit_writes_nothing() {
     let err = loop {
         let before = mem.to_bytes();
         let name = format!("a-rather-long-logical-volume-name-{made:05}");
-        match s.update("vg", "lvcreate", |v| {
-            edit::lv::create(v, &LvSpec::linear(&name, 1, stamp())).map(|x| x.0)
+        match s.update("vg", "lvcreate", |v, ctx| {
+            edit::lv::create(v, ctx, &LvSpec::linear(&name, 1, stamp())).map(|x| x.0)
         }) {
             Ok(_) => made += 1,
             Err(e) => {
@@ -262,7 +274,7 @@ fn with_pool(image: Vec<u8>) -> Session {
         Box::new(MemDevice::from_bytes("pv0", image, 512)) as Box<dyn BlockDevice>
     ]);
     s.vgcreate(&spec("vg", false), &["pv0"]).expect("vgcreate");
-    s.update("vg", "lvcreate", |v| {
+    s.update("vg", "lvcreate", |v, ctx| {
         let pool = PoolSpec {
             data: LvSpec::linear("pool", 2, stamp()),
             chunk_size: None,
@@ -270,7 +282,7 @@ fn with_pool(image: Vec<u8>) -> Session {
             discards: "passdown".into(),
             zero: true,
         };
-        edit::thin::create_pool(v, &pool).map(|x| x.0)
+        edit::thin::create_pool(v, ctx, &pool).map(|x| x.0)
     })
     .expect("pool");
     s
@@ -307,8 +319,10 @@ fn a_restored_pool_keeps_its_metadata() {
     // The kernel wrote the pool's metadata; then the pool was removed by mistake.
     let dev = &s.devices()[0];
     dev.write_at(tmeta, &[0x5a; 4096]).expect("kernel metadata");
-    s.update("vg", "lvremove", |v| edit::lv::remove(v, "pool", true))
-        .expect("removed");
+    s.update("vg", "lvremove", |v, ctx| {
+        edit::lv::remove(v, ctx, "pool", true)
+    })
+    .expect("removed");
     // vgcfgrestore brings it back with its thin devices: its metadata is not zeroed.
     s.restore("vg", &with_pool).expect("restore");
     assert!(s.vg("vg").expect("vg").lv("pool").is_some());
@@ -324,6 +338,7 @@ fn a_restored_pool_keeps_its_metadata() {
 /// creates, changes, renames and removals, and when the VG becomes write-locked.
 #[test]
 fn cached_printing_is_full_printing() {
+    let ctx = &lvmeta::edit::EditCtx::default();
     use lvmeta::model::TextCache;
     use lvmeta::text::Style;
     let mut cache = TextCache::aligned(4096, 1024);
@@ -338,7 +353,7 @@ fn cached_printing_is_full_printing() {
     };
     let mut v = vg(8, false);
     for i in 0..5 {
-        v = edit::lv::create(v, &LvSpec::linear(&format!("lv{i}"), 2, stamp()))
+        v = edit::lv::create(v, ctx, &LvSpec::linear(&format!("lv{i}"), 2, stamp()))
             .expect("create")
             .0;
     }
@@ -347,11 +362,11 @@ fn cached_printing_is_full_printing() {
         add_tags: vec!["x".into()],
         ..Default::default()
     };
-    v = edit::lv::change(v, "lv2", &change).expect("tag");
+    v = edit::lv::change(v, ctx, "lv2", &change).expect("tag");
     check(&v, "tagged");
-    v = edit::lv::rename(v, "lv3", "renamed").expect("rename");
+    v = edit::lv::rename(v, ctx, "lv3", "renamed").expect("rename");
     check(&v, "renamed");
-    v = edit::lv::remove(v, "lv1", false).expect("remove");
+    v = edit::lv::remove(v, ctx, "lv1", false).expect("remove");
     check(&v, "removed");
     let pool = PoolSpec {
         data: LvSpec::linear("pool", 4, stamp()),
@@ -360,7 +375,7 @@ fn cached_printing_is_full_printing() {
         discards: "passdown".into(),
         zero: true,
     };
-    let (w, p) = edit::thin::create_pool(v, &pool).expect("pool");
+    let (w, p) = edit::thin::create_pool(v, ctx, &pool).expect("pool");
     let thin = ThinSpec {
         name: Some("thin".into()),
         pool: p,
@@ -370,7 +385,7 @@ fn cached_printing_is_full_printing() {
         activation_skip: None,
         stamp: stamp(),
     };
-    v = edit::thin::create_thin(w, &thin).expect("thin").0;
+    v = edit::thin::create_thin(w, ctx, &thin).expect("thin").0;
     check(&v, "thin volume");
     // The same LVs in a write-locked VG print WRITE as a flag.
     v.system_id = Some("host".into());

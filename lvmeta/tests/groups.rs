@@ -89,13 +89,13 @@ fn base_with(old: bool) -> Vec<u8> {
     };
     s.vgcreate(&spec, &["pv0"]).expect("vgcreate");
     if old {
-        s.update("vg", "lvcreate", |v| {
-            edit::lv::create(v, &LvSpec::linear("old", 1, stamp()))
+        s.update("vg", "lvcreate", |v, ctx| {
+            edit::lv::create(v, ctx, &LvSpec::linear("old", 1, stamp()))
         })
         .expect("old");
         let rest = u32::try_from(s.vg("vg").expect("vg").free_count() - 1).expect("extents");
-        s.update("vg", "lvcreate", |v| {
-            edit::lv::create(v, &LvSpec::linear("filler", rest, stamp()))
+        s.update("vg", "lvcreate", |v, ctx| {
+            edit::lv::create(v, ctx, &LvSpec::linear("filler", rest, stamp()))
         })
         .expect("filler");
     }
@@ -140,8 +140,8 @@ fn run_with(image: &[u8], fault: Fault, late: impl Fn(usize) -> Late + Sync) -> 
     };
     let s = Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]);
     let create = |name: String| {
-        let made = s.update("vg", "lvcreate", |v| {
-            edit::lv::create(v, &LvSpec::linear(&name, 1, stamp()))
+        let made = s.update("vg", "lvcreate", |v, ctx| {
+            edit::lv::create(v, ctx, &LvSpec::linear(&name, 1, stamp()))
         });
         (name, made.map_err(|e| e.to_string()))
     };
@@ -158,7 +158,9 @@ fn run_with(image: &[u8], fault: Fault, late: impl Fn(usize) -> Late + Sync) -> 
                     Late::Create => create(format!("lv{i}")),
                     Late::Duplicate => create("lv0".to_owned()),
                     Late::RemoveOld => {
-                        let r = s.update("vg", "lvremove", |v| edit::lv::remove(v, "old", false));
+                        let r = s.update("vg", "lvremove", |v, ctx| {
+                            edit::lv::remove(v, ctx, "old", false)
+                        });
                         (
                             "-old".to_owned(),
                             r.map(|()| "-old".to_owned()).map_err(|e| e.to_string()),
@@ -239,8 +241,8 @@ fn a_failing_edit_fails_alone() {
     let mem = MemDevice::from_bytes("pv0", r.image.clone(), 512);
     let s = Session::new(vec![Box::new(mem) as Box<dyn BlockDevice>]);
     let e = s
-        .update("vg", "lvcreate", |v| {
-            edit::lv::create(v, &LvSpec::linear("lv0", 1, stamp()))
+        .update("vg", "lvcreate", |v, ctx| {
+            edit::lv::create(v, ctx, &LvSpec::linear("lv0", 1, stamp()))
         })
         .expect_err("duplicate");
     assert!(matches!(e, Error::Edit(EditError::Exists { .. })), "{e}");
@@ -327,16 +329,16 @@ fn a_group_too_large_for_the_area_fails_only_the_changes_that_do_not_fit() {
     // Full, then room for a few more made again.
     let mut n = 0;
     while s
-        .update("vg", "lvcreate", |v| {
-            edit::lv::create(v, &LvSpec::linear(&format!("fill{n:03}"), 1, stamp()))
+        .update("vg", "lvcreate", |v, ctx| {
+            edit::lv::create(v, ctx, &LvSpec::linear(&format!("fill{n:03}"), 1, stamp()))
         })
         .is_ok()
     {
         n += 1;
     }
     for i in 0..4 {
-        s.update("vg", "lvremove", |v| {
-            edit::lv::remove(v, &format!("fill{i:03}"), false)
+        s.update("vg", "lvremove", |v, ctx| {
+            edit::lv::remove(v, ctx, &format!("fill{i:03}"), false)
         })
         .expect("remove");
     }

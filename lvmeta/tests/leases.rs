@@ -58,8 +58,8 @@ fn places() -> VgPlaces {
 
 /// Creates LV `name` and returns the VG as committed.
 fn create(s: &Session, name: &str) -> Result<lvmeta::model::Vg, Error> {
-    s.update("vg", "lvcreate", |v| {
-        edit::lv::create(v, &LvSpec::linear(name, 1, stamp()))
+    s.update("vg", "lvcreate", |v, ctx| {
+        edit::lv::create(v, ctx, &LvSpec::linear(name, 1, stamp()))
     })?;
     s.vg("vg")
 }
@@ -98,8 +98,10 @@ fn shared_vg_changes_hold_the_vg_lease() {
         "{err}"
     );
     fake.release(&vgl, None).expect("release");
-    s.update("vg", "lvremove", |v| edit::lv::remove(v, "a", false))
-        .expect("remove");
+    s.update("vg", "lvremove", |v, ctx| {
+        edit::lv::remove(v, ctx, "a", false)
+    })
+    .expect("remove");
     let after = s.vg("vg").expect("vg");
     assert!(after.lv("a").is_none());
     assert_eq!(fake.resource_name(&lv), Ok(Some("#unused".into())));
@@ -501,8 +503,10 @@ fn a_removal_frees_the_lease_slot_from_the_area_it_read_before_the_commit() {
     let made = create(&s, "a").expect("a");
     let at = places();
     let lv = layout::lv_lease(&made, &at.paths, "a", at.geometry).expect("LV lease");
-    s.update("vg", "lvremove", |v| edit::lv::remove(v, "a", false))
-        .expect("remove");
+    s.update("vg", "lvremove", |v, ctx| {
+        edit::lv::remove(v, ctx, "a", false)
+    })
+    .expect("remove");
     assert_eq!(fake.resource_name(&lv), Ok(Some("#unused".into())));
     assert_eq!(
         counting
@@ -621,7 +625,11 @@ fn an_lv_active_anywhere_is_not_removed() {
     let vg = create(&s, "a").expect("a");
     let at = places();
     let lease = layout::lv_lease(&vg, &at.paths, "a", at.geometry).expect("LV lease");
-    let remove = || s.update("vg", "lvremove", |v| edit::lv::remove(v, "a", false));
+    let remove = || {
+        s.update("vg", "lvremove", |v, ctx| {
+            edit::lv::remove(v, ctx, "a", false)
+        })
+    };
     // Active on another host (its lease held there, shared or exclusive): refused, nothing
     // written.
     for mode in [Mode::Shared, Mode::Exclusive] {
@@ -654,7 +662,7 @@ fn an_lv_active_anywhere_is_not_removed() {
 
 /// Thin pool `pool` of two extents.
 fn make_pool(s: &Session) {
-    s.update("vg", "lvcreate", |v| {
+    s.update("vg", "lvcreate", |v, ctx| {
         let pool = edit::PoolSpec {
             data: LvSpec::linear("pool", 2, stamp()),
             chunk_size: None,
@@ -662,7 +670,7 @@ fn make_pool(s: &Session) {
             discards: "passdown".into(),
             zero: true,
         };
-        edit::thin::create_pool(v, &pool).map(|x| x.0)
+        edit::thin::create_pool(v, ctx, &pool).map(|x| x.0)
     })
     .expect("pool");
 }
@@ -678,7 +686,9 @@ fn add_thin(s: &Session, name: &str, origin: Option<&str>) -> Result<String, Err
         activation_skip: Some(false),
         stamp: stamp(),
     };
-    s.update("vg", "lvcreate", |v| edit::thin::create_thin(v, &spec))
+    s.update("vg", "lvcreate", |v, ctx| {
+        edit::thin::create_thin(v, ctx, &spec)
+    })
 }
 
 #[test]
@@ -697,8 +707,10 @@ fn the_thin_lvs_of_a_pool_active_anywhere_do_not_change() {
     let snap = || add_thin(&s, "snap", Some("t"));
     for err in [
         snap().expect_err("snapshot"),
-        s.update("vg", "lvremove", |v| edit::lv::remove(v, "t", false))
-            .expect_err("removal"),
+        s.update("vg", "lvremove", |v, ctx| {
+            edit::lv::remove(v, ctx, "t", false)
+        })
+        .expect_err("removal"),
     ] {
         assert!(
             matches!(err, Error::Lease(LeaseError::InUse { ref lv }) if lv == "vg/pool"),

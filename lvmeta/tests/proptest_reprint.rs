@@ -63,6 +63,7 @@ fn new_vg() -> Vg {
 
 /// Applies `op` to `v` (an edit the model refuses leaves it as it was).
 fn apply(v: Vg, op: &Op, serial: &mut u32) -> Vg {
+    let ctx = &lvmeta::edit::EditCtx::default();
     let names: Vec<String> = v.lvs.iter().map(|l| l.name.clone()).collect();
     let pick = |i: usize| names.get(i % names.len().max(1)).cloned();
     let mut fresh = || {
@@ -72,25 +73,25 @@ fn apply(v: Vg, op: &Op, serial: &mut u32) -> Vg {
     let out = match op {
         Op::Create(n) => {
             let spec = LvSpec::linear(&fresh(), 1 + u32::from(*n % 3), stamp());
-            edit::lv::create(v.clone(), &spec).map(|r| r.0)
+            edit::lv::create(v.clone(), ctx, &spec).map(|r| r.0)
         }
         Op::Many(n) => {
             let mut w = v.clone();
             for _ in 0..(*n % 40) {
                 let spec = LvSpec::linear(&fresh(), 1, stamp());
-                w = edit::lv::create(w, &spec).expect("create").0;
+                w = edit::lv::create(w, ctx, &spec).expect("create").0;
             }
             Ok(w)
         }
         Op::Remove(i) => match pick(*i) {
-            Some(n) => edit::lv::remove(v.clone(), &n, false),
+            Some(n) => edit::lv::remove(v.clone(), ctx, &n, false),
             None => Ok(v.clone()),
         },
         Op::RemoveHalf => {
             let mut w = v.clone();
             for n in names.iter().step_by(2) {
                 // Hidden LVs are refused: kept.
-                w = edit::lv::remove(w.clone(), n, false).unwrap_or(w);
+                w = edit::lv::remove(w.clone(), ctx, n, false).unwrap_or(w);
             }
             Ok(w)
         }
@@ -100,12 +101,12 @@ fn apply(v: Vg, op: &Op, serial: &mut u32) -> Vg {
                     add_tags: vec![format!("tag{}", "x".repeat(usize::from(*t % 50)))],
                     ..Default::default()
                 };
-                edit::lv::change(v.clone(), &n, &change)
+                edit::lv::change(v.clone(), ctx, &n, &change)
             }
             None => Ok(v.clone()),
         },
         Op::Rename(i) => match pick(*i) {
-            Some(n) => edit::lv::rename(v.clone(), &n, &fresh()),
+            Some(n) => edit::lv::rename(v.clone(), ctx, &n, &fresh()),
             None => Ok(v.clone()),
         },
         Op::Hide(i) => {

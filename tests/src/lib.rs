@@ -595,12 +595,14 @@ pub fn bench_stamp() -> lvmeta::edit::Stamp {
 /// benchmarks time.
 pub fn create_remove_lv(s: &lvmeta::session::Session, vg: &str, extents: u32) {
     use lvmeta::edit::{self, LvSpec};
-    s.update(vg, "lvcreate", |v| {
-        edit::lv::create(v, &LvSpec::linear("bench", extents, bench_stamp())).map(|x| x.0)
+    s.update(vg, "lvcreate", |v, ctx| {
+        edit::lv::create(v, ctx, &LvSpec::linear("bench", extents, bench_stamp())).map(|x| x.0)
     })
     .expect("create");
-    s.update(vg, "lvremove", |v| edit::lv::remove(v, "bench", false))
-        .expect("remove");
+    s.update(vg, "lvremove", |v, ctx| {
+        edit::lv::remove(v, ctx, "bench", false)
+    })
+    .expect("remove");
 }
 
 /// Unbinds, when dropped (also when a test fails), every loop device bound over `0` (a LUN),

@@ -190,8 +190,8 @@ fn device_mapper_tables_work_beside_lvm2() {
         activation_skip: Some(false),
         stamp: lvmeta::edit::Stamp::now(),
     };
-    s.update_holding("vg", "lvcreate -s", &["pool"], |v| {
-        lvmeta::edit::thin::create_thin(v, &snapshot).map(|x| x.0)
+    s.update_holding("vg", "lvcreate -s", &["pool"], |v, ctx| {
+        lvmeta::edit::thin::create_thin(v, ctx, &snapshot).map(|x| x.0)
     })
     .expect("snapshot queued");
     s.refresh("vg", "t", &backend).expect("deliver create_snap");

@@ -19,7 +19,6 @@ const ALLOWED: &[&str] = &[
     "cycle csi-shim: connections server",
     "cycle csi-shim: controller fencing metrics node wiper",
     "cycle lvmeta: activate/plan activate/thin",
-    "cycle lvmeta: alloc edit",
     "cycle lvmeta: edit/lv edit/slots edit/thin",
     "size csi-shim/src/controller.rs",
     "size csi-shim/src/volume/mod.rs",
@@ -27,7 +26,6 @@ const ALLOWED: &[&str] = &[
     "size lvmeta/src/bin/lvmeta/write.rs",
     "size lvmeta/src/lease/mod.rs",
     "size lvmeta/src/model/segment.rs",
-    "thread_local lvmeta/src/edit/mod.rs",
 ];
 
 fn root() -> PathBuf {

@@ -131,8 +131,8 @@ fn loop_activation_maps_lvs_onto_their_extents() {
     // thaw.
     frozen_writes_wait(mnt.path());
     // Grown while active (and mounted): the device follows on refresh.
-    s.update("vg", "lvextend", |v| {
-        lvmeta::edit::lv::resize(v, "a", 3, None, false)
+    s.update("vg", "lvextend", |v, ctx| {
+        lvmeta::edit::lv::resize(v, ctx, "a", 3, None, false)
     })
     .expect("lvextend");
     let p = s.refresh("vg", "a", &backend).expect("refresh");

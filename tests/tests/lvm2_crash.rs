@@ -66,12 +66,12 @@ fn base(pvs: usize, opts: &PvOptions) -> Vec<Vec<u8>> {
         discards: "passdown".into(),
         zero: true,
     };
-    s.update("vg", "lvcreate", |v| {
-        edit::thin::create_pool(v, &pool).map(|x| x.0)
+    s.update("vg", "lvcreate", |v, ctx| {
+        edit::thin::create_pool(v, ctx, &pool).map(|x| x.0)
     })
     .expect("pool");
-    s.update("vg", "lvcreate", |v| {
-        edit::thin::create_thin(v, &thin("t1")).map(|x| x.0)
+    s.update("vg", "lvcreate", |v, ctx| {
+        edit::thin::create_thin(v, ctx, &thin("t1")).map(|x| x.0)
     })
     .expect("thin");
     m.iter().map(|d| d.to_bytes()).collect()
@@ -112,19 +112,19 @@ fn lvm2_reads_every_crash_point() {
     };
     let verbs: [(&str, Verb); 3] = [
         ("lvcreate", |s| {
-            s.update("vg", "t", |v| {
-                edit::lv::create(v, &LvSpec::linear("new", 2, stamp())).map(|x| x.0)
+            s.update("vg", "t", |v, ctx| {
+                edit::lv::create(v, ctx, &LvSpec::linear("new", 2, stamp())).map(|x| x.0)
             })
             .map(|_| ())
         }),
         ("lvcreate-thin", |s| {
-            s.update("vg", "t", |v| {
-                edit::thin::create_thin(v, &thin("t2")).map(|x| x.0)
+            s.update("vg", "t", |v, ctx| {
+                edit::thin::create_thin(v, ctx, &thin("t2")).map(|x| x.0)
             })
             .map(|_| ())
         }),
         ("lvremove-thin", |s| {
-            s.update("vg", "t", |v| edit::lv::remove(v, "t1", false))
+            s.update("vg", "t", |v, ctx| edit::lv::remove(v, ctx, "t1", false))
                 .map(|_| ())
         }),
     ];

@@ -273,8 +273,8 @@ fn lvm2_reads_a_pool_whose_messages_were_delivered() {
             activation_skip: None,
             stamp: lvmeta::edit::Stamp::now(),
         };
-        s.update("vg", "lvcreate -s", |v| {
-            lvmeta::edit::thin::create_thin(v, &spec)
+        s.update("vg", "lvcreate -s", |v, ctx| {
+            lvmeta::edit::thin::create_thin(v, ctx, &spec)
         })
         .map_err(csi_shim::volume::VolumeError::from)
     };

@@ -176,19 +176,19 @@ mod tests {
         );
         assert!(!condition(&vg, "a", &[1]).abnormal);
         // A linear clone whose copy never finished.
-        s.update("vg", "test", |v| {
+        s.update("vg", "test", |v, ctx| {
             let mut spec = LvSpec::linear("c", 1, stamp());
             spec.tags = vec![
                 "lvmeta.csi/mode=linear".into(),
                 format!("{}a", super::super::CLONE_PENDING_TAG),
             ];
-            edit::lv::create(v, &spec)
+            edit::lv::create(v, ctx, &spec)
         })
         .expect("pending clone");
         let (_, c) = vols.get_with_condition("c").expect("get").expect("c");
         assert!(c.abnormal && c.message.contains("copy of a"), "{c:?}");
         // lvm2 marks a PV it lost MISSING in its flags.
-        s.update("vg", "test", |mut v| {
+        s.update("vg", "test", |mut v, _| {
             v.pvs[1].flags.push(lvmeta::model::word("MISSING"));
             Ok(v)
         })

@@ -19,7 +19,7 @@ pub use wipe::{is_wipe, WIPE_PREFIX, WIPE_TAG};
 
 use lvmeta::activate::Backend;
 pub use lvmeta::edit::thin::PoolOptions;
-use lvmeta::edit::{self, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
+use lvmeta::edit::{self, EditCtx, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
 use lvmeta::model::{Lv, SegKind, Vg};
 use lvmeta::session::{Session, VgView};
 
@@ -273,20 +273,21 @@ impl<'s> Volumes<'s> {
     fn remove_holding(
         &self,
         vg: Vg,
+        ctx: &EditCtx,
         name: &str,
         removal: impl FnOnce(Vg) -> Result<Vg, EditError>,
     ) -> Result<Vg, EditError> {
         if !self.erase {
             return removal(vg);
         }
-        let before = lvmeta::edit::used_of_version(&vg);
+        let before = ctx.used(&vg);
         // Slots freed by this change are marked unused after its commit: not reused in it.
         let leases = match vg.is_shared() {
             true => edit::slots::leases_in_use(&vg),
             false => Vec::new(),
         };
         let vg = removal(vg)?;
-        wipe::hold_freed(vg, &before, &leases, name, Stamp::now())
+        wipe::hold_freed(vg, ctx, &before, &leases, name, Stamp::now())
     }
 
     /// The same volumes, changed by the holder of the leases of thin pools `pools` (the node
@@ -301,7 +302,7 @@ impl<'s> Volumes<'s> {
     fn update<R: lvmeta::session::Edited>(
         &self,
         verb: &str,
-        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+        edit: impl FnOnce(Vg, &EditCtx) -> Result<R, EditError>,
     ) -> Result<R::Value, lvmeta::Error> {
         self.update_clearing(verb, &[], edit)
     }
@@ -312,7 +313,7 @@ impl<'s> Volumes<'s> {
         &self,
         verb: &str,
         clear: &[&str],
-        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+        edit: impl FnOnce(Vg, &EditCtx) -> Result<R, EditError>,
     ) -> Result<R::Value, lvmeta::Error> {
         let pools: Vec<&str> = self.holding.iter().map(String::as_str).collect();
         self.session
@@ -419,7 +420,7 @@ impl<'s> Volumes<'s> {
         if let (Mode::Linear, Content::Volume(src)) = (mode, content) {
             return self.clone_linear(&vg, name, src, size);
         }
-        if let Some(v) = existing(&vg, name, mode, size)? {
+        if let Some(v) = existing(&vg, &EditCtx::standalone(), name, mode, size)? {
             return Ok(v);
         }
         let extents = size.extents(vg.extent_bytes())?;
@@ -430,9 +431,9 @@ impl<'s> Volumes<'s> {
             (Mode::Linear, Content::Empty) => &[name],
             _ => &[],
         };
-        self.update_clearing("lvcreate", clear, |vg| {
+        self.update_clearing("lvcreate", clear, |vg, ctx| {
             // Another writer may have made it since the check above (the lease is held now).
-            if let Some(v) = existing(&vg, name, mode, size)? {
+            if let Some(v) = existing(&vg, ctx, name, mode, size)? {
                 return Ok((vg, v));
             }
             let vg = match (mode, content) {
@@ -447,12 +448,12 @@ impl<'s> Volumes<'s> {
                             lv: src.to_owned(),
                         });
                     }
-                    thin_copy(vg, name, src, size, tags, stamp)?
+                    thin_copy(vg, ctx, name, src, size, tags, stamp)?
                 }
                 (Mode::Linear, Content::Empty) => {
                     let mut spec = LvSpec::linear(name, extents, stamp);
                     spec.tags = tags;
-                    edit::lv::create(vg, &spec)?.0
+                    edit::lv::create(vg, ctx, &spec)?.0
                 }
                 (Mode::Thin, Content::Empty) => {
                     let pool = PoolSpec {
@@ -465,7 +466,7 @@ impl<'s> Volumes<'s> {
                             .unwrap_or_else(|| "passdown".into()),
                         zero: options.zero.unwrap_or(true),
                     };
-                    let (vg, pool_name) = edit::thin::create_pool(vg, &pool)?;
+                    let (vg, pool_name) = edit::thin::create_pool(vg, ctx, &pool)?;
                     let thin = ThinSpec {
                         name: Some(name.to_owned()),
                         pool: pool_name,
@@ -475,7 +476,7 @@ impl<'s> Volumes<'s> {
                         activation_skip: Some(false),
                         stamp,
                     };
-                    edit::thin::create_thin(vg, &thin)?.0
+                    edit::thin::create_thin(vg, ctx, &thin)?.0
                 }
             };
             let v = volume_of(&vg, name).ok_or_else(|| {
@@ -500,7 +501,7 @@ impl<'s> Volumes<'s> {
         size: SizeRange,
     ) -> Result<Volume, VolumeError> {
         let pending = format!("{CLONE_PENDING_TAG}{src}");
-        if let Some(v) = existing(vg, name, Mode::Linear, size)? {
+        if let Some(v) = existing(vg, &EditCtx::standalone(), name, Mode::Linear, size)? {
             match clone_source(vg, name) {
                 None => return Ok(v),
                 Some(other) if other != src => {
@@ -520,15 +521,15 @@ impl<'s> Volumes<'s> {
         let extents = want.extents(vg.extent_bytes())?;
         let stamp = Stamp::now();
         let (v, copy) = self
-            .update_clearing("lvcreate", &[name], |vg| {
-                if let Some(v) = existing(&vg, name, Mode::Linear, want)? {
+            .update_clearing("lvcreate", &[name], |vg, ctx| {
+                if let Some(v) = existing(&vg, ctx, name, Mode::Linear, want)? {
                     // Another request finished it meanwhile, or it is still to be copied.
                     let copy = clone_source(&vg, name) == Some(src);
                     return Ok((vg, (v, copy)));
                 }
                 let mut spec = LvSpec::linear(name, extents, stamp);
                 spec.tags = vec![format!("{MODE_TAG}linear"), pending.clone()];
-                let vg = edit::lv::create(vg, &spec)?.0;
+                let vg = edit::lv::create(vg, ctx, &spec)?.0;
                 let v = volume_of(&vg, name).ok_or_else(|| {
                     edit::refused(name, "the new LV is not a volume (internal error)")
                 })?;
@@ -558,9 +559,9 @@ impl<'s> Volumes<'s> {
             del_tags: vec![pending.clone()],
             ..Default::default()
         };
-        self.update("lvchange", |vg| {
+        self.update("lvchange", |vg, ctx| {
             if clone_source(&vg, name) == Some(src) {
-                edit::lv::change(vg, name, &done)
+                edit::lv::change(vg, ctx, name, &done)
             } else {
                 Ok(vg)
             }
@@ -594,7 +595,7 @@ impl<'s> Volumes<'s> {
         lvmeta::names::check_new_lv_name(&self.vg, name)
             .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         let stamp = Stamp::now();
-        self.update("lvcreate", |vg| {
+        self.update("lvcreate", |vg, ctx| {
             if let Some(s) = snapshot_of(&vg, name) {
                 if s.source == source {
                     return Ok((vg, s));
@@ -623,8 +624,12 @@ impl<'s> Volumes<'s> {
                 ));
             }
             let more = vg.lv(source).map_or(0, |l| l.extents());
-            let tags = vec![format!("{SNAPSHOT_TAG}{source}")];
-            let vg = snapshot_in_pool(vg, name, source, more, tags, true, stamp)?;
+            let snap = ThinSpec {
+                tags: vec![format!("{SNAPSHOT_TAG}{source}")],
+                activation_skip: Some(true),
+                ..snapshot_spec(&vg, name, source, stamp)?
+            };
+            let vg = snapshot_in_pool(vg, ctx, more, &snap)?;
             let s = snapshot_of(&vg, name).ok_or_else(|| {
                 edit::refused(name, "the new LV is not a snapshot (internal error)")
             })?;
@@ -640,10 +645,10 @@ impl<'s> Volumes<'s> {
             return Ok(false);
         }
         self.check_unmapped(name)?;
-        self.update("lvremove", |vg| match snapshot_of(&vg, name) {
+        self.update("lvremove", |vg, ctx| match snapshot_of(&vg, name) {
             None => Ok((vg, false)),
             Some(_) => Ok((
-                self.remove_holding(vg, name, |vg| remove_thin(vg, name))?,
+                self.remove_holding(vg, ctx, name, |vg| remove_thin(vg, ctx, name))?,
                 true,
             )),
         })
@@ -661,12 +666,12 @@ impl<'s> Volumes<'s> {
             return Ok(false);
         }
         self.check_unmapped(name)?;
-        self.update("lvremove", |vg| match volume_of(&vg, name) {
+        self.update("lvremove", |vg, ctx| match volume_of(&vg, name) {
             None => Ok((vg, false)),
             Some(v) => {
-                let vg = self.remove_holding(vg, name, |vg| match v.mode {
-                    Mode::Linear => edit::lv::remove(vg, name, false),
-                    Mode::Thin => remove_thin(vg, name),
+                let vg = self.remove_holding(vg, ctx, name, |vg| match v.mode {
+                    Mode::Linear => edit::lv::remove(vg, ctx, name, false),
+                    Mode::Thin => remove_thin(vg, ctx, name),
                 })?;
                 Ok((vg, true))
             }
@@ -683,7 +688,7 @@ impl<'s> Volumes<'s> {
         if u64::from(extents) * vg.extent_bytes() <= v.bytes {
             return Ok(v);
         }
-        self.update("lvextend", |vg| {
+        self.update("lvextend", |vg, ctx| {
             let v = volume_of(&vg, name).ok_or_else(|| EditError::NoLv {
                 vg: vg.name.clone(),
                 lv: name.to_owned(),
@@ -692,13 +697,13 @@ impl<'s> Volumes<'s> {
                 return Ok((vg, v));
             }
             let vg = match v.mode {
-                Mode::Linear => edit::lv::resize(vg, name, extents, None, false)?,
+                Mode::Linear => edit::lv::resize(vg, ctx, name, extents, None, false)?,
                 Mode::Thin => {
                     let pool = pool_of(&vg, name).unwrap_or_default();
                     let more =
                         u64::from(extents).saturating_sub(vg.lv(name).map_or(0, |l| l.extents()));
-                    let vg = grow_by(vg, &pool, more)?;
-                    edit::lv::resize(vg, name, extents, None, false)?
+                    let vg = grow_by(vg, ctx, &pool, more)?;
+                    edit::lv::resize(vg, ctx, name, extents, None, false)?
                 }
             };
             let v = volume_of(&vg, name).ok_or_else(|| {
@@ -711,14 +716,14 @@ impl<'s> Volumes<'s> {
 }
 
 /// Grows the pool `pool` by `more` extents.
-fn grow_by(vg: Vg, pool: &str, more: u64) -> Result<Vg, EditError> {
+fn grow_by(vg: Vg, ctx: &EditCtx, pool: &str, more: u64) -> Result<Vg, EditError> {
     if more == 0 {
         return Ok(vg);
     }
     let current = vg.lv(pool).map_or(0, |l| l.extents());
     let to = u32::try_from(current + more)
         .map_err(|_| edit::refused(pool, "the pool would be too large"))?;
-    edit::lv::resize(vg, pool, to, None, false)
+    edit::lv::resize(vg, ctx, pool, to, None, false)
 }
 
 /// The pool of thin LV `lv`.
@@ -727,12 +732,12 @@ fn pool_of(vg: &Vg, lv: &str) -> Option<String> {
 }
 
 /// Removes thin LV `name`, and its pool once no thin LV is left in it.
-fn remove_thin(vg: Vg, name: &str) -> Result<Vg, EditError> {
+fn remove_thin(vg: Vg, ctx: &EditCtx, name: &str) -> Result<Vg, EditError> {
     let pool = pool_of(&vg, name);
-    let vg = edit::lv::remove(vg, name, false)?;
+    let vg = edit::lv::remove(vg, ctx, name, false)?;
     match pool {
         Some(p) if !vg.lvs.iter().any(|l| l.thin_pool() == Some(p.as_str())) => {
-            edit::lv::remove(vg, &p, false)
+            edit::lv::remove(vg, ctx, &p, false)
         }
         _ => Ok(vg),
     }
@@ -788,6 +793,7 @@ fn check_shared_pool(vg: &Vg, src: &str, options: &PoolOptions) -> Result<(), Vo
 
 fn thin_copy(
     vg: Vg,
+    ctx: &EditCtx,
     name: &str,
     src: &str,
     size: SizeRange,
@@ -813,37 +819,37 @@ fn thin_copy(
             ),
         ));
     }
-    let vg = snapshot_in_pool(vg, name, src, want, tags, false, stamp)?;
+    let copy = ThinSpec {
+        tags,
+        activation_skip: Some(false),
+        ..snapshot_spec(&vg, name, src, stamp)?
+    };
+    let vg = snapshot_in_pool(vg, ctx, want, &copy)?;
     if want > src_extents {
         let to = u32::try_from(want).map_err(|_| edit::refused(name, "too large"))?;
-        return edit::lv::resize(vg, name, to, None, false);
+        return edit::lv::resize(vg, ctx, name, to, None, false);
     }
     Ok(vg)
 }
 
-/// Thin snapshot `name` of thin LV `src` in `src`'s pool, which first grows by `grow`
-/// extents (what the snapshot may come to use: the pool is never overcommitted).
-fn snapshot_in_pool(
-    vg: Vg,
-    name: &str,
-    src: &str,
-    grow: u64,
-    tags: Vec<String>,
-    activation_skip: bool,
-    stamp: Stamp,
-) -> Result<Vg, EditError> {
-    let pool = pool_of(&vg, src).ok_or_else(|| edit::refused(src, "is not a thin LV"))?;
-    let vg = grow_by(vg, &pool, grow)?;
-    let thin = ThinSpec {
+/// A thin snapshot `name` of thin LV `src` of `vg`, in `src`'s pool (no tags).
+fn snapshot_spec(vg: &Vg, name: &str, src: &str, stamp: Stamp) -> Result<ThinSpec, EditError> {
+    Ok(ThinSpec {
         name: Some(name.to_owned()),
-        pool,
+        pool: pool_of(vg, src).ok_or_else(|| edit::refused(src, "is not a thin LV"))?,
         extents: 0,
         origin: Some(src.to_owned()),
-        tags,
-        activation_skip: Some(activation_skip),
+        tags: Vec::new(),
+        activation_skip: None,
         stamp,
-    };
-    Ok(edit::thin::create_thin(vg, &thin)?.0)
+    })
+}
+
+/// The thin LV `thin` makes, its pool first grown by `grow` extents (what the new LV may
+/// come to use: the pool is never overcommitted).
+fn snapshot_in_pool(vg: Vg, ctx: &EditCtx, grow: u64, thin: &ThinSpec) -> Result<Vg, EditError> {
+    let vg = grow_by(vg, ctx, &thin.pool, grow)?;
+    Ok(edit::thin::create_thin(vg, ctx, thin)?.0)
 }
 
 /// The snapshot `name` of `vg`: a thin LV carrying the snapshot tag.
@@ -918,8 +924,14 @@ fn clone_source_of(lv: &Lv) -> Option<&str> {
 
 /// The volume `name` when it exists and matches the request; an error when something else
 /// holds the name.
-fn existing(vg: &Vg, name: &str, mode: Mode, size: SizeRange) -> Result<Option<Volume>, EditError> {
-    if edit::lacks_lv(vg, name) {
+fn existing(
+    vg: &Vg,
+    ctx: &EditCtx,
+    name: &str,
+    mode: Mode,
+    size: SizeRange,
+) -> Result<Option<Volume>, EditError> {
+    if ctx.lacks_lv(vg, name) {
         return Ok(None);
     }
     match volume_of(vg, name) {

@@ -328,7 +328,7 @@ impl Volumes<'_> {
 
     /// Removes request `r` (every posting of it) from pool `pool`: done, or given up.
     pub fn finish(&self, pool: &str, r: &Request) -> Result<(), VolumeError> {
-        self.update("lvchange --deltag", |mut vg| {
+        self.update("lvchange --deltag", |mut vg, _| {
             if let Some(l) = vg.lv_mut(pool) {
                 l.tags.retain(|t| !r.is_posted_by(t));
             }
@@ -382,7 +382,7 @@ impl Volumes<'_> {
             return op(self);
         }
         let tag = r.tag_at(now_secs());
-        self.update("lvchange --addtag", |mut vg| {
+        self.update("lvchange --addtag", |mut vg, _| {
             let name = vg.name.clone();
             let l = vg.lv_mut(&pool).ok_or_else(|| EditError::NoLv {
                 vg: name,

@@ -36,8 +36,8 @@ impl Volumes<'_> {
         if opts.switches_discard_support(p) && self.holding.contains(&pool) {
             return Err(switch_refused(&self.vg, name));
         }
-        self.update("lvchange", |vg| {
-            let vg = thin::change_pool(vg, &pool, opts)?;
+        self.update("lvchange", |vg, ctx| {
+            let vg = thin::change_pool(vg, ctx, &pool, opts)?;
             let now = vg.lv(&pool).and_then(|l| l.pool()).map(PoolOptions::of);
             Ok((vg, now.unwrap_or_default()))
         })

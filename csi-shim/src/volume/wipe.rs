@@ -14,7 +14,7 @@
 //! - a wipe LV is removed only after its erasure checked out, never activated by the driver.
 
 use super::{VolumeError, Volumes};
-use lvmeta::edit::{self, EditError, LvSpec, Stamp};
+use lvmeta::edit::{self, EditCtx, EditError, LvSpec, Stamp};
 use lvmeta::model::extents::UsedMap;
 use lvmeta::model::Vg;
 use lvmeta::session::EraseWith;
@@ -31,12 +31,13 @@ pub const WIPE_PREFIX: &str = "csi-wipe-";
 /// slots in `leases_before`. Nothing freed: `vg` unchanged.
 pub(super) fn hold_freed(
     vg: Vg,
+    ctx: &EditCtx,
     before: &UsedMap,
     leases_before: &[u64],
     of: &str,
     stamp: Stamp,
 ) -> Result<Vg, EditError> {
-    let freed = before.freed_in(&lvmeta::edit::used_of_version(&vg));
+    let freed = before.freed_in(&ctx.used(&vg));
     if freed.is_empty() {
         return Ok(vg);
     }
@@ -45,7 +46,7 @@ pub(super) fn hold_freed(
     let mut spec = LvSpec::linear(&name, 0, stamp);
     spec.tags = vec![format!("{WIPE_TAG}{of}")];
     spec.activation_skip = true;
-    let (vg, name) = edit::lv::hold(vg, &freed, &spec, leases_before)?;
+    let (vg, name) = edit::lv::hold(vg, ctx, &freed, &spec, leases_before)?;
     tracing::info!(vg = %vg.name, of, wipe = %name, pieces = freed.len(), "extents held for erasure");
     Ok(vg)
 }
@@ -119,10 +120,10 @@ impl Volumes<'_> {
         if erased.is_empty() {
             return Ok(out);
         }
-        self.update("lvremove", |mut vg| {
+        self.update("lvremove", |mut vg, ctx| {
             for name in &erased {
                 if vg.lv(name).is_some_and(is_wipe) {
-                    vg = edit::lv::remove(vg, name, false)?;
+                    vg = edit::lv::remove(vg, ctx, name, false)?;
                 }
             }
             Ok(vg)

@@ -1097,8 +1097,8 @@ mod tests {
         use crate::testing::{session_with_vg, stamp};
         let s = session_with_vg(1);
         let stamp = stamp();
-        s.update("vg", "lvcreate", |v| {
-            edit::lv::create(v, &LvSpec::linear("a", 1, stamp)).map(|x| x.0)
+        s.update("vg", "lvcreate", |v, ctx| {
+            edit::lv::create(v, ctx, &LvSpec::linear("a", 1, stamp)).map(|x| x.0)
         })
         .expect("lvcreate");
         let vg = s.vg("vg").expect("vg");

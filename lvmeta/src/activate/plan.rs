@@ -318,14 +318,14 @@ mod tests {
 
     fn vg() -> Vg {
         let s = session_with_vg(2);
-        s.update("vg", "t", |v| {
-            let v = edit::lv::create(v, &LvSpec::linear("a", 2, stamp()))?.0;
-            let v = edit::lv::create(v, &LvSpec::linear("b", 1, stamp()))?.0;
-            let v = edit::lv::resize(v, "a", 5, None, false)?;
-            let v = edit::lv::create(v, &LvSpec::linear("big", 14, stamp()))?.0;
+        s.update("vg", "t", |v, ctx| {
+            let v = edit::lv::create(v, ctx, &LvSpec::linear("a", 2, stamp()))?.0;
+            let v = edit::lv::create(v, ctx, &LvSpec::linear("b", 1, stamp()))?.0;
+            let v = edit::lv::resize(v, ctx, "a", 5, None, false)?;
+            let v = edit::lv::create(v, ctx, &LvSpec::linear("big", 14, stamp()))?.0;
             let mut st = LvSpec::linear("st", 2, stamp());
             (st.stripes, st.stripe_size) = (2, Some(128));
-            let v = edit::lv::create(v, &st)?.0;
+            let v = edit::lv::create(v, ctx, &st)?.0;
             let pool = PoolSpec {
                 data: LvSpec::linear("pool", 1, stamp()),
                 chunk_size: None,
@@ -333,7 +333,7 @@ mod tests {
                 discards: "passdown".into(),
                 zero: true,
             };
-            let (v, pool) = edit::thin::create_pool(v, &pool)?;
+            let (v, pool) = edit::thin::create_pool(v, ctx, &pool)?;
             let thin = ThinSpec {
                 name: Some("t".into()),
                 pool,
@@ -343,7 +343,7 @@ mod tests {
                 activation_skip: None,
                 stamp: stamp(),
             };
-            Ok(edit::thin::create_thin(v, &thin)?.0)
+            Ok(edit::thin::create_thin(v, ctx, &thin)?.0)
         })
         .expect("lvs");
         s.vg("vg").expect("vg")

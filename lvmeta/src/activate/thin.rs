@@ -314,7 +314,7 @@ mod tests {
     /// never activated: the queue lvm2 leaves for an inactive pool.
     fn session() -> Session {
         let s = session_with_vg(1);
-        s.update("vg", "lvcreate", |v| {
+        s.update("vg", "lvcreate", |v, ctx| {
             let pool = PoolSpec {
                 data: LvSpec::linear("pool", 2, stamp()),
                 chunk_size: None,
@@ -322,10 +322,10 @@ mod tests {
                 discards: "nopassdown".into(),
                 zero: false,
             };
-            let v = edit::thin::create_pool(v, &pool)?.0;
-            let v = edit::thin::create_thin(v, &thin("a", None))?.0;
-            let v = edit::thin::create_thin(v, &thin("s", Some("a")))?.0;
-            Ok(edit::thin::create_thin(v, &thin("b", None))?.0)
+            let v = edit::thin::create_pool(v, ctx, &pool)?.0;
+            let v = edit::thin::create_thin(v, ctx, &thin("a", None))?.0;
+            let v = edit::thin::create_thin(v, ctx, &thin("s", Some("a")))?.0;
+            Ok(edit::thin::create_thin(v, ctx, &thin("b", None))?.0)
         })
         .expect("thin LVs");
         s
@@ -398,12 +398,16 @@ mod tests {
     fn deletes_keep_their_place_in_the_queue() {
         let s = session();
         // Delivered and cleared, then b removed and a new thin LV made: delete 3, create 3.
-        s.update("vg", "delivered", |v| edit::thin::delivered(v, "pool", 1))
-            .expect("clear");
-        s.update("vg", "lvremove", |v| edit::lv::remove(v, "b", false))
-            .expect("remove b");
-        s.update("vg", "lvcreate", |v| {
-            edit::thin::create_thin(v, &thin("c", None)).map(|x| x.0)
+        s.update("vg", "delivered", |v, ctx| {
+            edit::thin::delivered(v, ctx, "pool", 1)
+        })
+        .expect("clear");
+        s.update("vg", "lvremove", |v, ctx| {
+            edit::lv::remove(v, ctx, "b", false)
+        })
+        .expect("remove b");
+        s.update("vg", "lvcreate", |v, ctx| {
+            edit::thin::create_thin(v, ctx, &thin("c", None)).map(|x| x.0)
         })
         .expect("c");
         let vg = s.vg("vg").expect("vg");

@@ -4,8 +4,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::slots::{assign_lease, SPARE_LEASE_SLOTS};
-use super::{finish, refused, EditError, Stamp};
-use crate::alloc::FreeMap;
+use super::{finish, refused, EditCtx, EditError, Stamp};
 use crate::model::extents::PeRun;
 use crate::model::{Area, Lv, SegKind, Segment, Striped, Vg, Word};
 use crate::uuid::Uuid;
@@ -112,14 +111,19 @@ pub(crate) fn next_lvol_name(vg: &Vg) -> String {
 
 /// The name of a new LV: the one asked for (checked against lvm2's rules, reserved names
 /// allowed only for `internal` LVs) or the first free `lvol<N>`; refused if taken.
-pub(crate) fn new_name(vg: &Vg, asked: Option<&str>, internal: bool) -> Result<String, EditError> {
+pub(crate) fn new_name(
+    vg: &Vg,
+    ctx: &EditCtx,
+    asked: Option<&str>,
+    internal: bool,
+) -> Result<String, EditError> {
     let name = asked.map_or_else(|| next_lvol_name(vg), str::to_owned);
     if internal {
         crate::names::check_lv_name_in_vg(&vg.name, &name)?;
     } else {
         crate::names::check_new_lv_name(&vg.name, &name)?;
     }
-    if !super::lacks_lv(vg, &name) && vg.lv(&name).is_some() {
+    if !ctx.lacks_lv(vg, &name) && vg.lv(&name).is_some() {
         return Err(EditError::Exists {
             what: "Logical Volume",
             name,
@@ -235,13 +239,13 @@ fn check_stripes(vg: &Vg, spec: &LvSpec) -> Result<Option<u32>, EditError> {
 }
 
 /// Adds an LV to `vg` (no seqno change, no validation: the callers finish).
-pub(crate) fn create_in(vg: &mut Vg, spec: &LvSpec) -> Result<usize, EditError> {
-    let name = new_name(vg, spec.name.as_deref(), spec.internal)?;
+pub(crate) fn create_in(vg: &mut Vg, ctx: &EditCtx, spec: &LvSpec) -> Result<usize, EditError> {
+    let name = new_name(vg, ctx, spec.name.as_deref(), spec.internal)?;
     for t in &spec.tags {
         crate::names::check_tag(t)?;
     }
     let stripe_size = check_stripes(vg, spec)?;
-    let pieces = FreeMap::of(vg).allocate(
+    let pieces = ctx.free_map(vg).allocate(
         &vg.name,
         &name,
         spec.stripes,
@@ -253,17 +257,17 @@ pub(crate) fn create_in(vg: &mut Vg, spec: &LvSpec) -> Result<usize, EditError> 
     vg.lvs.push(Arc::new(lv));
     let index = vg.lvs.len() - 1;
     if vg.is_shared() && !spec.internal {
-        assign_lease(vg, index, spec.lease_align, &[], SPARE_LEASE_SLOTS)?;
+        assign_lease(vg, ctx, index, spec.lease_align, &[], SPARE_LEASE_SLOTS)?;
     }
     Ok(index)
 }
 
 /// `lvcreate` of a linear or striped LV. Returns the changed VG and the new LV's name.
-pub fn create(vg: Vg, spec: &LvSpec) -> Result<(Vg, String), EditError> {
+pub fn create(vg: Vg, ctx: &EditCtx, spec: &LvSpec) -> Result<(Vg, String), EditError> {
     let mut out = vg;
-    let i = create_in(&mut out, spec)?;
+    let i = create_in(&mut out, ctx, spec)?;
     let name = out.lvs[i].name.clone();
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok((out, name))
 }
 
@@ -274,19 +278,20 @@ pub fn create(vg: Vg, spec: &LvSpec) -> Result<(Vg, String), EditError> {
 /// Returns the changed VG and the LV's name.
 pub fn hold(
     vg: Vg,
+    ctx: &EditCtx,
     pieces: &[PeRun],
     spec: &LvSpec,
     avoid_leases: &[u64],
 ) -> Result<(Vg, String), EditError> {
     let mut out = vg;
-    let name = new_name(&out, spec.name.as_deref(), spec.internal)?;
+    let name = new_name(&out, ctx, spec.name.as_deref(), spec.internal)?;
     for t in &spec.tags {
         crate::names::check_tag(t)?;
     }
     if pieces.is_empty() {
         return Err(refused(name, "no extents to hold"));
     }
-    let mut used = super::used_of_version(&out);
+    let mut used = ctx.used(&out);
     for e in pieces {
         let on_pv = out
             .pvs
@@ -310,9 +315,9 @@ pub fn hold(
     out.lvs.push(Arc::new(lv));
     let index = out.lvs.len() - 1;
     if out.is_shared() && !spec.internal {
-        assign_lease(&mut out, index, spec.lease_align, avoid_leases, 0)?;
+        assign_lease(&mut out, ctx, index, spec.lease_align, avoid_leases, 0)?;
     }
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok((out, name))
 }
 
@@ -320,6 +325,7 @@ pub fn hold(
 /// where the next extents are free, then by the normal policy.
 pub(crate) fn grow(
     vg: &mut Vg,
+    ctx: &EditCtx,
     index: usize,
     extents: u32,
     pvs: Option<&[usize]>,
@@ -352,7 +358,7 @@ pub(crate) fn grow(
         (st.areas.len() as u32, st.stripe_size, ends)
     };
     // Rounded up to the stripe boundary, as lvm2 does.
-    let mut free = FreeMap::of(vg);
+    let mut free = ctx.free_map(vg);
     let mut per_stripe = extents.div_ceil(stripes);
     if let Some(ends) = ends.filter(|e| pvs.is_none_or(|p| e.iter().all(|x| p.contains(&x.pv)))) {
         let room = ends
@@ -400,6 +406,7 @@ pub(crate) fn shrink(vg: &mut Vg, index: usize, keep: u32) {
 /// beyond the new end is lost); thin LVs only change their virtual size.
 pub fn resize(
     vg: Vg,
+    ctx: &EditCtx,
     name: &str,
     extents: u32,
     pvs: Option<&[usize]>,
@@ -430,9 +437,9 @@ pub fn resize(
         Some(SegKind::Thin(_)) => {
             Arc::make_mut(&mut out.lvs[i]).segments[0].extent_count = extents;
         }
-        Some(SegKind::ThinPool(_)) => super::thin::resize_pool(&mut out, i, extents, pvs)?,
+        Some(SegKind::ThinPool(_)) => super::thin::resize_pool(&mut out, ctx, i, extents, pvs)?,
         Some(SegKind::Striped(_)) if extents > current => {
-            grow(&mut out, i, extents - current, pvs)?
+            grow(&mut out, ctx, i, extents - current, pvs)?
         }
         Some(SegKind::Striped(_)) => shrink(&mut out, i, extents),
         _ => {
@@ -442,7 +449,7 @@ pub fn resize(
             ))
         }
     }
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok(out)
 }
 
@@ -463,7 +470,7 @@ pub(crate) fn users<'v>(vg: &'v Vg, name: &str) -> Vec<&'v str> {
 }
 
 /// `lvremove` of one LV (with `force`, a thin pool takes its thin LVs along).
-pub fn remove(vg: Vg, name: &str, force: bool) -> Result<Vg, EditError> {
+pub fn remove(vg: Vg, ctx: &EditCtx, name: &str, force: bool) -> Result<Vg, EditError> {
     let mut out = vg;
     let i = lv_index(&out, name)?;
     let lv = &out.lvs[i];
@@ -487,7 +494,7 @@ pub fn remove(vg: Vg, name: &str, force: bool) -> Result<Vg, EditError> {
             out.lvs.remove(i);
         }
     }
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok(out)
 }
 
@@ -514,7 +521,7 @@ pub(crate) fn rename_refs(vg: &mut Vg, from: &str, to: &str) {
 }
 
 /// `lvrename` (a thin pool's `_tdata`/`_tmeta` follow it).
-pub fn rename(vg: Vg, from: &str, to: &str) -> Result<Vg, EditError> {
+pub fn rename(vg: Vg, ctx: &EditCtx, from: &str, to: &str) -> Result<Vg, EditError> {
     let mut out = vg;
     let i = lv_index(&out, from)?;
     if !out.lvs[i].is_visible() {
@@ -549,12 +556,12 @@ pub fn rename(vg: Vg, from: &str, to: &str) -> Result<Vg, EditError> {
         }
         rename_refs(&mut out, &a, &b);
     }
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok(out)
 }
 
 /// `lvchange --addtag/--deltag/-p/--setactivationskip`.
-pub fn change(vg: Vg, name: &str, c: &LvChange) -> Result<Vg, EditError> {
+pub fn change(vg: Vg, ctx: &EditCtx, name: &str, c: &LvChange) -> Result<Vg, EditError> {
     let mut out = vg;
     let i = lv_index(&out, name)?;
     let lv = Arc::make_mut(&mut out.lvs[i]);
@@ -576,6 +583,6 @@ pub fn change(vg: Vg, name: &str, c: &LvChange) -> Result<Vg, EditError> {
             lv.flags.push(Cow::Borrowed("ACTIVATION_SKIP"));
         }
     }
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok(out)
 }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::lv::{grow, lv_index};
-use super::{refused, EditError};
+use super::{refused, EditCtx, EditError};
 use crate::model::Vg;
 
 /// Lease alignment of a VG on 512-byte sectors (lvmlockd's default), in bytes.
@@ -71,6 +71,7 @@ fn growth(vg: &Vg) -> u32 {
 /// free.
 pub(crate) fn assign_lease(
     vg: &mut Vg,
+    ctx: &EditCtx,
     index: usize,
     align: u64,
     avoid: &[u64],
@@ -81,7 +82,7 @@ pub(crate) fn assign_lease(
     let mut used = leases_in_use(vg);
     used.extend_from_slice(avoid);
     // Slots an earlier change of the group freed are still their old owners' on disk.
-    super::reserved(|r| used.extend_from_slice(&r.leases));
+    used.extend_from_slice(ctx.reserved_leases());
     used.sort_unstable();
     loop {
         if let Some(offset) = first_with_spare(free_slots(vg, lock_lv, align, &used), spare) {
@@ -89,7 +90,7 @@ pub(crate) fn assign_lease(
             return Ok(());
         }
         let more = growth(vg);
-        grow(vg, lock_lv, more, None)?;
+        grow(vg, ctx, lock_lv, more, None)?;
     }
 }
 

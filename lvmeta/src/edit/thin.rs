@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::lv::{create_in, grow, lv_index, new_lv, new_name, users};
 use super::slots::{assign_lease, SPARE_LEASE_SLOTS};
-use super::{finish, refused, EditError, LvSpec, Stamp};
+use super::{finish, refused, EditCtx, EditError, LvSpec, Stamp};
 use crate::model::{
     Lv, SegKind, Segment, Thin, ThinMessage, ThinPool, Vg, DISCARDS, MAX_THIN_DEVICE_ID,
 };
@@ -96,7 +96,7 @@ impl PoolOptions {
 /// `lvchange -Z y|n --discards ...` of thin pool `name`: sets what `opts` asks. The host
 /// where the pool is active delivers it by reloading the pool's table (`lvchange
 /// --refresh`); a change of discard support must wait until the pool is inactive.
-pub fn change_pool(vg: Vg, name: &str, opts: &PoolOptions) -> Result<Vg, EditError> {
+pub fn change_pool(vg: Vg, ctx: &EditCtx, name: &str, opts: &PoolOptions) -> Result<Vg, EditError> {
     if let Some(d) = &opts.discards {
         check_discards(d)?;
     }
@@ -112,7 +112,7 @@ pub fn change_pool(vg: Vg, name: &str, opts: &PoolOptions) -> Result<Vg, EditErr
     if let Some(d) = &opts.discards {
         p.discards = Some(d.clone());
     }
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok(out)
 }
 
@@ -169,9 +169,9 @@ fn hidden(vg: &mut Vg, index: usize) {
 }
 
 /// `lvcreate --type thin-pool`. Returns the VG and the pool's name.
-pub fn create_pool(vg: Vg, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
+pub fn create_pool(vg: Vg, ctx: &EditCtx, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
     let mut out = vg;
-    let name = new_name(&out, spec.data.name.as_deref(), false)?;
+    let name = new_name(&out, ctx, spec.data.name.as_deref(), false)?;
     check_discards(&spec.discards)?;
     let data_sectors = u64::from(spec.data.extents) * u64::from(out.extent_size);
     let chunk = match spec.chunk_size {
@@ -203,23 +203,23 @@ pub fn create_pool(vg: Vg, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
         activation_skip: false,
         ..spec.data.clone()
     };
-    let di = create_in(&mut out, &sub(&tdata, spec.data.extents))?;
+    let di = create_in(&mut out, ctx, &sub(&tdata, spec.data.extents))?;
     hidden(&mut out, di);
     let mut meta = sub(&tmeta, meta_extents);
     meta.stripes = 1;
-    let mi = create_in(&mut out, &meta)?;
+    let mi = create_in(&mut out, ctx, &meta)?;
     hidden(&mut out, mi);
     match spare(&out) {
         Some(s) if out.lvs[s].extents() < u64::from(meta_extents) => {
             let more = meta_extents - u32::try_from(out.lvs[s].extents()).unwrap_or(0);
-            grow(&mut out, s, more, None)?;
+            grow(&mut out, ctx, s, more, None)?;
         }
         Some(_) => {}
         None => {
             let spare_name = format!("{}_pmspare", super::lv::next_lvol_name(&out));
             let mut sp = sub(&spare_name, meta_extents);
             sp.stripes = 1;
-            let si = create_in(&mut out, &sp)?;
+            let si = create_in(&mut out, ctx, &sp)?;
             hidden(&mut out, si);
         }
     }
@@ -245,9 +245,16 @@ pub fn create_pool(vg: Vg, spec: &PoolSpec) -> Result<(Vg, String), EditError> {
     out.lvs.push(Arc::new(pool));
     let pi = out.lvs.len() - 1;
     if out.is_shared() {
-        assign_lease(&mut out, pi, spec.data.lease_align, &[], SPARE_LEASE_SLOTS)?;
+        assign_lease(
+            &mut out,
+            ctx,
+            pi,
+            spec.data.lease_align,
+            &[],
+            SPARE_LEASE_SLOTS,
+        )?;
     }
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok((out, name))
 }
 
@@ -275,23 +282,27 @@ fn queue(pool: &mut ThinPool, msg: ThinMessage) {
 
 /// `lvcreate -V --thinpool` and thin snapshots (`lvcreate -s` of a thin LV). Returns the VG
 /// and the new LV's name.
-pub fn create_thin(vg: Vg, spec: &ThinSpec) -> Result<(Vg, String), EditError> {
-    let (out, mut names) = create_thins(vg, std::slice::from_ref(spec))?;
+pub fn create_thin(vg: Vg, ctx: &EditCtx, spec: &ThinSpec) -> Result<(Vg, String), EditError> {
+    let (out, mut names) = create_thins(vg, ctx, std::slice::from_ref(spec))?;
     Ok((out, names.pop().unwrap_or_default()))
 }
 
 /// Several thin LVs (or snapshots) in one change: one seqno, one commit.
-pub fn create_thins(vg: Vg, specs: &[ThinSpec]) -> Result<(Vg, Vec<String>), EditError> {
+pub fn create_thins(
+    vg: Vg,
+    ctx: &EditCtx,
+    specs: &[ThinSpec],
+) -> Result<(Vg, Vec<String>), EditError> {
     let mut out = vg;
     let names = specs
         .iter()
-        .map(|s| add_thin(&mut out, s))
+        .map(|s| add_thin(&mut out, ctx, s))
         .collect::<Result<Vec<_>, _>>()?;
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok((out, names))
 }
 
-fn add_thin(out: &mut Vg, spec: &ThinSpec) -> Result<String, EditError> {
+fn add_thin(out: &mut Vg, ctx: &EditCtx, spec: &ThinSpec) -> Result<String, EditError> {
     let vg_name = out.name.clone();
     let pi = lv_index(out, &spec.pool)?;
     let Some(pool) = out.lvs[pi].pool() else {
@@ -323,7 +334,7 @@ fn add_thin(out: &mut Vg, spec: &ThinSpec) -> Result<String, EditError> {
             why: "virtual size must be positive".into(),
         });
     }
-    let name = new_name(out, spec.name.as_deref(), false)?;
+    let name = new_name(out, ctx, spec.name.as_deref(), false)?;
     let max_id = out
         .lvs
         .iter()
@@ -406,7 +417,7 @@ pub(crate) fn remove_thin(vg: &mut Vg, name: &str) -> Result<(), EditError> {
 /// `transaction_id`): clears the queue of pool `name`, as lvm2's `update_pool_lv` does. A
 /// pool whose transaction id is no longer `transaction_id` is refused: its queue holds
 /// messages not delivered.
-pub fn delivered(vg: Vg, name: &str, transaction_id: u64) -> Result<Vg, EditError> {
+pub fn delivered(vg: Vg, ctx: &EditCtx, name: &str, transaction_id: u64) -> Result<Vg, EditError> {
     let mut out = vg;
     let vg_name = out.name.clone();
     let i = lv_index(&out, name)?;
@@ -423,7 +434,7 @@ pub fn delivered(vg: Vg, name: &str, transaction_id: u64) -> Result<Vg, EditErro
         ));
     }
     p.messages.clear();
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok(out)
 }
 
@@ -475,6 +486,7 @@ pub(crate) fn remove_pool(vg: &mut Vg, name: &str, force: bool) -> Result<(), Ed
 /// Grows a pool's data LV (pools do not shrink).
 pub(crate) fn resize_pool(
     vg: &mut Vg,
+    ctx: &EditCtx,
     index: usize,
     extents: u32,
     pvs: Option<&[usize]>,
@@ -490,7 +502,7 @@ pub(crate) fn resize_pool(
         ));
     }
     let di = lv_index(vg, &p.pool)?;
-    grow(vg, di, extents - current, pvs)?;
+    grow(vg, ctx, di, extents - current, pvs)?;
     Arc::make_mut(&mut vg.lvs[index]).segments[0].extent_count = extents;
     Ok(())
 }

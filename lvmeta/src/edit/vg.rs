@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use super::{finish, refused, EditError, LvSpec, Stamp};
+use super::{finish, refused, EditCtx, EditError, LvSpec, Stamp};
 use crate::model::{Header, Pv, Vg};
 use crate::text::Tree;
 use crate::uuid::Uuid;
@@ -152,6 +152,8 @@ pub fn create(spec: &VgSpec, pvs: &[NewPv], stamp: &Stamp) -> Result<Vg, EditErr
         }
         vg.pvs.push(pv_of(p, spec.extent_size)?);
     }
+    // A new VG is never part of a group commit.
+    let ctx = EditCtx::standalone();
     if let Some(sh) = &spec.shared {
         vg.lock_type = Some("sanlock".into());
         vg.lock_args = Some("1.0.0:lvmlock".into());
@@ -160,18 +162,18 @@ pub fn create(spec: &VgSpec, pvs: &[NewPv], stamp: &Stamp) -> Result<Vg, EditErr
             .max(1);
         let mut lv = LvSpec::linear("lvmlock", extents, stamp.clone());
         lv.internal = true;
-        super::lv::create_in(&mut vg, &lv)?;
+        super::lv::create_in(&mut vg, &ctx, &lv)?;
         if let Some(l) = vg.lv_mut("lvmlock") {
             l.status.retain(|s| s != "VISIBLE");
             l.read_ahead = Some(-1);
         }
     }
-    finish(&mut vg)?;
+    finish(&mut vg, &ctx)?;
     Ok(vg)
 }
 
 /// `vgextend`: adds PVs.
-pub fn extend(vg: Vg, pvs: &[NewPv]) -> Result<Vg, EditError> {
+pub fn extend(vg: Vg, ctx: &EditCtx, pvs: &[NewPv]) -> Result<Vg, EditError> {
     let mut out = vg;
     for p in pvs {
         if out.pvs.iter().any(|q| q.id == p.id) {
@@ -182,12 +184,12 @@ pub fn extend(vg: Vg, pvs: &[NewPv]) -> Result<Vg, EditError> {
         }
         out.pvs.push(pv_of(p, out.extent_size)?);
     }
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok(out)
 }
 
 /// `vgreduce`: removes PVs (by index) that no LV uses.
-pub fn reduce(vg: Vg, remove: &[usize]) -> Result<Vg, EditError> {
+pub fn reduce(vg: Vg, ctx: &EditCtx, remove: &[usize]) -> Result<Vg, EditError> {
     let used = vg.allocated_per_pv();
     for &i in remove {
         let name = vg.pvs.get(i).map_or_else(
@@ -218,14 +220,14 @@ pub fn reduce(vg: Vg, remove: &[usize]) -> Result<Vg, EditError> {
         }
     }
     out.pvs = keep.iter().map(|&i| out.pvs[i].clone()).collect();
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok(out)
 }
 
 /// `vgchange --addtag/--deltag`.
-pub fn change_tags(vg: Vg, add: &[String], del: &[String]) -> Result<Vg, EditError> {
+pub fn change_tags(vg: Vg, ctx: &EditCtx, add: &[String], del: &[String]) -> Result<Vg, EditError> {
     let mut out = vg;
     super::lv::apply_tags(&mut out.tags, add, del)?;
-    finish(&mut out)?;
+    finish(&mut out, ctx)?;
     Ok(out)
 }

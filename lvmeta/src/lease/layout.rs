@@ -221,9 +221,13 @@ mod tests {
             host: "h".into(),
         };
         let vg = edit::vg::create(&spec, &[pv], &stamp).expect("vg");
-        edit::lv::create(vg, &edit::LvSpec::linear("a", 1, stamp))
-            .expect("lv")
-            .0
+        edit::lv::create(
+            vg,
+            &edit::EditCtx::default(),
+            &edit::LvSpec::linear("a", 1, stamp),
+        )
+        .expect("lv")
+        .0
     }
 
     #[test]

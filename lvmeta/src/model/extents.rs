@@ -69,8 +69,8 @@ impl UsedMap {
     }
 
     /// The runs (PE, length) of each PV, in VG order.
-    pub(crate) fn into_runs(self) -> Vec<Vec<(u32, u32)>> {
-        self.used
+    pub(crate) fn runs(&self) -> impl Iterator<Item = &[(u32, u32)]> {
+        self.used.iter().map(Vec::as_slice)
     }
 
     /// Marks `e` held and returns true when none of it was; false (nothing changed) when

@@ -421,7 +421,7 @@ fn each_key(h: &foldhash::fast::RandomState, vg: &Vg, lv: &Lv, mut f: impl FnMut
 }
 
 /// A VG version with its index: what the edits of a group commit start from (see
-/// [`crate::edit::in_group`]). The two change only together ([`Indexed::advance`]).
+/// [`crate::edit::EditCtx::in_group`]). The two change only together ([`Indexed::advance`]).
 #[derive(Debug, Clone)]
 pub struct Indexed {
     vg: Vg,
@@ -504,13 +504,13 @@ impl Indexed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edit::{self, Group, LvSpec, PoolSpec, ThinSpec};
+    use crate::edit::{self, EditCtx, LvSpec, PoolSpec, ThinSpec};
     use crate::model::validate::{check_change, check_read, check_write};
     use crate::model::Area;
     use crate::testing::{stamp, vg_in_memory as vg};
 
     /// A thin volume with a pool of its own, as the CSI driver makes them.
-    fn thin_volume(vg: Vg, name: &str) -> Result<Vg, edit::EditError> {
+    fn thin_volume(vg: Vg, ctx: &EditCtx, name: &str) -> Result<Vg, edit::EditError> {
         let pool = PoolSpec {
             data: LvSpec::linear(&format!("{name}-pool"), 1, stamp()),
             chunk_size: None,
@@ -518,7 +518,7 @@ mod tests {
             discards: "passdown".into(),
             zero: true,
         };
-        let (vg, p) = edit::thin::create_pool(vg, &pool)?;
+        let (vg, p) = edit::thin::create_pool(vg, ctx, &pool)?;
         let thin = ThinSpec {
             name: Some(name.to_owned()),
             pool: p,
@@ -528,19 +528,19 @@ mod tests {
             activation_skip: None,
             stamp: stamp(),
         };
-        Ok(edit::thin::create_thin(vg, &thin)?.0)
+        Ok(edit::thin::create_thin(vg, ctx, &thin)?.0)
     }
 
-    fn remove_volume(vg: Vg, name: &str) -> Result<Vg, edit::EditError> {
-        let vg = edit::lv::remove(vg, name, false)?;
-        edit::lv::remove(vg, &format!("{name}-pool"), false)
+    fn remove_volume(vg: Vg, ctx: &EditCtx, name: &str) -> Result<Vg, edit::EditError> {
+        let vg = edit::lv::remove(vg, ctx, name, false)?;
+        edit::lv::remove(vg, ctx, &format!("{name}-pool"), false)
     }
 
     /// A VG of 20 thin volumes t0..t19 (80 LVs and the spare).
     fn twenty_thin_volumes() -> Vg {
         let mut v = vg();
         for i in 0..20 {
-            v = thin_volume(v, &format!("t{i}")).expect("thin volume");
+            v = thin_volume(v, &EditCtx::default(), &format!("t{i}")).expect("thin volume");
         }
         v
     }
@@ -575,37 +575,32 @@ mod tests {
                 .collect();
             let pick = names[rng.below(names.len())].clone();
             let op = rng.below(5);
-            let group = Group {
-                reserved: Default::default(),
-                base: Some(base.clone()),
-            };
-            let out = edit::in_group(group, || {
-                let v = base.vg.clone();
-                match op {
-                    0 => {
-                        made += 1;
-                        thin_volume(v, &format!("t{made}"))
-                    }
-                    1 => {
-                        made += 1;
-                        edit::lv::create(v, &LvSpec::linear(&format!("l{made}"), 2, stamp()))
-                            .map(|r| r.0)
-                    }
-                    2 if pick.starts_with('t') && !pick.ends_with("-pool") => {
-                        remove_volume(v, &pick)
-                    }
-                    3 if pick.starts_with('t') && !pick.ends_with("-pool") => {
-                        // A removal and an append in one change (DeleteVolume's hold LV).
-                        made += 1;
-                        let v = remove_volume(v, &pick)?;
-                        let spec = LvSpec::linear(&format!("l{made}"), 1, stamp());
-                        edit::lv::create(v, &spec).map(|r| r.0)
-                    }
-                    _ if pick.starts_with('l') => edit::lv::remove(v, &pick, false),
-                    // A name taken: refused through the index as without it.
-                    _ => thin_volume(v, &names[0]),
+            let ctx = &EditCtx::in_group(base.clone(), Default::default());
+            let v = base.vg.clone();
+            let out = match op {
+                0 => {
+                    made += 1;
+                    thin_volume(v, ctx, &format!("t{made}"))
                 }
-            });
+                1 => {
+                    made += 1;
+                    edit::lv::create(v, ctx, &LvSpec::linear(&format!("l{made}"), 2, stamp()))
+                        .map(|r| r.0)
+                }
+                2 if pick.starts_with('t') && !pick.ends_with("-pool") => {
+                    remove_volume(v, ctx, &pick)
+                }
+                3 if pick.starts_with('t') && !pick.ends_with("-pool") => {
+                    // A removal and an append in one change (DeleteVolume's hold LV).
+                    made += 1;
+                    let spec = LvSpec::linear(&format!("l{made}"), 1, stamp());
+                    remove_volume(v, ctx, &pick)
+                        .and_then(|v| edit::lv::create(v, ctx, &spec).map(|r| r.0))
+                }
+                _ if pick.starts_with('l') => edit::lv::remove(v, ctx, &pick, false),
+                // A name taken: refused through the index as without it.
+                _ => thin_volume(v, ctx, &names[0]),
+            };
             let Ok(out) = out else { continue };
             check_read(&out).expect("valid");
             check_write(&out).expect("valid");
@@ -717,8 +712,8 @@ mod tests {
     fn an_index_of_another_version_is_not_used() {
         let v = twenty_thin_volumes();
         let old = VgIndex::of(&v);
-        let v2 = thin_volume(v, "t20").expect("thin volume");
-        let v3 = thin_volume(v2.clone(), "t21").expect("thin volume");
+        let v2 = thin_volume(v, &EditCtx::default(), "t20").expect("thin volume");
+        let v3 = thin_volume(v2.clone(), &EditCtx::default(), "t21").expect("thin volume");
         let d = diff(&v2, &v3).expect("a small change");
         assert!(
             !old.clear_of(&v2, &v3, &d),
@@ -745,9 +740,13 @@ mod tests {
         let e = |pe, len| PeRun { pv: 0, pe, len };
         let mut v = vg();
         for i in 0..4 {
-            v = edit::lv::create(v, &LvSpec::linear(&format!("l{i}"), 3, stamp()))
-                .expect("lv")
-                .0;
+            v = edit::lv::create(
+                v,
+                &EditCtx::default(),
+                &LvSpec::linear(&format!("l{i}"), 3, stamp()),
+            )
+            .expect("lv")
+            .0;
         }
         let mut used = UsedMap::of(&v);
         assert!(used.overlaps(e(11, 1)) && !used.overlaps(e(12, 4)));

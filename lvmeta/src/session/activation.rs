@@ -91,8 +91,8 @@ impl Session {
         if let Layout::Thin { pool, .. } | Layout::Pool(pool) = &p.layout {
             if !pool.messages.is_empty() {
                 let (name, tid) = (pool.name.as_str(), pool.transaction_id);
-                self.update_holding(&p.vg, verb, &[name], |v| {
-                    edit::thin::delivered(v, name, tid)
+                self.update_holding(&p.vg, verb, &[name], |v, ctx| {
+                    edit::thin::delivered(v, ctx, name, tid)
                 })?;
                 tracing::info!(vg = %p.vg, pool = name, transaction_id = tid, "cleared the delivered thin pool messages");
             }

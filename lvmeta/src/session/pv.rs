@@ -224,7 +224,7 @@ impl Session {
         let scan = self.scan();
         let sv = writable(&scan, vg)?;
         let new: Vec<NewPv> = pvs.iter().map(new_pv).collect();
-        let mut out = edit::vg::extend(sv.vg.clone(), &new)?;
+        let mut out = edit::vg::extend(sv.vg.clone(), &edit::EditCtx::standalone(), &new)?;
         describe(&mut out, "vgextend");
         let mut all = members(&scan, sv)?;
         let joined: Vec<&ScannedPv> = pvs.iter().collect();
@@ -256,7 +256,7 @@ impl Session {
                     })
             })
             .collect::<Result<_, _>>()?;
-        let mut out = edit::vg::reduce(sv.vg.clone(), &remove)?;
+        let mut out = edit::vg::reduce(sv.vg.clone(), &edit::EditCtx::standalone(), &remove)?;
         describe(&mut out, "vgreduce");
         let keep: Vec<&ScannedPv> = all
             .iter()

@@ -19,7 +19,7 @@ use super::group::{Outcome, Turn};
 use super::guard::{Guard, HeldLeases, VgHold};
 use super::write::describe;
 use super::{members, places, writable, Session};
-use crate::edit::{self, EditError};
+use crate::edit::{self, EditCtx, EditError};
 use crate::lease;
 use crate::lockfile::{FileLock, Resource};
 use crate::model::index::{Indexed, VgIndex};
@@ -134,7 +134,7 @@ impl Session {
         &self,
         vg: &str,
         verb: &str,
-        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+        edit: impl FnOnce(Vg, &EditCtx) -> Result<R, EditError>,
     ) -> Result<R::Value, Error> {
         self.change(vg, &Change::new(verb, &[], &[]), edit)
     }
@@ -146,7 +146,7 @@ impl Session {
         vg: &str,
         verb: &str,
         owned: &[&str],
-        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+        edit: impl FnOnce(Vg, &EditCtx) -> Result<R, EditError>,
     ) -> Result<R::Value, Error> {
         self.change(vg, &Change::new(verb, owned, &[]), edit)
     }
@@ -161,7 +161,7 @@ impl Session {
         verb: &str,
         owned: &[&str],
         clear: &[&str],
-        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+        edit: impl FnOnce(Vg, &EditCtx) -> Result<R, EditError>,
     ) -> Result<R::Value, Error> {
         self.change(vg, &Change::new(verb, owned, clear), edit)
     }
@@ -174,8 +174,8 @@ impl Session {
             alone: true,
             ..Change::new("vgck --updatemetadata", &[], &[])
         };
-        self.change(vg, &how, |mut out| {
-            edit::finish(&mut out)?;
+        self.change(vg, &how, |mut out, ctx| {
+            edit::finish(&mut out, ctx)?;
             Ok(out)
         })?;
         self.vg(vg)
@@ -189,7 +189,7 @@ impl Session {
             alone: true,
             ..Change::new("vgcfgrestore", &[], &[])
         };
-        self.change(vg, &how, |cur| {
+        self.change(vg, &how, |cur, ctx| {
             let mut out = from.clone();
             let mut ids: Vec<_> = out.pvs.iter().map(|p| p.id).collect();
             let mut cur_ids: Vec<_> = cur.pvs.iter().map(|p| p.id).collect();
@@ -202,7 +202,7 @@ impl Session {
                 });
             }
             out.seqno = out.seqno.max(cur.seqno);
-            edit::finish(&mut out)?;
+            edit::finish(&mut out, ctx)?;
             Ok(out)
         })?;
         self.vg(vg)
@@ -213,7 +213,7 @@ impl Session {
         &self,
         vg: &str,
         how: &Change<'_>,
-        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+        edit: impl FnOnce(Vg, &EditCtx) -> Result<R, EditError>,
     ) -> Result<R::Value, Error> {
         let mut member = match self.groups.turn(vg, how.alone) {
             Turn::Lead => return self.lead(vg, how, edit),
@@ -240,7 +240,7 @@ impl Session {
         &self,
         vg: &str,
         how: &Change<'_>,
-        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+        edit: impl FnOnce(Vg, &EditCtx) -> Result<R, EditError>,
     ) -> Result<R::Value, Error> {
         let mut leading = Leading {
             session: self,
@@ -334,7 +334,7 @@ impl Session {
         &self,
         b: &mut Bench,
         how: &Change<'_>,
-        edit: impl FnOnce(Vg) -> Result<R, EditError>,
+        edit: impl FnOnce(Vg, &EditCtx) -> Result<R, EditError>,
     ) -> Result<R::Value, Error> {
         let base = b.base.clone();
         let owned: Vec<Uuid> = how
@@ -348,11 +348,8 @@ impl Session {
             .map(|n| ((*n).to_owned(), base.vg().lv(n).map(|l| l.id)))
             .collect();
         // Lease slots and extents earlier changes of the group freed are not handed out.
-        let group = edit::Group {
-            reserved: b.reserved.clone(),
-            base: Some(base.clone()),
-        };
-        let (out, value) = edit::in_group(group, || edit(base.vg().clone()))?.split();
+        let ctx = EditCtx::in_group(base.clone(), b.reserved.clone());
+        let (out, value) = edit(base.vg().clone(), &ctx)?.split();
         // Every invariant lvm2 checks, looking only at what the edit changed: the group's VG
         // before it passed them.
         let delta = validate::check_change(base.vg(), &out, Some(base.index()))

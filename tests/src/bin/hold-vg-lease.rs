@@ -84,8 +84,8 @@ fn change_and_keep(device: &str, vg: &str, host: Host, linger: Duration, n: u32)
             time: 1_800_000_000,
             host: "linger".into(),
         };
-        s.update(vg, "lvcreate", |v| {
-            edit::lv::create(v, &LvSpec::linear(&format!("kept-{i}"), 1, stamp)).map(|x| x.0)
+        s.update(vg, "lvcreate", |v, ctx| {
+            edit::lv::create(v, ctx, &LvSpec::linear(&format!("kept-{i}"), 1, stamp)).map(|x| x.0)
         })
         .expect("lvcreate");
     }

@@ -656,8 +656,10 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                     println!("  VG {vg} lockspace started");
                 }
                 if !add.is_empty() || !del.is_empty() {
-                    s.update(&vg, "vgchange", |v| edit::vg::change_tags(v, &add, &del))
-                        .map_err(failed)?;
+                    s.update(&vg, "vgchange", |v, ctx| {
+                        edit::vg::change_tags(v, ctx, &add, &del)
+                    })
+                    .map_err(failed)?;
                     println!("  Volume group \"{vg}\" successfully changed");
                 }
                 if lockstop {
@@ -676,8 +678,10 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                     .vg(vg)
                     .ok()
                     .and_then(|v| v.lv(lv).and_then(|l| l.thin_pool().map(str::to_owned)));
-                s.update(vg, "lvremove", |v| edit::lv::remove(v, lv, force > 0))
-                    .map_err(failed)?;
+                s.update(vg, "lvremove", |v, ctx| {
+                    edit::lv::remove(v, ctx, lv, force > 0)
+                })
+                .map_err(failed)?;
                 println!("  Logical volume \"{lv}\" successfully removed.");
                 if let Some(pool) = pool {
                     deliver_if_active(&s, vg, &pool);
@@ -699,8 +703,10 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                 _ => return Err(usage("lvrename VG/OLD NEW or VG OLD NEW")),
             };
             let s = session(&w, &[])?;
-            s.update(&vg, "lvrename", |v| edit::lv::rename(v, &from, &to))
-                .map_err(failed)?;
+            s.update(&vg, "lvrename", |v, ctx| {
+                edit::lv::rename(v, ctx, &from, &to)
+            })
+            .map_err(failed)?;
             println!("  Renamed \"{from}\" to \"{to}\" in volume group \"{vg}\"");
             Ok(())
         }
@@ -738,12 +744,12 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                     if !pool.is_empty() {
                         refuse_live_discard_switch(&s, vg, lv, &pool)?;
                     }
-                    s.update(vg, "lvchange", |v| {
-                        let v = edit::lv::change(v, lv, &change)?;
+                    s.update(vg, "lvchange", |v, ctx| {
+                        let v = edit::lv::change(v, ctx, lv, &change)?;
                         if pool.is_empty() {
                             return Ok(v);
                         }
-                        edit::thin::change_pool(v, lv, &pool)
+                        edit::thin::change_pool(v, ctx, lv, &pool)
                     })
                     .map_err(failed)?;
                     println!("  Logical volume {vg}/{lv} changed.");
@@ -947,14 +953,16 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
                 discards: a.discards.clone().unwrap_or_else(|| "passdown".into()),
                 zero: yes_no(&a.zero, "-Z")?.unwrap_or(true),
             };
-            s.update(vg, "lvcreate", |v| edit::thin::create_pool(v, &pool))
-                .map_err(failed)?
+            s.update(vg, "lvcreate", |v, ctx| {
+                edit::thin::create_pool(v, ctx, &pool)
+            })
+            .map_err(failed)?
         }
         None | Some("linear" | "striped") => {
             if segtype == Some("linear") && stripes > 1 {
                 return Err(usage("--type linear with -i > 1"));
             }
-            s.update(vg, "lvcreate", |v| edit::lv::create(v, &spec))
+            s.update(vg, "lvcreate", |v, ctx| edit::lv::create(v, ctx, &spec))
                 .map_err(failed)?
         }
         Some(t) => {
@@ -973,7 +981,9 @@ fn lvcreate(a: &LvcreateArgs) -> CmdResult {
 /// Creates a thin LV or thin snapshot and says so as lvm2 does.
 fn create_thin(s: &Session, vg: &str, spec: &ThinSpec) -> CmdResult {
     let made = s
-        .update(vg, "lvcreate", |v| edit::thin::create_thin(v, spec))
+        .update(vg, "lvcreate", |v, ctx| {
+            edit::thin::create_thin(v, ctx, spec)
+        })
         .map_err(failed)?;
     println!("  Logical volume \"{made}\" created.");
     deliver_if_active(s, vg, &spec.pool);
@@ -1067,8 +1077,8 @@ fn resize(a: &ResizeArgs, grow: Option<bool>) -> CmdResult {
         _ => {}
     }
     let pvs = pv_list(&cur, &s, pv_names)?;
-    s.update(vg, "lvresize", |v| {
-        edit::lv::resize(v, lv, target_extents, pvs.as_deref(), a.force > 0)
+    s.update(vg, "lvresize", |v, ctx| {
+        edit::lv::resize(v, ctx, lv, target_extents, pvs.as_deref(), a.force > 0)
     })
     .map_err(failed)?;
     println!("  Logical volume {vg}/{lv} successfully resized.");

@@ -251,9 +251,13 @@ mod tests {
     fn vg(n: usize) -> Vg {
         let mut v = vg_in_memory();
         for i in 0..n {
-            v = edit::lv::create(v, &LvSpec::linear(&format!("lv{i}"), 1, stamp()))
-                .expect("lv")
-                .0;
+            v = edit::lv::create(
+                v,
+                &edit::EditCtx::default(),
+                &LvSpec::linear(&format!("lv{i}"), 1, stamp()),
+            )
+            .expect("lv")
+            .0;
         }
         v
     }
@@ -322,10 +326,15 @@ mod tests {
         }
         // A good change passes, and so does removing an LV nothing refers to; the index
         // follows each.
-        let grown = edit::lv::create(before.clone(), &LvSpec::linear("new", 2, stamp()))
-            .expect("create")
-            .0;
-        let shrunk = edit::lv::remove(before.clone(), "lv50", false).expect("remove");
+        let grown = edit::lv::create(
+            before.clone(),
+            &edit::EditCtx::default(),
+            &LvSpec::linear("new", 2, stamp()),
+        )
+        .expect("create")
+        .0;
+        let shrunk = edit::lv::remove(before.clone(), &edit::EditCtx::default(), "lv50", false)
+            .expect("remove");
         for after in [grown, shrunk] {
             check_change(&before, &after, None).expect("without the index");
             let d = check_change(&before, &after, Some(&ix)).expect("with the index");
