@@ -246,7 +246,7 @@ mod tests {
             });
             le += p[0].len * p.len() as u32;
         }
-        let mut lv = crate::edit::lv::new_lv(name, &LvSpec::linear(name, 1, stamp()), true);
+        let mut lv = crate::edit::parts::new_lv(name, &LvSpec::linear(name, 1, stamp()), true);
         lv.segments = segs;
         vg.lvs.push(std::sync::Arc::new(lv));
     }

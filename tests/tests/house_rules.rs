@@ -19,7 +19,6 @@ const ALLOWED: &[&str] = &[
     "cycle csi-shim: connections server",
     "cycle csi-shim: controller fencing metrics node wiper",
     "cycle lvmeta: activate/plan activate/thin",
-    "cycle lvmeta: edit/lv edit/slots edit/thin",
     "size csi-shim/src/controller.rs",
     "size csi-shim/src/volume/mod.rs",
     "size lvmeta/src/activate/dm.rs",

@@ -5,14 +5,17 @@
 //! Every edit takes an [`EditCtx`] (what its group commit tells it) and ends in [`finish`]:
 //! seqno + 1 and every check lvm2 makes on write.
 
+mod add;
 mod ctx;
 pub mod lv;
+pub(crate) mod parts;
 pub mod slots;
+mod spec;
 pub mod thin;
 pub mod vg;
 
 pub use ctx::{EditCtx, Reserved};
-pub use lv::{LvChange, LvSpec, Permission};
+pub use spec::{LvChange, LvSpec, Permission};
 pub use thin::{PoolSpec, ThinSpec};
 pub use vg::{NewPv, SharedVg, VgSpec};
 

@@ -10,14 +10,11 @@
 
 use std::sync::Arc;
 
-use super::lv::{grow, lv_index};
+use super::parts::{grow, lv_index};
 use super::{refused, EditCtx, EditError};
+use crate::lease::layout::FIRST_LV_SLOT;
+pub use crate::lease::layout::LEASE_ALIGN;
 use crate::model::Vg;
-
-/// Lease alignment of a VG on 512-byte sectors (lvmlockd's default), in bytes.
-pub const LEASE_ALIGN: u64 = 1 << 20;
-/// Offset of the first LV lease in the `lvmlock` LV, in lease-alignment units.
-const FIRST_LEASE_SLOT: u64 = 67;
 /// What lvm2 adds to a full `lvmlock` LV (`global/sanlock_lv_extend`), in bytes.
 const LOCK_LV_EXTEND: u64 = 256 << 20;
 /// Lease slots a created LV leaves free in `lvmlock` (growing it when fewer would be):
@@ -47,7 +44,7 @@ fn free_slots<'a>(
     used: &'a [u64],
 ) -> impl Iterator<Item = u64> + 'a {
     let size = vg.lvs[lock_lv].extents() * vg.extent_bytes();
-    (FIRST_LEASE_SLOT..)
+    (FIRST_LV_SLOT..)
         .map(move |k| k * align)
         .take_while(move |o| o + align <= size)
         .filter(move |o| used.binary_search(o).is_err())

@@ -8,7 +8,8 @@
 
 use std::sync::Arc;
 
-use super::lv::{create_in, grow, lv_index, new_lv, new_name, users};
+use super::add::create_in;
+use super::parts::{grow, lv_index, new_lv, new_name, next_lvol_name, users};
 use super::slots::{assign_lease, SPARE_LEASE_SLOTS};
 use super::{finish, refused, EditCtx, EditError, LvSpec, Stamp};
 use crate::model::{
@@ -216,7 +217,7 @@ pub fn create_pool(vg: Vg, ctx: &EditCtx, spec: &PoolSpec) -> Result<(Vg, String
         }
         Some(_) => {}
         None => {
-            let spare_name = format!("{}_pmspare", super::lv::next_lvol_name(&out));
+            let spare_name = format!("{}_pmspare", next_lvol_name(&out));
             let mut sp = sub(&spare_name, meta_extents);
             sp.stripes = 1;
             let si = create_in(&mut out, ctx, &sp)?;

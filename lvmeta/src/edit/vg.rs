@@ -162,7 +162,7 @@ pub fn create(spec: &VgSpec, pvs: &[NewPv], stamp: &Stamp) -> Result<Vg, EditErr
             .max(1);
         let mut lv = LvSpec::linear("lvmlock", extents, stamp.clone());
         lv.internal = true;
-        super::lv::create_in(&mut vg, &ctx, &lv)?;
+        super::add::create_in(&mut vg, &ctx, &lv)?;
         if let Some(l) = vg.lv_mut("lvmlock") {
             l.status.retain(|s| s != "VISIBLE");
             l.read_ahead = Some(-1);
@@ -227,7 +227,7 @@ pub fn reduce(vg: Vg, ctx: &EditCtx, remove: &[usize]) -> Result<Vg, EditError> 
 /// `vgchange --addtag/--deltag`.
 pub fn change_tags(vg: Vg, ctx: &EditCtx, add: &[String], del: &[String]) -> Result<Vg, EditError> {
     let mut out = vg;
-    super::lv::apply_tags(&mut out.tags, add, del)?;
+    super::parts::apply_tags(&mut out.tags, add, del)?;
     finish(&mut out, ctx)?;
     Ok(out)
 }

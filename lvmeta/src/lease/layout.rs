@@ -23,6 +23,8 @@ const GL_SLOT: u64 = 65;
 const VG_SLOT: u64 = 66;
 /// Alignment units before the first LV lease.
 pub const FIRST_LV_SLOT: u64 = 67;
+/// Lease alignment of a VG on 512-byte sectors (lvmlockd's default), in bytes.
+pub const LEASE_ALIGN: u64 = 1 << 20;
 
 /// Sector size and lease alignment of a lockspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
