@@ -120,7 +120,7 @@ fn kubesan_vg() -> Vg {
             vg.lvs.push(Arc::new(lv));
         }
     }
-    edit::finish(&mut vg, &EditCtx::default()).expect("a valid VG");
+    edit::check(&vg, &EditCtx::default()).expect("a valid VG");
     vg
 }
 

@@ -138,6 +138,16 @@ async fn a_host_without_a_watchdog_uses_no_shared_vg_unless_told() {
 async fn a_lost_lockspace_fences_the_volumes_live_here_and_lets_their_leases_go() {
     let fake = Arc::new(FakeLeases::default());
     let (mut d, a, _) = two_staged(&fake).await;
+    d.node
+        .node_publish_volume(publish(
+            &d,
+            &a,
+            &format!("staging/{a}"),
+            "pods/p/a",
+            block(),
+        ))
+        .await
+        .expect("NodePublishVolume");
     let uuid = |lv: &str| {
         let vg = d.backend.session().vg("vg").expect("vg");
         vg.lv(lv).expect("lv").id.to_string()
@@ -162,6 +172,36 @@ async fn a_lost_lockspace_fences_the_volumes_live_here_and_lets_their_leases_go(
     // Nothing had them open: their devices are gone already, and kubelet's unstage is done.
     assert!(d.activation.state("vg", "a").is_none());
     assert!(d.activation.state("vg", "b").is_none());
+    // The pod's bind of a's device outlived it (a bind does not hold a device open): it
+    // shows the deleted node, and kubelet's unpublish still takes it away. A deleted node
+    // of another volume's name is never taken for a's.
+    d.system.delete_node(std::path::Path::new("/dev/fake/vg-a"));
+    d.system.delete_node(std::path::Path::new("/dev/fake/vg-b"));
+    let other = d.kubelet.join("pods/q/a");
+    d.system.mount_foreign("/dev/fake/vg-b", &other);
+    for (target, gone) in [(d.kubelet.join("pods/p/a"), true), (other.clone(), false)] {
+        kubelet_path(
+            &d,
+            target
+                .strip_prefix(&d.kubelet)
+                .expect("under kubelet")
+                .to_str()
+                .expect("utf-8"),
+        );
+        d.node
+            .node_unpublish_volume(NodeUnpublishVolumeRequest {
+                volume_id: a.clone(),
+                target_path: target.display().to_string(),
+            })
+            .await
+            .expect("NodeUnpublishVolume of a fenced volume");
+        assert_eq!(
+            !d.system.mounts().contains(&target),
+            gone,
+            "{}",
+            target.display()
+        );
+    }
     d.node
         .node_unstage_volume(NodeUnstageVolumeRequest {
             volume_id: a.clone(),

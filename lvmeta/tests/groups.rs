@@ -119,6 +119,9 @@ enum Late {
     Duplicate,
     /// Removes LV `old` (made by [`base`] when asked).
     RemoveOld,
+    /// Makes `lv<n>` unless it exists, as an idempotent retry does: a no-op when an
+    /// earlier caller made it, in an earlier commit or earlier in the same group.
+    Ensure(usize),
 }
 
 /// `lv0` is created, and while its commit waits at the gate, `LATE` more callers do what
@@ -157,6 +160,14 @@ fn run_with(image: &[u8], fault: Fault, late: impl Fn(usize) -> Late + Sync) -> 
                 t.spawn(move || match what {
                     Late::Create => create(format!("lv{i}")),
                     Late::Duplicate => create("lv0".to_owned()),
+                    Late::Ensure(n) => {
+                        let name = format!("lv{n}");
+                        let r = s.update("vg", "lvcreate", |v, ctx| match v.lv(&name) {
+                            Some(_) => Ok((v, name.clone())),
+                            None => edit::lv::create(v, ctx, &LvSpec::linear(&name, 1, stamp())),
+                        });
+                        (name, r.map_err(|e| e.to_string()))
+                    }
                     Late::RemoveOld => {
                         let r = s.update("vg", "lvremove", |v, ctx| {
                             edit::lv::remove(v, ctx, "old", false)
@@ -354,4 +365,81 @@ fn a_group_too_large_for_the_area_fails_only_the_changes_that_do_not_fit() {
     assert_eq!(ok.len() + full, LATE + 1, "{:?}", r.results);
     let (lvs, _) = on_disk(&r.image);
     assert_eq!(lvs.iter().filter(|l| l.starts_with("lv")).count(), ok.len());
+}
+
+/// The seqno is the commit's: one edit of several steps (a pool and its thin LV, as
+/// CreateVolume makes them) is one new version, and a restored backup's version is above
+/// both the backup's and the VG's.
+#[test]
+fn every_commit_is_one_version() {
+    let mem = MemDevice::from_bytes("pv0", base(), 512);
+    let s = Session::new(vec![Box::new(mem) as Box<dyn BlockDevice>]);
+    let start = s.vg("vg").expect("vg").seqno;
+    s.update("vg", "lvcreate", |v, ctx| {
+        let pool = edit::PoolSpec {
+            data: LvSpec::linear("pool", 4, stamp()),
+            chunk_size: None,
+            metadata_extents: None,
+            discards: "passdown".into(),
+            zero: true,
+        };
+        let (v, pool) = edit::thin::create_pool(v, ctx, &pool)?;
+        let thin = edit::ThinSpec {
+            name: Some("thin".into()),
+            pool,
+            extents: 8,
+            origin: None,
+            tags: vec![],
+            activation_skip: None,
+            stamp: stamp(),
+        };
+        edit::thin::create_thin(v, ctx, &thin)
+    })
+    .expect("pool and thin");
+    let after = s.vg("vg").expect("vg");
+    assert_eq!(after.seqno, start + 1, "a pool and a thin LV in one edit");
+    // A backup from the future: the restored version is above it.
+    let mut backup = after.clone();
+    backup.seqno = start + 10;
+    assert_eq!(s.restore("vg", &backup).expect("restore").seqno, start + 11);
+    // An older backup: above the VG's version.
+    backup.seqno = start;
+    assert_eq!(s.restore("vg", &backup).expect("restore").seqno, start + 12);
+    assert_eq!(s.repair("vg").expect("repair").seqno, start + 13);
+}
+
+/// Callers whose edits change nothing (retries of a change already made, in an earlier
+/// commit or earlier in their own group) write nothing, yet are told OK only when what
+/// they answer is on disk: at every write of a run the machine may stop, and what is on
+/// disk is exactly what the callers were told.
+#[test]
+fn changes_that_change_nothing_write_nothing() {
+    // Caller 1 retries lv0 (committed); callers 3, 5 and 7 retry the LV the caller before
+    // them made in the same group.
+    let late = |i: usize| match i % 2 {
+        1 => Late::Ensure(i - 1),
+        _ => Late::Create,
+    };
+    let image = base();
+    let (_, start) = on_disk(&image);
+    let r = run_with(&image, Fault::StopBeforeWrite(usize::MAX), late);
+    assert!(r.results.iter().all(|(_, x)| x.is_ok()), "{:?}", r.results);
+    let (lvs, seqno) = on_disk(&r.image);
+    assert_eq!(lvs, succeeded(&r));
+    assert_eq!(lvs.len(), 4, "lv0, lv2, lv4, lv6");
+    assert_eq!(seqno, start + 2, "lv0's commit, then one group");
+    // A retry alone: not a byte written.
+    let mem = Arc::new(MemDevice::from_bytes("pv0", r.image.clone(), 512));
+    let s = Session::new(vec![Box::new(mem.clone()) as Box<dyn BlockDevice>]);
+    let again = s.update("vg", "lvcreate", |v, _| match v.lv("lv2") {
+        Some(_) => Ok((v, true)),
+        None => Ok((v, false)),
+    });
+    assert!(again.expect("retry"));
+    assert!(mem.to_bytes() == r.image, "a change of nothing wrote");
+    for n in 0..=r.writes {
+        let r = run_with(&image, Fault::StopBeforeWrite(n), late);
+        let (lvs, _) = on_disk(&r.image);
+        assert_eq!(lvs, succeeded(&r), "stopped before write {n}");
+    }
 }

@@ -62,6 +62,8 @@ pub struct NodeHost {
     pub shim: Killed,
     /// Its sanlock daemon.
     pub _sanlock: Killed,
+    /// Its csi-shim log, printed should the test fail.
+    pub _log: LogOnPanic,
 }
 
 /// Runs the `lvmeta` CLI as host `host_id` (its sanlock run dir `run`) on `lun`.
@@ -168,6 +170,7 @@ pub async fn node_host(dir: &Path, lun: &str, host_id: u32, sanlock: Killed) -> 
         kubelet,
         shim,
         _sanlock: sanlock,
+        _log: LogOnPanic(dir.join(format!("h{host_id}")).join("csi-shim.log")),
     }
 }
 

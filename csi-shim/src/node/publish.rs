@@ -3,9 +3,11 @@
 
 use std::path::Path;
 
+use lvmeta::activate::dm_names::dm_name;
 use tonic::Status;
 
 use crate::csi::{NodePublishVolumeRequest, NodeUnpublishVolumeRequest};
+use crate::kubelet::Place;
 use crate::mount::Source;
 use crate::params;
 
@@ -117,27 +119,45 @@ impl Node {
             // Only the driver's volumes are ever touched.
             self.backend.volume(&vg, &lv)?;
         }
-        // Not active here, or no such path: nothing of this volume can be mounted there.
-        let (Some(target), Some(dev)) = (target, self.device_of(&req.volume_id, &vg, &lv)?) else {
+        // No such path: nothing can be mounted there.
+        let Some(target) = target else {
+            return Ok(());
+        };
+        let Some(dev) = self.device_of(&req.volume_id, &vg, &lv)? else {
+            // Not active here. A block volume's bind may outlive its device (fenced and
+            // removed, or removed by hand, while this process did not know it as staged):
+            // it shows the deleted node of the volume's device-mapper name.
+            let name = self
+                .config
+                .system
+                .deleted_node(&target)
+                .map_err(sys_status)?;
+            if name.as_deref() == Some(dm_name(&vg, &lv).as_str()) {
+                return self.unbind(&req.volume_id, &target);
+            }
             return Ok(());
         };
         match self.holds(&target, &dev)? {
-            Holds::This => {}
+            Holds::This => self.unbind(&req.volume_id, &target),
             Holds::Other(found) => {
                 tracing::warn!(volume_id = %params::shown(&req.volume_id), target = %target.path().display(), found, "the target holds another mount: left alone");
-                return Ok(());
+                Ok(())
             }
-            Holds::Nothing => return Ok(()),
+            Holds::Nothing => Ok(()),
         }
-        self.config.system.umount(&target).map_err(sys_status)?;
-        if let Some(s) = self.staged().get_mut(&req.volume_id) {
+    }
+
+    /// Unmounts volume `id`'s mount at `target` and removes the target.
+    fn unbind(&self, id: &str, target: &Place) -> Result<(), Status> {
+        self.config.system.umount(target).map_err(sys_status)?;
+        if let Some(s) = self.staged().get_mut(id) {
             s.targets.retain(|t| t != target.path());
         }
         // The target held this volume's mount, which only a publish makes: made by it.
         if let Err(e) = target.remove_any() {
-            tracing::warn!(volume_id = %params::shown(&req.volume_id), error = %e, "unpublished; the target stays");
+            tracing::warn!(volume_id = %params::shown(id), error = %e, "unpublished; the target stays");
         }
-        tracing::info!(volume_id = %params::shown(&req.volume_id), target = %target.path().display(), "unpublished");
+        tracing::info!(volume_id = %params::shown(id), target = %target.path().display(), "unpublished");
         Ok(())
     }
 }

@@ -864,7 +864,15 @@ impl DmBackend {
     /// Has any device of `p`'s stack a table of `error` targets only ([`Backend::fence`])?
     fn fenced(&self, p: &Placement) -> Result<bool, ActivateError> {
         for t in fence::stack(p) {
-            if self.find(&t.name)?.is_none() {
+            // Only this LV's own devices: another VG's or tool's device of the same name,
+            // error table or not, says nothing about this stack.
+            let Some(info) = self.info(&t.name)? else {
+                continue;
+            };
+            if !t
+                .uuid
+                .matches(&info.uuid().map(|u| u.to_string()).unwrap_or_default())
+            {
                 continue;
             }
             let n = dm_name_of(&t.name)?;

@@ -229,8 +229,9 @@ impl FakeBackend {
     }
 }
 
+/// Where the fake puts `p`'s device: a path no machine has, named as device-mapper's node.
 fn fake_path(p: &Placement) -> PathBuf {
-    PathBuf::from(format!("/dev/fake/{}/{}", p.vg, p.lv))
+    PathBuf::from("/dev/fake").join(dm_names::dm_name(&p.vg, &p.lv))
 }
 
 /// The error a one-piece backend gives for any other layout.

@@ -40,7 +40,7 @@ fn check_stripes(vg: &Vg, spec: &LvSpec) -> Result<Option<u32>, EditError> {
     Ok(Some(size))
 }
 
-/// Adds an LV to `vg` (no seqno change, no validation: the callers finish).
+/// Adds an LV to `vg` (no validation: the callers check).
 pub(crate) fn create_in(vg: &mut Vg, ctx: &EditCtx, spec: &LvSpec) -> Result<usize, EditError> {
     let name = new_name(vg, ctx, spec.name.as_deref(), spec.internal)?;
     for t in &spec.tags {

@@ -20,7 +20,7 @@ pub struct EditCtx {
     base: Option<Arc<Indexed>>,
     /// What earlier changes of the group freed.
     reserved: Reserved,
-    /// Who runs the checks of [`super::finish`].
+    /// Who runs the checks of [`super::check`].
     checks: Checks,
 }
 
@@ -41,7 +41,7 @@ impl EditCtx {
     }
 
     /// One change of a group commit that started from `base`:
-    /// - the checks of [`super::finish`] are left to the caller, which must check the VG the
+    /// - the checks of [`super::check`] are left to the caller, which must check the VG the
     ///   edit returns: an edit of several steps is checked once, in work proportional to
     ///   what it changed;
     /// - lease slots and extents in `reserved` are not allocated;
@@ -54,7 +54,7 @@ impl EditCtx {
         }
     }
 
-    /// Whether [`super::finish`] runs every check.
+    /// Whether [`super::check`] runs every check.
     pub(crate) fn checks_all(&self) -> bool {
         self.checks == Checks::All
     }

@@ -7,7 +7,7 @@ use super::add::create_in;
 use super::parts::{apply_tags, status_words, users};
 use super::parts::{grow, lv_index, new_lv, new_name, rename_refs, segments_of, shrink};
 use super::slots::assign_lease;
-use super::{finish, refused, EditCtx, EditError};
+use super::{check, refused, EditCtx, EditError};
 use crate::model::extents::PeRun;
 use crate::model::{SegKind, Vg, Word};
 
@@ -18,7 +18,7 @@ pub fn create(vg: Vg, ctx: &EditCtx, spec: &LvSpec) -> Result<(Vg, String), Edit
     let mut out = vg;
     let i = create_in(&mut out, ctx, spec)?;
     let name = out.lvs[i].name.clone();
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok((out, name))
 }
 
@@ -68,7 +68,7 @@ pub fn hold(
     if out.is_shared() && !spec.internal {
         assign_lease(&mut out, ctx, index, spec.lease_align, avoid_leases, 0)?;
     }
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok((out, name))
 }
 
@@ -119,7 +119,7 @@ pub fn resize(
             ))
         }
     }
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok(out)
 }
 
@@ -148,7 +148,7 @@ pub fn remove(vg: Vg, ctx: &EditCtx, name: &str, force: bool) -> Result<Vg, Edit
             out.lvs.remove(i);
         }
     }
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok(out)
 }
 
@@ -188,7 +188,7 @@ pub fn rename(vg: Vg, ctx: &EditCtx, from: &str, to: &str) -> Result<Vg, EditErr
         }
         rename_refs(&mut out, &a, &b);
     }
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok(out)
 }
 
@@ -215,6 +215,6 @@ pub fn change(vg: Vg, ctx: &EditCtx, name: &str, c: &LvChange) -> Result<Vg, Edi
             lv.flags.push(Cow::Borrowed("ACTIVATION_SKIP"));
         }
     }
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok(out)
 }

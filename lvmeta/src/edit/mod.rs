@@ -2,8 +2,8 @@
 //! and the other verbs decide before anything is written. Each takes a [`Vg`] and returns it
 //! changed (or an [`EditError`], the VG untouched); [`crate::session`] adds the I/O around them.
 //!
-//! Every edit takes an [`EditCtx`] (what its group commit tells it) and ends in [`finish`]:
-//! seqno + 1 and every check lvm2 makes on write.
+//! Every edit takes an [`EditCtx`] (what its group commit tells it) and ends in [`check`]:
+//! every check lvm2 makes on write. An edit never sets the seqno: the commit does.
 
 mod add;
 mod ctx;
@@ -101,15 +101,9 @@ pub fn refused(object: impl Into<String>, why: impl Into<String>) -> EditError {
     }
 }
 
-/// Ends every edit: seqno + 1, then every invariant lvm2 checks on read and on write
-/// (unless `ctx` leaves them to its caller: [`EditCtx::in_group`]).
-pub fn finish(vg: &mut Vg, ctx: &EditCtx) -> Result<(), EditError> {
-    vg.seqno = vg.seqno.checked_add(1).ok_or_else(|| {
-        refused(
-            vg.name.clone(),
-            "seqno would overflow; run vgck --updatemetadata",
-        )
-    })?;
+/// Ends every edit: every invariant lvm2 checks on read and on write (unless `ctx` leaves
+/// them to its caller: [`EditCtx::in_group`]). The seqno is the commit's to set.
+pub fn check(vg: &Vg, ctx: &EditCtx) -> Result<(), EditError> {
     if ctx.checks_all() {
         validate::check_read(vg)?;
         validate::check_write(vg)?;

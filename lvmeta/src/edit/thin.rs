@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::add::create_in;
 use super::parts::{grow, lv_index, new_lv, new_name, next_lvol_name, users};
 use super::slots::{assign_lease, SPARE_LEASE_SLOTS};
-use super::{finish, refused, EditCtx, EditError, LvSpec, Stamp};
+use super::{check, refused, EditCtx, EditError, LvSpec, Stamp};
 use crate::model::{
     Lv, SegKind, Segment, Thin, ThinMessage, ThinPool, Vg, DISCARDS, MAX_THIN_DEVICE_ID,
 };
@@ -113,7 +113,7 @@ pub fn change_pool(vg: Vg, ctx: &EditCtx, name: &str, opts: &PoolOptions) -> Res
     if let Some(d) = &opts.discards {
         p.discards = Some(d.clone());
     }
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok(out)
 }
 
@@ -255,7 +255,7 @@ pub fn create_pool(vg: Vg, ctx: &EditCtx, spec: &PoolSpec) -> Result<(Vg, String
             SPARE_LEASE_SLOTS,
         )?;
     }
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok((out, name))
 }
 
@@ -299,7 +299,7 @@ pub fn create_thins(
         .iter()
         .map(|s| add_thin(&mut out, ctx, s))
         .collect::<Result<Vec<_>, _>>()?;
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok((out, names))
 }
 
@@ -435,7 +435,7 @@ pub fn delivered(vg: Vg, ctx: &EditCtx, name: &str, transaction_id: u64) -> Resu
         ));
     }
     p.messages.clear();
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok(out)
 }
 

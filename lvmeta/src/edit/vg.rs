@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use super::{finish, refused, EditCtx, EditError, LvSpec, Stamp};
+use super::{check, refused, EditCtx, EditError, LvSpec, Stamp};
 use crate::model::{Header, Pv, Vg};
 use crate::text::Tree;
 use crate::uuid::Uuid;
@@ -122,7 +122,7 @@ pub fn create(spec: &VgSpec, pvs: &[NewPv], stamp: &Stamp) -> Result<Vg, EditErr
     let mut vg = Vg {
         name: spec.name.clone(),
         id: Uuid::random(),
-        seqno: 0,
+        seqno: 1,
         format: Some("lvm2".into()),
         status: ["RESIZEABLE", "READ", "WRITE"].map(Cow::Borrowed).to_vec(),
         flags: Vec::new(),
@@ -168,7 +168,7 @@ pub fn create(spec: &VgSpec, pvs: &[NewPv], stamp: &Stamp) -> Result<Vg, EditErr
             l.read_ahead = Some(-1);
         }
     }
-    finish(&mut vg, &ctx)?;
+    check(&vg, &ctx)?;
     Ok(vg)
 }
 
@@ -184,7 +184,7 @@ pub fn extend(vg: Vg, ctx: &EditCtx, pvs: &[NewPv]) -> Result<Vg, EditError> {
         }
         out.pvs.push(pv_of(p, out.extent_size)?);
     }
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok(out)
 }
 
@@ -220,7 +220,7 @@ pub fn reduce(vg: Vg, ctx: &EditCtx, remove: &[usize]) -> Result<Vg, EditError> 
         }
     }
     out.pvs = keep.iter().map(|&i| out.pvs[i].clone()).collect();
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok(out)
 }
 
@@ -228,6 +228,6 @@ pub fn reduce(vg: Vg, ctx: &EditCtx, remove: &[usize]) -> Result<Vg, EditError> 
 pub fn change_tags(vg: Vg, ctx: &EditCtx, add: &[String], del: &[String]) -> Result<Vg, EditError> {
     let mut out = vg;
     super::parts::apply_tags(&mut out.tags, add, del)?;
-    finish(&mut out, ctx)?;
+    check(&out, ctx)?;
     Ok(out)
 }

@@ -37,7 +37,7 @@ pub(crate) struct Diff<'b, 'a> {
 /// change of the LVs alone (small VGs, the VG's own fields changed, many LVs changed, or one
 /// LV twice in the new version): the caller then looks at everything.
 pub(crate) fn diff<'b, 'a>(before: &'b Vg, after: &'a Vg) -> Option<Diff<'b, 'a>> {
-    if after.lvs.len() < SMALL || !same_vg_fields(before, after) {
+    if after.lvs.len() < SMALL || !before.same_fields(after) {
         return None;
     }
     // Edits append, remove and replace in place: the LVs both versions share at the start
@@ -114,27 +114,6 @@ pub(crate) fn diff<'b, 'a>(before: &'b Vg, after: &'a Vg) -> Option<Diff<'b, 'a>
         .map(|&i| &*b[i])
         .collect();
     (placed.len() + removed.len() <= MANY).then_some(Diff { placed, removed })
-}
-
-/// Everything but the LVs.
-fn same_vg_fields(a: &Vg, b: &Vg) -> bool {
-    a.name == b.name
-        && a.id == b.id
-        && a.format == b.format
-        && a.status == b.status
-        && a.flags == b.flags
-        && a.tags == b.tags
-        && a.system_id == b.system_id
-        && a.lock_type == b.lock_type
-        && a.lock_args == b.lock_args
-        && a.extent_size == b.extent_size
-        && a.max_lv == b.max_lv
-        && a.max_pv == b.max_pv
-        && a.allocation_policy == b.allocation_policy
-        && a.profile == b.profile
-        && a.metadata_copies == b.metadata_copies
-        && a.pvs == b.pvs
-        && a.historical_lvs == b.historical_lvs
 }
 
 /// Counts by hash; a key whose count drops to 0 is removed.
@@ -333,7 +312,7 @@ impl VgIndex {
         removed: &[&Lv],
         changed: &[&Lv],
     ) -> Option<IndexChange> {
-        if !same_vg_fields(before, after) {
+        if !before.same_fields(after) {
             return None;
         }
         let mut c = IndexChange {

@@ -11,6 +11,7 @@ mod read;
 mod reprint;
 mod segment;
 pub mod validate;
+mod versions;
 mod write;
 
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The verbs that change PVs and the VG namespace (`pvcreate`, `vgcreate`, `vgextend`, ...):
 //! lvm2's global lock (and lvmlockd's global lease), then labels and whole metadata areas.
 
-use super::write::describe;
+use super::write::{describe, next_version};
 use super::{members, places, writable, Session};
 use crate::commit::{self, flush, io_err, write};
 use crate::edit::{self, EditError, NewPv, VgSpec};
@@ -225,7 +225,7 @@ impl Session {
         let sv = writable(&scan, vg)?;
         let new: Vec<NewPv> = pvs.iter().map(new_pv).collect();
         let mut out = edit::vg::extend(sv.vg.clone(), &edit::EditCtx::standalone(), &new)?;
-        describe(&mut out, "vgextend");
+        next_version(&mut out, sv.vg.seqno, None, "vgextend")?;
         let mut all = members(&scan, sv)?;
         let joined: Vec<&ScannedPv> = pvs.iter().collect();
         all.extend(joined.iter().copied());
@@ -257,7 +257,7 @@ impl Session {
             })
             .collect::<Result<_, _>>()?;
         let mut out = edit::vg::reduce(sv.vg.clone(), &edit::EditCtx::standalone(), &remove)?;
-        describe(&mut out, "vgreduce");
+        next_version(&mut out, sv.vg.seqno, None, "vgreduce")?;
         let keep: Vec<&ScannedPv> = all
             .iter()
             .enumerate()

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use super::group::{Outcome, Turn};
 use super::guard::{Guard, HeldLeases, VgHold};
-use super::write::describe;
+use super::write::next_version;
 use super::{members, places, writable, Session};
 use crate::edit::{self, EditCtx, EditError};
 use crate::lease;
@@ -67,6 +67,8 @@ struct Change<'a> {
     clear_ends: &'a [&'a str],
     /// Written as a group of its own (a restore or repair replaces the whole VG).
     alone: bool,
+    /// The committed version is above this seqno too (a restored backup's).
+    seqno_floor: Option<u32>,
 }
 
 impl<'a> Change<'a> {
@@ -77,6 +79,7 @@ impl<'a> Change<'a> {
             new_pools_are_new: true,
             clear_ends,
             alone: false,
+            seqno_floor: None,
         }
     }
 }
@@ -104,6 +107,8 @@ pub(super) struct Bench {
     seen: Vec<(u64, lease::SeenFree)>,
     /// What the group's edits freed: not handed out again before the commit.
     reserved: edit::Reserved,
+    /// The lowest seqno the group's version may have, less one (a restored backup's).
+    seqno_floor: Option<u32>,
     /// The VG's text as the group's edits leave it, estimated (committed size plus what each
     /// edit's LVs add or take away), against the room of its smallest area.
     room: MetadataUse,
@@ -174,8 +179,8 @@ impl Session {
             alone: true,
             ..Change::new("vgck --updatemetadata", &[], &[])
         };
-        self.change(vg, &how, |mut out, ctx| {
-            edit::finish(&mut out, ctx)?;
+        self.change(vg, &how, |out, ctx| {
+            edit::check(&out, ctx)?;
             Ok(out)
         })?;
         self.vg(vg)
@@ -187,10 +192,11 @@ impl Session {
         let how = Change {
             new_pools_are_new: false,
             alone: true,
+            seqno_floor: Some(from.seqno),
             ..Change::new("vgcfgrestore", &[], &[])
         };
         self.change(vg, &how, |cur, ctx| {
-            let mut out = from.clone();
+            let out = from.clone();
             let mut ids: Vec<_> = out.pvs.iter().map(|p| p.id).collect();
             let mut cur_ids: Vec<_> = cur.pvs.iter().map(|p| p.id).collect();
             ids.sort_unstable();
@@ -201,8 +207,7 @@ impl Session {
                     why: "the backup names other PVs or another VG".into(),
                 });
             }
-            out.seqno = out.seqno.max(cur.seqno);
-            edit::finish(&mut out, ctx)?;
+            edit::check(&out, ctx)?;
             Ok(out)
         })?;
         self.vg(vg)
@@ -324,6 +329,7 @@ impl Session {
             },
             seen: Vec::new(),
             reserved: edit::Reserved::default(),
+            seqno_floor: None,
             room,
         };
         Ok((bench, file))
@@ -350,6 +356,12 @@ impl Session {
         // Lease slots and extents earlier changes of the group freed are not handed out.
         let ctx = EditCtx::in_group(base.clone(), b.reserved.clone());
         let (out, value) = edit(base.vg().clone(), &ctx)?.split();
+        // Nothing changed (a retry of a change already made): nothing to check or write.
+        // The caller still waits for the group's outcome: its answer may rest on an earlier
+        // edit of the group. A repair or restore rewrites an unchanged VG on purpose.
+        if !how.alone && out.unchanged_from(base.vg()) {
+            return Ok(value);
+        }
         // Every invariant lvm2 checks, looking only at what the edit changed: the group's VG
         // before it passed them.
         let delta = validate::check_change(base.vg(), &out, Some(base.index()))
@@ -408,6 +420,7 @@ impl Session {
         drop(delta);
         drop(base);
         b.edits += 1;
+        b.seqno_floor = b.seqno_floor.max(how.seqno_floor);
         // The edit's clone of the base is gone: no copy here.
         Arc::make_mut(&mut b.base).advance(out, index);
         Ok(value)
@@ -426,6 +439,7 @@ impl Session {
             clears,
             held,
             seen,
+            seqno_floor,
             ..
         } = bench;
         let (mut out, index) = Arc::try_unwrap(base)
@@ -450,15 +464,12 @@ impl Session {
             guard.release(None)?;
             return Ok(start.vg.seqno);
         }
-        // One new version, whatever the number of edits (a restore, alone, keeps the seqno
-        // it chose above the backup's).
-        let next = start.vg.seqno.saturating_add(1);
-        out.seqno = if edits == 1 {
-            out.seqno.max(next)
-        } else {
-            next
-        };
-        describe(&mut out, &verbs.join(", "));
+        // One new version, whatever the number of edits (a restore's is above the backup's).
+        if let Err(e) = next_version(&mut out, start.vg.seqno, seqno_floor, &verbs.join(", ")) {
+            guard.release(None)?;
+            return Err(e);
+        }
+        let next = out.seqno;
         let before = lease::LeaseRef::of(&start.vg);
         let paths = places(&scan, start).paths;
         let committed = match &guard {

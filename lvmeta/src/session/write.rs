@@ -230,7 +230,28 @@ impl Session {
     }
 }
 
-/// The metadata's description of a change: `Write from lvmeta <verbs>.`, this host, now.
+/// Makes `out` the version after `committed` (or after `floor`, when higher: a restored
+/// backup's), written by `verb`. Refused when the seqno would overflow.
+pub(super) fn next_version(
+    out: &mut Vg,
+    committed: u32,
+    floor: Option<u32>,
+    verb: &str,
+) -> Result<(), Error> {
+    out.seqno = committed
+        .max(floor.unwrap_or(0))
+        .checked_add(1)
+        .ok_or_else(|| {
+            crate::edit::refused(
+                out.name.clone(),
+                "its seqno is at its maximum (4294967295): no newer version can be numbered",
+            )
+        })?;
+    describe(out, verb);
+    Ok(())
+}
+
+/// The metadata's description of a change: `Write from lvmeta <verb>.`, this host, now.
 pub(super) fn describe(vg: &mut Vg, verb: &str) {
     let stamp = crate::edit::Stamp::now();
     vg.header.description = Some(format!("Write from lvmeta {verb}."));

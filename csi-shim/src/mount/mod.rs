@@ -7,15 +7,16 @@
 //!   again by name;
 //! - mount options are checked one by one ([`check_mount_flag`]) before they reach mount(2).
 
-use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::Mutex;
 
 use nix::mount::{MntFlags, MsFlags};
 
 use crate::kubelet::Place;
+
+mod fake;
+pub use fake::Fake;
 
 /// A failed system step: what, on which path, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,6 +68,9 @@ pub trait System: Send + Sync {
     /// the mount appended when that is not the filesystem's root); `None` when `at` is not a
     /// mount point or does not exist.
     fn mounted_device(&self, at: &Place) -> Result<Option<String>, SysError>;
+    /// The file name of the block device node bound exactly at `at` when that node was
+    /// deleted since (its device removed under the bind mount); `None` for anything else.
+    fn deleted_node(&self, at: &Place) -> Result<Option<String>, SysError>;
     /// The `major:minor` [`System::mounted_device`] gives for the block device node `dev`.
     fn device_id(&self, dev: &Path) -> Result<String, SysError>;
     /// The filesystem on `dev` (`None`: blank).
@@ -235,6 +239,25 @@ fn mount_id(fd: &impl AsRawFd) -> std::io::Result<u64> {
         .ok_or_else(|| std::io::Error::other("no mnt_id in fdinfo"))
 }
 
+/// The mount exactly at `at` (its mountinfo line) and what is mounted there; `None` when
+/// `at` does not exist or is not a mount point.
+fn mount_at(at: &Place) -> Result<Option<(MountLine, nix::sys::stat::FileStat)>, SysError> {
+    let Some(fd) = at.open().map_err(|e| sys_err("open", at.path(), e))? else {
+        return Ok(None);
+    };
+    let id = mount_id(&fd).map_err(|e| sys_err("fdinfo", at.path(), e))?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| sys_err("read", Path::new("/proc/self/mountinfo"), e))?;
+    let Some(m) = mounts(&info).find(|m| m.id == id) else {
+        return Ok(None);
+    };
+    if Path::new(&m.point) != at.path() {
+        return Ok(None);
+    }
+    let st = nix::sys::stat::fstat(fd.as_fd()).map_err(|e| sys_err("stat", at.path(), e))?;
+    Ok(Some((m, st)))
+}
+
 fn major_minor(rdev: u64) -> String {
     format!("{}:{}", nix::libc::major(rdev), nix::libc::minor(rdev))
 }
@@ -267,19 +290,9 @@ impl Real {
 
 impl System for Real {
     fn mounted_device(&self, at: &Place) -> Result<Option<String>, SysError> {
-        let Some(fd) = at.open().map_err(|e| sys_err("open", at.path(), e))? else {
+        let Some((m, st)) = mount_at(at)? else {
             return Ok(None);
         };
-        let id = mount_id(&fd).map_err(|e| sys_err("fdinfo", at.path(), e))?;
-        let info = std::fs::read_to_string("/proc/self/mountinfo")
-            .map_err(|e| sys_err("read", Path::new("/proc/self/mountinfo"), e))?;
-        let Some(m) = mounts(&info).find(|m| m.id == id) else {
-            return Ok(None);
-        };
-        if Path::new(&m.point) != at.path() {
-            return Ok(None);
-        }
-        let st = nix::sys::stat::fstat(fd.as_fd()).map_err(|e| sys_err("stat", at.path(), e))?;
         if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFBLK {
             return Ok(Some(major_minor(st.st_rdev)));
         }
@@ -288,6 +301,20 @@ impl System for Real {
         } else {
             format!("{}{}", m.device, m.root)
         }))
+    }
+
+    fn deleted_node(&self, at: &Place) -> Result<Option<String>, SysError> {
+        let Some((m, st)) = mount_at(at)? else {
+            return Ok(None);
+        };
+        if st.st_mode & nix::libc::S_IFMT != nix::libc::S_IFBLK {
+            return Ok(None);
+        }
+        // The kernel shows a bound file that was unlinked as its old path and `//deleted`.
+        Ok(m.root
+            .strip_suffix("//deleted")
+            .and_then(|p| Path::new(p).file_name())
+            .map(|n| n.to_string_lossy().into_owned()))
     }
 
     fn device_id(&self, dev: &Path) -> Result<String, SysError> {
@@ -446,132 +473,6 @@ impl System for Real {
         let mut f = std::fs::File::from(fd);
         f.seek(std::io::SeekFrom::End(0))
             .map_err(|e| sys_err("seek", at.path(), e))
-    }
-}
-
-/// Mounts and filesystems in memory (tests): devices are blank until `mkfs`, every device
-/// is `device_size` bytes; a device's id is its path.
-#[derive(Debug)]
-pub struct Fake {
-    state: Mutex<FakeState>,
-    device_size: u64,
-}
-
-#[derive(Debug, Default)]
-struct FakeState {
-    /// Mount point -> the device it shows.
-    mounts: HashMap<PathBuf, String>,
-    filesystems: HashMap<PathBuf, String>,
-    grown: Vec<PathBuf>,
-    freezes: Vec<(PathBuf, bool)>,
-}
-
-impl Fake {
-    /// A fake whose devices all have `device_size` bytes.
-    pub fn new(device_size: u64) -> Self {
-        Self {
-            state: Mutex::new(FakeState::default()),
-            device_size,
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The mount points, sorted.
-    pub fn mounts(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = self.lock().mounts.keys().cloned().collect();
-        v.sort();
-        v
-    }
-
-    /// Mounts `dev` at `path` behind the driver's back (tests of foreign mounts).
-    pub fn mount_foreign(&self, dev: &str, path: &Path) {
-        self.lock().mounts.insert(path.into(), dev.into());
-    }
-
-    /// How many times a filesystem was grown.
-    pub fn grown(&self) -> usize {
-        self.lock().grown.len()
-    }
-
-    /// Every freeze (true) and thaw (false), in order.
-    pub fn freezes(&self) -> Vec<(PathBuf, bool)> {
-        self.lock().freezes.clone()
-    }
-
-    fn mounted(&self, at: &Place) -> Result<(), SysError> {
-        if self.lock().mounts.contains_key(at.path()) {
-            Ok(())
-        } else {
-            Err(sys_err("fake", at.path(), "not mounted"))
-        }
-    }
-}
-
-impl System for Fake {
-    fn mounted_device(&self, at: &Place) -> Result<Option<String>, SysError> {
-        Ok(self.lock().mounts.get(at.path()).cloned())
-    }
-    fn device_id(&self, dev: &Path) -> Result<String, SysError> {
-        Ok(dev.display().to_string())
-    }
-    fn fs_type(&self, dev: &Path) -> Result<Option<String>, SysError> {
-        Ok(self.lock().filesystems.get(dev).cloned())
-    }
-    fn mkfs(&self, dev: &Path, fs: &str) -> Result<(), SysError> {
-        self.lock().filesystems.insert(dev.into(), fs.into());
-        Ok(())
-    }
-    fn mount(&self, dev: &Path, at: &Place, _fs: &str, flags: &[String]) -> Result<(), SysError> {
-        mount_args(flags).map_err(|e| sys_err("mount", at.path(), e))?;
-        self.lock()
-            .mounts
-            .insert(at.path().into(), dev.display().to_string());
-        Ok(())
-    }
-    fn bind(&self, src: Source<'_>, at: &Place, _read_only: bool) -> Result<(), SysError> {
-        let mut st = self.lock();
-        let shows = match src {
-            Source::Mount(p) => st
-                .mounts
-                .get(p.path())
-                .cloned()
-                .ok_or_else(|| sys_err("mount --bind", p.path(), "not mounted"))?,
-            Source::Device(d) => d.display().to_string(),
-        };
-        st.mounts.insert(at.path().into(), shows);
-        Ok(())
-    }
-    fn umount(&self, at: &Place) -> Result<(), SysError> {
-        match self.lock().mounts.remove(at.path()) {
-            Some(_) => Ok(()),
-            None => Err(sys_err("umount", at.path(), "not mounted")),
-        }
-    }
-    fn grow(&self, dev: &Path, _at: &Place, _fs: &str) -> Result<(), SysError> {
-        self.lock().grown.push(dev.into());
-        Ok(())
-    }
-    fn usage(&self, at: &Place) -> Result<Usage, SysError> {
-        self.mounted(at)?;
-        Ok(Usage {
-            bytes_total: self.device_size,
-            bytes_available: self.device_size / 2,
-            bytes_used: self.device_size / 2,
-            inodes_total: 1024,
-            inodes_free: 1000,
-        })
-    }
-    fn device_bytes(&self, at: &Place) -> Result<u64, SysError> {
-        self.mounted(at)?;
-        Ok(self.device_size)
-    }
-    fn freeze(&self, at: &Place, frozen: bool) -> Result<(), SysError> {
-        self.mounted(at)?;
-        self.lock().freezes.push((at.path().into(), frozen));
-        Ok(())
     }
 }
 
