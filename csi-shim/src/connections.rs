@@ -39,8 +39,31 @@ use tonic::Status;
 use tower::ServiceExt;
 
 use crate::authority::Mended;
-use crate::server::ServeError;
 use crate::slots::{Slot, Table};
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The socket could not be made.
+    #[error("{path}: {source}")]
+    Socket {
+        /// The socket path.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A thread of the server could not be started.
+    #[error("starting the {what} thread: {source}")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The socket stopped accepting connections (not for a shortage, which is waited out).
+    #[error("accepting connections: {0}")]
+    Accept(std::io::Error),
+}
 
 /// The error of the services served (tonic's router).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

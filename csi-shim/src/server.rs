@@ -20,29 +20,7 @@ use crate::csi::node_server::NodeServer;
 use crate::identity::IdentityService;
 use crate::node::{Node, NodeService};
 
-/// Why the server could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// The socket could not be made.
-    #[error("{path}: {source}")]
-    Socket {
-        /// The socket path.
-        path: String,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// A thread of the server could not be started.
-    #[error("starting the {what} thread: {source}")]
-    Thread {
-        /// Which thread.
-        what: &'static str,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The socket stopped accepting connections (not for a shortage, which is waited out).
-    #[error("accepting connections: {0}")]
-    Accept(std::io::Error),
-}
+pub use crate::connections::ServeError;
 
 /// A unix socket listening at `path`, readable and writable by its owner only.
 pub fn listen(path: &Path) -> Result<UnixListener, ServeError> {
