@@ -176,9 +176,10 @@ async fn a_lost_lockspace_fences_the_volumes_live_here_and_lets_their_leases_go(
     // shows the deleted node, and kubelet's unpublish still takes it away. A deleted node
     // of another volume's name is never taken for a's.
     d.system.delete_node(std::path::Path::new("/dev/fake/vg-a"));
-    d.system.delete_node(std::path::Path::new("/dev/fake/vg-b"));
     let other = d.kubelet.join("pods/q/a");
-    d.system.mount_foreign("/dev/fake/vg-b", &other);
+    d.system
+        .bind_foreign_node(std::path::Path::new("/dev/fake/vg-b"), &other);
+    d.system.delete_node(std::path::Path::new("/dev/fake/vg-b"));
     for (target, gone) in [(d.kubelet.join("pods/p/a"), true), (other.clone(), false)] {
         kubelet_path(
             &d,

@@ -1,6 +1,6 @@
 //! [`Fake`]: mounts and filesystems in memory, for the gRPC tests.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -22,8 +22,10 @@ struct FakeState {
     filesystems: HashMap<PathBuf, String>,
     grown: Vec<PathBuf>,
     freezes: Vec<(PathBuf, bool)>,
-    /// Device nodes removed while bound somewhere ([`Fake::delete_node`]).
-    deleted: Vec<String>,
+    /// Mount points bound to a device node (a block volume's publish, or a foreign one).
+    node_binds: HashSet<PathBuf>,
+    /// Those of them whose node was deleted since ([`Fake::delete_node`]).
+    deleted: HashSet<PathBuf>,
 }
 
 impl Fake {
@@ -51,10 +53,25 @@ impl Fake {
         self.lock().mounts.insert(path.into(), dev.into());
     }
 
-    /// Deletes device node `dev` as the kernel does when its device goes: mounts binding
-    /// it stay, showing a deleted node.
+    /// Binds device node `dev` at `path` behind the driver's back.
+    pub fn bind_foreign_node(&self, dev: &Path, path: &Path) {
+        let mut st = self.lock();
+        st.mounts.insert(path.into(), dev.display().to_string());
+        st.node_binds.insert(path.into());
+    }
+
+    /// Deletes device node `dev` as the kernel does when its device goes: the binds of it
+    /// stay, showing a deleted node (a node made again later is a new one).
     pub fn delete_node(&self, dev: &Path) {
-        self.lock().deleted.push(dev.display().to_string());
+        let mut st = self.lock();
+        let shown = dev.display().to_string();
+        let hit: Vec<PathBuf> = st
+            .node_binds
+            .iter()
+            .filter(|at| st.mounts.get(*at) == Some(&shown))
+            .cloned()
+            .collect();
+        st.deleted.extend(hit);
     }
 
     /// How many times a filesystem was grown.
@@ -82,10 +99,12 @@ impl System for Fake {
     }
     fn deleted_node(&self, at: &Place) -> Result<Option<String>, SysError> {
         let st = self.lock();
+        if !st.deleted.contains(at.path()) {
+            return Ok(None);
+        }
         Ok(st
             .mounts
             .get(at.path())
-            .filter(|d| st.deleted.contains(d))
             .and_then(|d| Path::new(d).file_name())
             .map(|n| n.to_string_lossy().into_owned()))
     }
@@ -116,11 +135,18 @@ impl System for Fake {
                 .ok_or_else(|| sys_err("mount --bind", p.path(), "not mounted"))?,
             Source::Device(d) => d.display().to_string(),
         };
+        if let Source::Device(_) = src {
+            st.node_binds.insert(at.path().into());
+        }
+        st.deleted.remove(at.path());
         st.mounts.insert(at.path().into(), shows);
         Ok(())
     }
     fn umount(&self, at: &Place) -> Result<(), SysError> {
-        match self.lock().mounts.remove(at.path()) {
+        let mut st = self.lock();
+        st.node_binds.remove(at.path());
+        st.deleted.remove(at.path());
+        match st.mounts.remove(at.path()) {
             Some(_) => Ok(()),
             None => Err(sys_err("umount", at.path(), "not mounted")),
         }

@@ -68,8 +68,10 @@ pub trait System: Send + Sync {
     /// the mount appended when that is not the filesystem's root); `None` when `at` is not a
     /// mount point or does not exist.
     fn mounted_device(&self, at: &Place) -> Result<Option<String>, SysError>;
-    /// The file name of the block device node bound exactly at `at` when that node was
-    /// deleted since (its device removed under the bind mount); `None` for anything else.
+    /// The file name of the device-mapper node (`<dir>/mapper/<name>`, device-mapper's
+    /// major) bound exactly at `at` when that node was unlinked since: its device was
+    /// removed, or the node made anew; `None` for anything else (assumes nodes made by the
+    /// driver, no udev symlinks).
     fn deleted_node(&self, at: &Place) -> Result<Option<String>, SysError>;
     /// The `major:minor` [`System::mounted_device`] gives for the block device node `dev`.
     fn device_id(&self, dev: &Path) -> Result<String, SysError>;
@@ -179,7 +181,7 @@ pub struct MountLine {
     pub id: u64,
     /// `major:minor` of the device.
     pub device: String,
-    /// The root of the mount within its filesystem.
+    /// The root of the mount within its filesystem (octal escapes undone).
     pub root: String,
     /// Where it is mounted (octal escapes undone).
     pub point: String,
@@ -258,6 +260,16 @@ fn mount_at(at: &Place) -> Result<Option<(MountLine, nix::sys::stat::FileStat)>,
     Ok(Some((m, st)))
 }
 
+/// Device-mapper's block major (its line in `/proc/devices`); `None` without it.
+fn dm_major() -> Option<u32> {
+    let devices = std::fs::read_to_string("/proc/devices").ok()?;
+    let block = devices.split("Block devices:").nth(1)?;
+    block.lines().find_map(|l| {
+        let (major, name) = l.trim().split_once(' ')?;
+        (name.trim() == "device-mapper").then(|| major.parse().ok())?
+    })
+}
+
 fn major_minor(rdev: u64) -> String {
     format!("{}:{}", nix::libc::major(rdev), nix::libc::minor(rdev))
 }
@@ -307,14 +319,20 @@ impl System for Real {
         let Some((m, st)) = mount_at(at)? else {
             return Ok(None);
         };
-        if st.st_mode & nix::libc::S_IFMT != nix::libc::S_IFBLK {
+        if st.st_mode & nix::libc::S_IFMT != nix::libc::S_IFBLK
+            || Some(nix::libc::major(st.st_rdev)) != dm_major()
+        {
             return Ok(None);
         }
-        // The kernel shows a bound file that was unlinked as its old path and `//deleted`.
-        Ok(m.root
-            .strip_suffix("//deleted")
-            .and_then(|p| Path::new(p).file_name())
-            .map(|n| n.to_string_lossy().into_owned()))
+        // mountinfo's root of a bound file that was unlinked: its old path and `//deleted`
+        // (the kernel's dentry_path).
+        let Some(node) = m.root.strip_suffix("//deleted").map(Path::new) else {
+            return Ok(None);
+        };
+        if node.parent().and_then(Path::file_name) != Some(std::ffi::OsStr::new("mapper")) {
+            return Ok(None);
+        }
+        Ok(node.file_name().map(|n| n.to_string_lossy().into_owned()))
     }
 
     fn device_id(&self, dev: &Path) -> Result<String, SysError> {

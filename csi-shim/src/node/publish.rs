@@ -123,18 +123,19 @@ impl Node {
         let Some(target) = target else {
             return Ok(());
         };
+        // A block volume's bind outlives its device node (a fence or an unstage elsewhere
+        // removed the device, or it was made anew): the bind shows the deleted node of the
+        // volume's device-mapper name, whatever this process knows of the volume.
+        let name = self
+            .config
+            .system
+            .deleted_node(&target)
+            .map_err(sys_status)?;
+        if name.as_deref() == Some(dm_name(&vg, &lv).as_str()) {
+            return self.unbind(&req.volume_id, &target);
+        }
+        // Not active here: nothing else of this volume can be mounted there.
         let Some(dev) = self.device_of(&req.volume_id, &vg, &lv)? else {
-            // Not active here. A block volume's bind may outlive its device (fenced and
-            // removed, or removed by hand, while this process did not know it as staged):
-            // it shows the deleted node of the volume's device-mapper name.
-            let name = self
-                .config
-                .system
-                .deleted_node(&target)
-                .map_err(sys_status)?;
-            if name.as_deref() == Some(dm_name(&vg, &lv).as_str()) {
-                return self.unbind(&req.volume_id, &target);
-            }
             return Ok(());
         };
         match self.holds(&target, &dev)? {

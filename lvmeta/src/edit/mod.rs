@@ -3,7 +3,8 @@
 //! changed (or an [`EditError`], the VG untouched); [`crate::session`] adds the I/O around them.
 //!
 //! Every edit takes an [`EditCtx`] (what its group commit tells it) and ends in [`check`]:
-//! every check lvm2 makes on write. An edit never sets the seqno: the commit does.
+//! every check lvm2 makes on write. An edit never sets the seqno (but `vgcreate`'s first version, 1): the
+//! commit does.
 
 mod add;
 mod ctx;

@@ -7,30 +7,54 @@ use super::Vg;
 impl Vg {
     /// Whether `other` has the same fields but the LVs, seqno and header (a version of
     /// the same VG whose changes, if any, are in its LVs).
-    pub fn same_fields(&self, other: &Vg) -> bool {
-        let (a, b) = (self, other);
-        a.name == b.name
-            && a.id == b.id
-            && a.format == b.format
-            && a.status == b.status
-            && a.flags == b.flags
-            && a.tags == b.tags
-            && a.system_id == b.system_id
-            && a.lock_type == b.lock_type
-            && a.lock_args == b.lock_args
-            && a.extent_size == b.extent_size
-            && a.max_lv == b.max_lv
-            && a.max_pv == b.max_pv
-            && a.allocation_policy == b.allocation_policy
-            && a.profile == b.profile
-            && a.metadata_copies == b.metadata_copies
-            && a.pvs == b.pvs
-            && a.historical_lvs == b.historical_lvs
+    ///
+    /// Every field is named: a field added to [`Vg`] does not compile here until it is
+    /// compared or said not to be.
+    pub(crate) fn same_fields(&self, other: &Vg) -> bool {
+        let Vg {
+            name,
+            id,
+            seqno: _,
+            format,
+            status,
+            flags,
+            tags,
+            system_id,
+            lock_type,
+            lock_args,
+            extent_size,
+            max_lv,
+            max_pv,
+            allocation_policy,
+            profile,
+            metadata_copies,
+            pvs,
+            lvs: _,
+            historical_lvs,
+            header: _,
+        } = self;
+        *name == other.name
+            && *id == other.id
+            && *format == other.format
+            && *status == other.status
+            && *flags == other.flags
+            && *tags == other.tags
+            && *system_id == other.system_id
+            && *lock_type == other.lock_type
+            && *lock_args == other.lock_args
+            && *extent_size == other.extent_size
+            && *max_lv == other.max_lv
+            && *max_pv == other.max_pv
+            && *allocation_policy == other.allocation_policy
+            && *profile == other.profile
+            && *metadata_copies == other.metadata_copies
+            && *pvs == other.pvs
+            && *historical_lvs == other.historical_lvs
     }
 
     /// Whether this version is `base` unchanged: the same fields and the very same LVs
     /// (shared, not equal: an edit copies every LV it touches), in order.
-    pub fn unchanged_from(&self, base: &Vg) -> bool {
+    pub(crate) fn unchanged_from(&self, base: &Vg) -> bool {
         self.same_fields(base)
             && self.lvs.len() == base.lvs.len()
             && self

@@ -1,8 +1,12 @@
 //! What guards a VG while a group of its changes is formed and written: its VG lease in a
 //! shared VG, lvm2's file lock alone in a local one; and the LV leases a group holds until
-//! its commit is done.
+//! its commit is done; in a local VG, the pools this session has active, which no change
+//! of another holder may touch.
 
+use super::Session;
 use crate::lease;
+use crate::model::Vg;
+use crate::uuid::Uuid;
 use crate::Error;
 
 /// What guards a VG while a group of its changes is formed and written.
@@ -55,5 +59,42 @@ impl Drop for HeldLeases {
                 h.release_or_warn(r, "removed LV");
             }
         }
+    }
+}
+
+impl Session {
+    /// The thin pools of `vg` active through this session (in a VG without leases), with
+    /// their id and pool state.
+    pub(super) fn local_pool_states(&self, vg: &Vg) -> Vec<(Uuid, String, lease::PoolState)> {
+        if self.local_pools.is_empty() {
+            return Vec::new();
+        }
+        vg.lvs
+            .iter()
+            .filter(|l| self.local_pools.held(&vg.name, &l.name))
+            .filter_map(|l| Some((l.id, l.name.clone(), lease::pool_state(l)?)))
+            .collect()
+    }
+
+    /// In a VG without leases: refuses a change to a pool active through this session
+    /// (other than by its holder, `owned`), as [`lease::Host::lock_changed_lvs`] does with
+    /// leases.
+    pub(super) fn check_local_pools(
+        &self,
+        before: &[(Uuid, String, lease::PoolState)],
+        out: &Vg,
+        owned: &[Uuid],
+    ) -> Result<(), Error> {
+        for (id, name, state) in before {
+            let now = out.lvs.iter().find(|l| l.id == *id);
+            let same = now.and_then(|l| lease::pool_state(l)).as_ref() == Some(state);
+            if !same && !owned.contains(id) {
+                return Err(lease::LeaseError::InUse {
+                    lv: format!("{}/{name}", out.name),
+                }
+                .into());
+            }
+        }
+        Ok(())
     }
 }

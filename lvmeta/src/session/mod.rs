@@ -366,26 +366,8 @@ impl Session {
     /// What `vgck` reports for VG `vg`: the scan's warnings about its areas and copies.
     pub fn check(&self, vg: &str) -> Result<Vec<String>, Error> {
         let scan = self.scan();
-        let sv = scan.vg(vg)?;
-        let devices: Vec<&str> = sv
-            .pv_devices
-            .iter()
-            .flatten()
-            .map(|&i| scan.pvs[i].device.as_str())
-            .collect();
-        Ok(scan
-            .warnings
-            .iter()
-            .filter(|w| match w {
-                ScanWarning::Mda { device, .. } | ScanWarning::Label { device, .. } => {
-                    devices.contains(&device.as_str())
-                }
-                ScanWarning::Stale { vg: v, .. }
-                | ScanWarning::Mismatch { vg: v, .. }
-                | ScanWarning::MissingPv { vg: v, .. }
-                | ScanWarning::Model { vg: v, .. } => v == vg,
-                ScanWarning::Device(_) => false,
-            })
+        Ok(warnings_of(&scan, vg)?
+            .into_iter()
             .map(ToString::to_string)
             .collect())
     }
@@ -533,4 +515,45 @@ fn members<'s>(scan: &'s Scan, sv: &ScannedVg) -> Result<Vec<&'s ScannedPv>, Err
             })
         })
         .collect()
+}
+
+/// The scan's warnings about VG `vg`: its copies, and the labels and areas of its PVs.
+fn warnings_of<'a>(scan: &'a Scan, vg: &str) -> Result<Vec<&'a ScanWarning>, Error> {
+    let sv = scan.vg(vg)?;
+    let devices: Vec<&str> = sv
+        .pv_devices
+        .iter()
+        .flatten()
+        .map(|&i| scan.pvs[i].device.as_str())
+        .collect();
+    Ok(scan
+        .warnings
+        .iter()
+        .filter(|w| match w {
+            ScanWarning::Mda { device, .. } | ScanWarning::Label { device, .. } => {
+                devices.contains(&device.as_str())
+            }
+            ScanWarning::Stale { vg: v, .. }
+            | ScanWarning::Mismatch { vg: v, .. }
+            | ScanWarning::MissingPv { vg: v, .. }
+            | ScanWarning::Model { vg: v, .. } => v == vg,
+            ScanWarning::Device(_) => false,
+        })
+        .collect())
+}
+
+/// Whether every label and metadata area of VG `vg` holds its newest version (no older or
+/// different copy, no unreadable area): a commit would not rewrite anything lost.
+fn copies_agree(scan: &Scan, vg: &str) -> bool {
+    warnings_of(scan, vg).is_ok_and(|w| {
+        !w.iter().any(|w| {
+            matches!(
+                w,
+                ScanWarning::Mda { .. }
+                    | ScanWarning::Label { .. }
+                    | ScanWarning::Stale { .. }
+                    | ScanWarning::Mismatch { .. }
+            )
+        })
+    })
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use super::group::{Outcome, Turn};
 use super::guard::{Guard, HeldLeases, VgHold};
 use super::write::next_version;
-use super::{members, places, writable, Session};
+use super::{copies_agree, members, places, writable, Session};
 use crate::edit::{self, EditCtx, EditError};
 use crate::lease;
 use crate::lockfile::{FileLock, Resource};
@@ -109,6 +109,9 @@ pub(super) struct Bench {
     reserved: edit::Reserved,
     /// The lowest seqno the group's version may have, less one (a restored backup's).
     seqno_floor: Option<u32>,
+    /// Every label and area of the VG holds its newest version: an edit that changes
+    /// nothing need not be written (else it is, to mend them).
+    copies_agree: bool,
     /// The VG's text as the group's edits leave it, estimated (committed size plus what each
     /// edit's LVs add or take away), against the room of its smallest area.
     room: MetadataUse,
@@ -315,7 +318,9 @@ impl Session {
             }
             _ => Indexed::of(vg),
         };
+        let copies_agree = copies_agree(&scan, name);
         let bench = Bench {
+            copies_agree,
             scan,
             base: Arc::new(base),
             guard,
@@ -335,7 +340,8 @@ impl Session {
         Ok((bench, file))
     }
 
-    /// Applies one change's edit to the group's VG; on any error the bench is left as it was.
+    /// Applies one change's edit to the group's VG; on any error the group's VG is left as
+    /// it was (leases the edit's checks took stay on the bench, released with the group's).
     fn apply<R: Edited>(
         &self,
         b: &mut Bench,
@@ -358,8 +364,9 @@ impl Session {
         let (out, value) = edit(base.vg().clone(), &ctx)?.split();
         // Nothing changed (a retry of a change already made): nothing to check or write.
         // The caller still waits for the group's outcome: its answer may rest on an earlier
-        // edit of the group. A repair or restore rewrites an unchanged VG on purpose.
-        if !how.alone && out.unchanged_from(base.vg()) {
+        // edit of the group. Written all the same when a label or area lags behind (a
+        // commit that failed half way: the retry mends it), and by a repair or restore.
+        if !how.alone && b.copies_agree && out.unchanged_from(base.vg()) {
             return Ok(value);
         }
         // Every invariant lvm2 checks, looking only at what the edit changed: the group's VG
@@ -379,18 +386,21 @@ impl Session {
                 lease::Locked::default()
             }
         };
+        // Released with the group's leases, whatever becomes of this edit.
         b.held.list.extend(locked.held);
         b.seen.extend(locked.seen);
         let old_ids: std::collections::HashSet<Uuid> = delta.removed.iter().map(|l| l.id).collect();
         // Pools the edit made (a restored pool's metadata holds its thin devices: never
         // zeroed).
-        if how.new_pools_are_new {
-            for l in delta.changed.iter().filter(|l| l.pool().is_some()) {
-                if !old_ids.contains(&l.id) && !b.new_pools.contains(&l.id) {
-                    b.new_pools.push(l.id);
-                }
-            }
-        }
+        let made: Vec<Uuid> = match how.new_pools_are_new {
+            true => delta
+                .changed
+                .iter()
+                .filter(|l| l.pool().is_some() && !old_ids.contains(&l.id))
+                .map(|l| l.id)
+                .collect(),
+            false => Vec::new(),
+        };
         // An edit whose text would not fit fails alone, before the group is written.
         let locked_vg = out.write_locked();
         let pvs = out.pvs.len();
@@ -409,6 +419,11 @@ impl Session {
             });
         }
         b.room.used = used;
+        for id in made {
+            if !b.new_pools.contains(&id) {
+                b.new_pools.push(id);
+            }
+        }
         b.reserved.add_freed(&delta);
         b.clears.extend(clears);
         if !b.verbs.iter().any(|v| v == how.verb) {
@@ -520,41 +535,6 @@ impl Session {
 
     fn lock_indexes(&self) -> std::sync::MutexGuard<'_, HashMap<String, KeptIndex>> {
         self.indexes.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The thin pools of `vg` active through this session (in a VG without leases), with
-    /// their id and pool state.
-    fn local_pool_states(&self, vg: &Vg) -> Vec<(Uuid, String, lease::PoolState)> {
-        if self.local_pools.is_empty() {
-            return Vec::new();
-        }
-        vg.lvs
-            .iter()
-            .filter(|l| self.local_pools.held(&vg.name, &l.name))
-            .filter_map(|l| Some((l.id, l.name.clone(), lease::pool_state(l)?)))
-            .collect()
-    }
-
-    /// In a VG without leases: refuses a change to a pool active through this session
-    /// (other than by its holder, `owned`), as [`lease::Host::lock_changed_lvs`] does with
-    /// leases.
-    fn check_local_pools(
-        &self,
-        before: &[(Uuid, String, lease::PoolState)],
-        out: &Vg,
-        owned: &[Uuid],
-    ) -> Result<(), Error> {
-        for (id, name, state) in before {
-            let now = out.lvs.iter().find(|l| l.id == *id);
-            let same = now.and_then(|l| lease::pool_state(l)).as_ref() == Some(state);
-            if !same && !owned.contains(id) {
-                return Err(lease::LeaseError::InUse {
-                    lv: format!("{}/{name}", out.name),
-                }
-                .into());
-            }
-        }
-        Ok(())
     }
 }
 

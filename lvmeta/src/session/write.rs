@@ -238,15 +238,13 @@ pub(super) fn next_version(
     floor: Option<u32>,
     verb: &str,
 ) -> Result<(), Error> {
-    out.seqno = committed
-        .max(floor.unwrap_or(0))
-        .checked_add(1)
-        .ok_or_else(|| {
-            crate::edit::refused(
-                out.name.clone(),
-                "its seqno is at its maximum (4294967295): no newer version can be numbered",
-            )
-        })?;
+    let above = committed.max(floor.unwrap_or(0));
+    out.seqno = above.checked_add(1).ok_or_else(|| {
+        crate::edit::refused(
+            out.name.clone(),
+            format!("no version can be numbered after seqno {above}, the largest lvm2 has"),
+        )
+    })?;
     describe(out, verb);
     Ok(())
 }
