@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use lvmeta::lease::LeaseManager;
 
-use crate::controller::Backend;
+use crate::driver::Driver;
 use crate::node::Node;
 
 /// How often the sweep runs.
@@ -156,7 +156,7 @@ impl Fencing {
 impl Fencing {
     /// Starts joining `vg`'s lockspace on a thread of its own, unless a join of it runs or
     /// started less than [`REJOIN_EVERY`] ago, or this host may not use shared VGs.
-    fn rejoin(self: &Arc<Self>, backend: &Arc<Backend>, vg: &str) {
+    fn rejoin(self: &Arc<Self>, backend: &Arc<Driver>, vg: &str) {
         if self.admit().is_err() {
             return;
         }
@@ -219,7 +219,7 @@ pub struct Swept {
 /// One sweep (see the module documentation): the volumes of served shared VGs whose
 /// lockspace is not healthy here are looked at, and with `full` those of every served shared
 /// VG. `Err` when the lock manager could not be asked.
-pub fn sweep(backend: &Backend, node: Option<&Node>, full: bool) -> Result<Swept, String> {
+pub fn sweep(backend: &Driver, node: Option<&Node>, full: bool) -> Result<Swept, String> {
     let session = backend.session();
     let standing = match session.standing() {
         Ok(Some(s)) => s,
@@ -261,7 +261,7 @@ pub fn sweep(backend: &Backend, node: Option<&Node>, full: bool) -> Result<Swept
 /// Runs [`sweep`] every [`SWEEP_EVERY`] on a thread of its own (never held up by the async
 /// runtime) and at once when asked ([`Watch::sweep_now`]), until the process ends; joins
 /// again the lockspaces a sweep finds this host out of.
-pub fn watch(backend: Arc<Backend>, node: Option<Arc<Node>>) -> std::io::Result<Arc<Watch>> {
+pub fn watch(backend: Arc<Driver>, node: Option<Arc<Node>>) -> std::io::Result<Arc<Watch>> {
     let w = Arc::new(Watch::default());
     let me = w.clone();
     std::thread::Builder::new()

@@ -4,22 +4,22 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use crate::controller::Backend;
 use crate::csi::identity_server::Identity;
 use crate::csi::plugin_capability::{service, volume_expansion, Service, Type, VolumeExpansion};
 use crate::csi::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
     GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
 };
+use crate::driver::Driver;
 
 /// Identity over a backend (readiness comes from the VGs it serves).
 pub struct IdentityService {
-    backend: Arc<Backend>,
+    backend: Arc<Driver>,
 }
 
 impl IdentityService {
     /// Identity for `backend`.
-    pub fn new(backend: Arc<Backend>) -> Self {
+    pub fn new(backend: Arc<Driver>) -> Self {
         Self { backend }
     }
 }

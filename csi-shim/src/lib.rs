@@ -13,6 +13,7 @@ pub mod bounds;
 pub mod client;
 pub mod connections;
 pub mod controller;
+pub mod driver;
 pub mod fencing;
 pub mod fuzzing;
 pub mod identity;

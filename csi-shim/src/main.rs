@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Parser;
-use csi_shim::controller::Backend;
+use csi_shim::driver::Driver;
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::session::Session;
 
@@ -207,7 +207,7 @@ fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
     if erase.is_none() {
         tracing::warn!("--wipe none: deleted volumes' extents are freed without erasing them");
     }
-    let mut backend = Backend::new(session, args.vgs)
+    let mut backend = Driver::new(session, args.vgs)
         .with_metrics(metrics)
         .with_fencing(fencing)
         .with_erase(erase)

@@ -13,10 +13,11 @@ use tokio::net::UnixListener;
 use tonic::codegen::http;
 
 use crate::connections::{CollectLayer, Limits};
-use crate::controller::{Backend, ControllerService};
+use crate::controller::ControllerService;
 use crate::csi::controller_server::ControllerServer;
 use crate::csi::identity_server::IdentityServer;
 use crate::csi::node_server::NodeServer;
+use crate::driver::Driver;
 use crate::identity::IdentityService;
 use crate::node::{Node, NodeService};
 
@@ -52,7 +53,7 @@ pub fn listen(path: &Path) -> Result<UnixListener, ServeError> {
 /// of the node's staged volumes' leases ([`Node::keep_all`] or [`Node::release_all`]).
 /// Returns an error only when serving stopped for another reason than `shutdown`.
 pub async fn serve(
-    backend: Arc<Backend>,
+    backend: Arc<Driver>,
     node: Option<Arc<Node>>,
     listener: UnixListener,
     shutdown: impl Future<Output = ()>,
@@ -62,7 +63,7 @@ pub async fn serve(
 
 /// [`serve`] within `limits`.
 pub async fn serve_within(
-    backend: Arc<Backend>,
+    backend: Arc<Driver>,
     node: Option<Arc<Node>>,
     listener: UnixListener,
     limits: Limits,

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crate::controller::Backend;
+use crate::driver::Driver;
 
 /// How often the wiper looks for wipe LVs without being kicked.
 pub const POLL: Duration = Duration::from_secs(30);
@@ -65,7 +65,7 @@ impl Wiper {
 
 /// Erases and removes every wipe LV of the VGs `backend` serves; returns how many were
 /// erased and how many failed (logged).
-pub fn pass(backend: &Backend, stop: &dyn Fn() -> bool) -> (usize, usize) {
+pub fn pass(backend: &Driver, stop: &dyn Fn() -> bool) -> (usize, usize) {
     let (Some(how), host) = (backend.erase(), backend.host_devices()) else {
         return (0, 0);
     };
@@ -109,7 +109,7 @@ pub fn pass(backend: &Backend, stop: &dyn Fn() -> bool) -> (usize, usize) {
 
 /// Runs the wiper of `backend` on a thread of its own until [`Wiper::stop`] (which also
 /// stops an erasure at its next chunk: the wipe LV stays for the next wiper).
-pub fn spawn(backend: Arc<Backend>) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub fn spawn(backend: Arc<Driver>) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("wiper".into())
         .spawn(move || {

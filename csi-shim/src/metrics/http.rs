@@ -27,7 +27,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use super::Scope;
-use crate::controller::Backend;
+use crate::driver::Driver;
 use crate::node::Node;
 use crate::slots::{Slot, Table};
 
@@ -53,7 +53,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// thin pools of `node` when given.
 #[derive(Clone)]
 pub struct Endpoint {
-    backend: Arc<Backend>,
+    backend: Arc<Driver>,
     vgs: bool,
     node: Option<Arc<Node>>,
     /// The last scrape and when it was made; held while one is made.
@@ -63,7 +63,7 @@ pub struct Endpoint {
 impl Endpoint {
     /// The metrics of `backend` (its [`super::Metrics`] and session), with the served VGs'
     /// gauges when `vgs` (the controller), and the thin pools of `node` when given.
-    pub fn new(backend: Arc<Backend>, vgs: bool, node: Option<Arc<Node>>) -> Self {
+    pub fn new(backend: Arc<Driver>, vgs: bool, node: Option<Arc<Node>>) -> Self {
         Endpoint {
             backend,
             vgs,

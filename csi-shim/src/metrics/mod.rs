@@ -28,7 +28,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::controller::Backend;
+use crate::driver::Driver;
 use crate::node::Node;
 use crate::volume::Volumes;
 
@@ -264,7 +264,7 @@ impl Metrics {
     }
 
     /// The metrics of `scope` now, in the OpenMetrics text format.
-    pub fn scrape(&self, backend: &Backend, scope: &Scope<'_>) -> String {
+    pub fn scrape(&self, backend: &Driver, scope: &Scope<'_>) -> String {
         let _one = self.scraping.lock().unwrap_or_else(|p| p.into_inner());
         macro_rules! clear {
             ($($f:ident),*) => { $(self.$f.clear();)* };
@@ -311,7 +311,7 @@ impl Metrics {
 
     /// Whether this host has joined the lockspace of served VG `name`, and whether it can be
     /// fenced, if the VG is shared and reads.
-    fn lockspace(&self, backend: &Backend, name: &str) {
+    fn lockspace(&self, backend: &Driver, name: &str) {
         let Ok(view) = backend.session().view(name) else {
             return;
         };
@@ -332,7 +332,7 @@ impl Metrics {
     }
 
     /// The gauges of served VG `name` (none when it does not read now: logged).
-    fn vg(&self, backend: &Backend, name: &str) {
+    fn vg(&self, backend: &Driver, name: &str) {
         let vols = Volumes::new(backend.session(), name);
         let gauges = || -> Result<(), crate::volume::VolumeError> {
             let view = vols.view()?;

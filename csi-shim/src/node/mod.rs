@@ -33,8 +33,8 @@ use std::sync::{Arc, Mutex};
 use lvmeta::activate::{self, Activation};
 use tonic::Status;
 
-use crate::controller::Backend;
 use crate::csi::VolumeCapability;
+use crate::driver::Driver;
 use crate::kubelet::{KubeletDir, Place};
 use crate::mount::{SysError, System};
 use crate::params;
@@ -80,7 +80,7 @@ struct Staged {
 
 /// The Node service.
 pub struct Node {
-    backend: Arc<Backend>,
+    backend: Arc<Driver>,
     config: NodeConfig,
     kubelet: KubeletDir,
     staged: Mutex<HashMap<String, Staged>>,
@@ -105,7 +105,7 @@ enum Holds {
 impl Node {
     /// The service for `backend` on the node `config` describes; fails when the kubelet
     /// directory cannot be opened (it is made when missing).
-    pub fn new(backend: Arc<Backend>, config: NodeConfig) -> std::io::Result<Self> {
+    pub fn new(backend: Arc<Driver>, config: NodeConfig) -> std::io::Result<Self> {
         let kubelet = KubeletDir::open(&config.kubelet_dir)?;
         Ok(Self {
             backend,

@@ -13,7 +13,9 @@ pub mod dm;
 pub mod dm_names;
 pub mod fence;
 pub mod loopdev;
+pub mod placement;
 pub mod plan;
+pub(crate) mod runs;
 pub mod thin;
 
 use std::collections::HashMap;

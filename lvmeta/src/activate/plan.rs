@@ -1,102 +1,12 @@
 //! Where an LV's blocks are on this host's devices: its segments as byte ranges of the PVs,
 //! the input of every activation backend. Pure.
 
-use crate::model::{Area, SegKind, Vg};
+use crate::model::{SegKind, Vg};
 
-use super::thin::{plan_pool, PoolPlan};
+pub use super::placement::{Layout, Piece, Placement, Stripe};
+use super::runs::{dm_uuid, runs};
+use super::thin::plan_pool;
 use super::ActivateError;
-
-/// One contiguous run of an LV's bytes on one device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Piece {
-    /// The device (as the scan named it).
-    pub device: String,
-    /// Byte offset on the device.
-    pub offset: u64,
-    /// Length in bytes.
-    pub len: u64,
-}
-
-/// One segment of a striped LV.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stripe {
-    /// Length of the segment in bytes (all its areas together).
-    pub len: u64,
-    /// Stripe size in bytes (0 for a one-area segment).
-    pub stripe_bytes: u64,
-    /// One area per stripe, each `len / areas` bytes long.
-    pub areas: Vec<Piece>,
-}
-
-/// How an LV's bytes are laid out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Layout {
-    /// Linear: pieces in LV order (adjacent pieces on one device merged).
-    Linear(Vec<Piece>),
-    /// Striped: each segment in LV order, one area per stripe (a linear segment has one).
-    Striped(Vec<Stripe>),
-    /// A thin LV: device `device_id` of its pool.
-    Thin {
-        /// The pool, with what its kernel target needs.
-        pool: Box<PoolPlan>,
-        /// The thin device's id in the pool.
-        device_id: u32,
-    },
-    /// A thin pool activated by itself (`lvchange -ay vg/pool`).
-    Pool(Box<PoolPlan>),
-    /// Anything that needs a device-mapper target other than linear: the segment type.
-    Other(String),
-}
-
-/// An LV to activate: which one, its size and its layout.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
-    /// The VG.
-    pub vg: String,
-    /// The LV.
-    pub lv: String,
-    /// Size in bytes.
-    pub bytes: u64,
-    /// Where its bytes are.
-    pub layout: Layout,
-    /// The device-mapper uuid lvm2 gives the LV's device: `LVM-`, then the VG's and the LV's
-    /// ids without their dashes (so stock lvm2 on this host sees it active).
-    pub dm_uuid: String,
-}
-
-impl Placement {
-    /// The single piece of a one-piece linear LV.
-    pub fn single(&self) -> Option<&Piece> {
-        match &self.layout {
-            Layout::Linear(p) if p.len() == 1 => p.first(),
-            _ => None,
-        }
-    }
-
-    /// Every run of the PVs' devices this LV's bytes live on: its pieces, its stripes'
-    /// areas, or its pool's metadata and data (for a thin LV or pool).
-    pub fn pieces(&self) -> Vec<&Piece> {
-        match &self.layout {
-            Layout::Linear(p) => p.iter().collect(),
-            Layout::Striped(s) => s.iter().flat_map(|s| &s.areas).collect(),
-            Layout::Thin { pool, .. } | Layout::Pool(pool) => {
-                let mut out = pool.metadata.pieces();
-                out.extend(pool.data.pieces());
-                out
-            }
-            Layout::Other(_) => Vec::new(),
-        }
-    }
-}
-
-impl Piece {
-    /// Do `self` and `other` share a byte of the same device?
-    pub fn overlaps(&self, other: &Piece) -> bool {
-        self.device == other.device
-            && self.offset < other.offset.saturating_add(other.len)
-            && other.offset < self.offset.saturating_add(self.len)
-    }
-}
 
 /// The runs of the devices under bytes `[start, start + len)` of a linear LV laid out as
 /// `pieces` (fewer bytes when the LV is shorter).
@@ -160,110 +70,28 @@ pub fn copy_runs(
     Some(runs)
 }
 
-/// The device-mapper uuid lvm2 gives LV `lv` of `vg`: `LVM-`, then both ids without their
-/// dashes.
-pub(crate) fn dm_uuid(vg: &Vg, lv: &crate::model::Lv) -> String {
-    format!(
-        "LVM-{}{}",
-        String::from_utf8_lossy(vg.id.raw()),
-        String::from_utf8_lossy(lv.id.raw())
-    )
-}
-
 /// Places LV `lv` of `vg`; `paths[i]` is the device of the VG's PV `i` on this host.
 pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, ActivateError> {
     let l = vg.lv(lv).ok_or_else(|| ActivateError::NoLv {
         vg: vg.name.clone(),
         lv: lv.into(),
     })?;
-    let ext = vg.extent_bytes();
-    let dm_uuid = dm_uuid(vg, l);
-    let thin_layout = match l.segments.first().map(|s| &s.kind) {
+    let layout = match l.segments.first().map(|s| &s.kind) {
         Some(SegKind::Thin(t)) if t.external_origin.is_none() && t.merge.is_none() => {
-            Some(Layout::Thin {
+            Layout::Thin {
                 pool: Box::new(plan_pool(vg, &t.thin_pool, paths)?),
                 device_id: t.device_id,
-            })
-        }
-        Some(SegKind::ThinPool(_)) => Some(Layout::Pool(Box::new(plan_pool(vg, lv, paths)?))),
-        _ => None,
-    };
-    if let Some(layout) = thin_layout {
-        return Ok(Placement {
-            vg: vg.name.clone(),
-            lv: lv.into(),
-            bytes: l.extents() * ext,
-            layout,
-            dm_uuid,
-        });
-    }
-    let mut pieces: Vec<Piece> = Vec::new();
-    let mut stripes: Vec<Stripe> = Vec::new();
-    let mut other = None;
-    for seg in &l.segments {
-        let (areas, stripe_size) = match &seg.kind {
-            SegKind::Striped(st) if !st.areas.is_empty() => (&st.areas, st.stripe_size),
-            k => {
-                other = Some(k.type_name().to_owned());
-                break;
-            }
-        };
-        let n = areas.len() as u64;
-        let area_extents = u64::from(seg.extent_count) / n;
-        let mut placed = Vec::with_capacity(areas.len());
-        for area in areas {
-            let Area::Pv { pv, pe } = area else {
-                other = Some("striped over LVs".to_owned());
-                break;
-            };
-            let missing = || ActivateError::MissingPv {
-                vg: vg.name.clone(),
-                lv: lv.into(),
-                pv: *pv,
-            };
-            let device = paths.get(*pv).cloned().flatten().ok_or_else(missing)?;
-            let pe_start = vg.pvs.get(*pv).ok_or_else(missing)?.pe_start * 512;
-            placed.push(Piece {
-                device,
-                offset: pe_start + u64::from(*pe) * ext,
-                len: area_extents * ext,
-            });
-        }
-        if other.is_some() {
-            break;
-        }
-        if let [piece] = placed.as_slice() {
-            match pieces.last_mut() {
-                Some(last)
-                    if last.device == piece.device && last.offset + last.len == piece.offset =>
-                {
-                    last.len += piece.len
-                }
-                _ => pieces.push(piece.clone()),
             }
         }
-        stripes.push(Stripe {
-            len: u64::from(seg.extent_count) * ext,
-            stripe_bytes: u64::from(stripe_size.unwrap_or(0)) * 512,
-            areas: placed,
-        });
-    }
-    let layout = match other {
-        Some(t) => Layout::Other(t),
-        None if stripes.iter().any(|s| s.areas.len() > 1) => Layout::Striped(stripes),
-        None => Layout::Linear(pieces),
+        Some(SegKind::ThinPool(_)) => Layout::Pool(Box::new(plan_pool(vg, lv, paths)?)),
+        _ => return runs(vg, lv, paths),
     };
-    let bytes = l
-        .segments
-        .iter()
-        .map(|s| u64::from(s.extent_count) * ext)
-        .sum();
     Ok(Placement {
         vg: vg.name.clone(),
         lv: lv.into(),
-        bytes,
+        bytes: l.extents() * vg.extent_bytes(),
         layout,
-        dm_uuid,
+        dm_uuid: dm_uuid(vg, l),
     })
 }
 

@@ -11,92 +11,10 @@
 
 use crate::model::{SegKind, ThinMessage, Vg};
 
-use super::plan::{place, Layout, Placement};
+use super::placement::{Layout, Placement};
+pub use super::placement::{PoolMessage, PoolPlan};
+use super::runs::{dm_uuid, runs};
 use super::ActivateError;
-
-/// A thin pool as the kernel gets it: the `thin-pool` target over its two sub-LVs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolPlan {
-    /// The pool LV.
-    pub name: String,
-    /// lvm2's device uuid of the pool LV (`LVM-<vg id><lv id>`); the `-tpool` layer adds
-    /// `-tpool`.
-    pub dm_uuid: String,
-    /// Size of the pool (its data) in bytes.
-    pub bytes: u64,
-    /// The `_tmeta` LV (linear).
-    pub metadata: Placement,
-    /// The `_tdata` LV (linear or striped).
-    pub data: Placement,
-    /// Data block size in sectors.
-    pub chunk_size: u32,
-    /// Zero data blocks as they are provisioned (`zero = 1`).
-    pub zero_new_blocks: bool,
-    /// What discards do: `passdown`, `nopassdown` or `ignore`.
-    pub discards: String,
-    /// Fail writes when the pool is full instead of queueing them (`ERROR_WHEN_FULL`).
-    pub error_if_no_space: bool,
-    /// The metadata's transaction id T.
-    pub transaction_id: u64,
-    /// The queued messages, resolved to device ids, in queue order.
-    pub messages: Vec<PoolMessage>,
-    /// The pool's thin LVs: device id and LV name.
-    pub thin_lvs: Vec<(u32, String)>,
-}
-
-impl PoolPlan {
-    /// The feature words of the pool's table, as lvm2 sets them: `skip_block_zeroing`,
-    /// `ignore_discard` or `no_discard_passdown`, `error_if_no_space`.
-    pub fn features(&self) -> Vec<&'static str> {
-        let mut features = Vec::new();
-        if !self.zero_new_blocks {
-            features.push("skip_block_zeroing");
-        }
-        match self.discards.as_str() {
-            "ignore" => features.push("ignore_discard"),
-            "nopassdown" => features.push("no_discard_passdown"),
-            _ => {}
-        }
-        if self.error_if_no_space {
-            features.push("error_if_no_space");
-        }
-        features
-    }
-}
-
-/// A message for the kernel thin-pool target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PoolMessage {
-    /// `create_thin <id>`: a new, empty thin device.
-    CreateThin(u32),
-    /// `create_snap <id> <origin id>`: a snapshot of a thin device.
-    CreateSnap {
-        /// The new device.
-        id: u32,
-        /// Its origin.
-        origin: u32,
-    },
-    /// `delete <id>`.
-    Delete(u32),
-    /// `set_transaction_id <from> <to>`, always last.
-    SetTransactionId {
-        /// The kernel's id now.
-        from: u64,
-        /// The metadata's.
-        to: u64,
-    },
-}
-
-impl std::fmt::Display for PoolMessage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::CreateThin(id) => write!(f, "create_thin {id}"),
-            Self::CreateSnap { id, origin } => write!(f, "create_snap {id} {origin}"),
-            Self::Delete(id) => write!(f, "delete {id}"),
-            Self::SetTransactionId { from, to } => write!(f, "set_transaction_id {from} {to}"),
-        }
-    }
-}
 
 fn unsupported(vg: &Vg, lv: &str, why: String) -> ActivateError {
     ActivateError::Unsupported {
@@ -115,7 +33,7 @@ pub fn plan_pool(vg: &Vg, pool: &str, paths: &[Option<String>]) -> Result<PoolPl
         return Err(unsupported(vg, pool, "is not a thin pool".into()));
     };
     let linear = |sub: &str| -> Result<Placement, ActivateError> {
-        let placed = place(vg, sub, paths)?;
+        let placed = runs(vg, sub, paths)?;
         match placed.layout {
             Layout::Linear(_) | Layout::Striped(_) => Ok(placed),
             _ => Err(unsupported(
@@ -156,7 +74,7 @@ pub fn plan_pool(vg: &Vg, pool: &str, paths: &[Option<String>]) -> Result<PoolPl
     }
     Ok(PoolPlan {
         name: pool.into(),
-        dm_uuid: super::plan::dm_uuid(vg, lv),
+        dm_uuid: dm_uuid(vg, lv),
         bytes: lv.extents() * vg.extent_bytes(),
         metadata: linear(&p.metadata)?,
         data: linear(&p.pool)?,

@@ -476,7 +476,7 @@ pub fn lv_attr(lv: &Lv, uses: &LvUses<'_>, vg: &Vg, dm: &DmState) -> String {
     } else {
         '-'
     };
-    let uuid = crate::activate::plan::dm_uuid(vg, lv);
+    let uuid = crate::activate::runs::dm_uuid(vg, lv);
     let (c4, c5) = dm.columns(&uuid, matches!(kind, SegKind::ThinPool(_)));
     let c6 = match kind {
         SegKind::Thin(_) | SegKind::ThinPool(_) => 't',

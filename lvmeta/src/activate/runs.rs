@@ -1,0 +1,101 @@
+//! Where a linear or striped LV's bytes lie on this host's devices: its segments as byte
+//! ranges of the PVs (never a thin layout: [`super::plan::place`] adds those). Pure.
+
+use crate::model::{Area, Lv, SegKind, Vg};
+
+use super::placement::{Layout, Piece, Placement, Stripe};
+use super::ActivateError;
+
+/// The device-mapper uuid lvm2 gives LV `lv` of `vg`: `LVM-`, then both ids without their
+/// dashes.
+pub(crate) fn dm_uuid(vg: &Vg, lv: &Lv) -> String {
+    format!(
+        "LVM-{}{}",
+        String::from_utf8_lossy(vg.id.raw()),
+        String::from_utf8_lossy(lv.id.raw())
+    )
+}
+
+/// Places LV `lv` of `vg` segment by segment: linear pieces or stripes, or
+/// [`Layout::Other`] naming the first segment type that is neither; `paths[i]` is the
+/// device of the VG's PV `i` on this host.
+pub(crate) fn runs(
+    vg: &Vg,
+    lv: &str,
+    paths: &[Option<String>],
+) -> Result<Placement, ActivateError> {
+    let l = vg.lv(lv).ok_or_else(|| ActivateError::NoLv {
+        vg: vg.name.clone(),
+        lv: lv.into(),
+    })?;
+    let ext = vg.extent_bytes();
+    let dm_uuid = dm_uuid(vg, l);
+    let mut pieces: Vec<Piece> = Vec::new();
+    let mut stripes: Vec<Stripe> = Vec::new();
+    let mut other = None;
+    for seg in &l.segments {
+        let (areas, stripe_size) = match &seg.kind {
+            SegKind::Striped(st) if !st.areas.is_empty() => (&st.areas, st.stripe_size),
+            k => {
+                other = Some(k.type_name().to_owned());
+                break;
+            }
+        };
+        let n = areas.len() as u64;
+        let area_extents = u64::from(seg.extent_count) / n;
+        let mut placed = Vec::with_capacity(areas.len());
+        for area in areas {
+            let Area::Pv { pv, pe } = area else {
+                other = Some("striped over LVs".to_owned());
+                break;
+            };
+            let missing = || ActivateError::MissingPv {
+                vg: vg.name.clone(),
+                lv: lv.into(),
+                pv: *pv,
+            };
+            let device = paths.get(*pv).cloned().flatten().ok_or_else(missing)?;
+            let pe_start = vg.pvs.get(*pv).ok_or_else(missing)?.pe_start * 512;
+            placed.push(Piece {
+                device,
+                offset: pe_start + u64::from(*pe) * ext,
+                len: area_extents * ext,
+            });
+        }
+        if other.is_some() {
+            break;
+        }
+        if let [piece] = placed.as_slice() {
+            match pieces.last_mut() {
+                Some(last)
+                    if last.device == piece.device && last.offset + last.len == piece.offset =>
+                {
+                    last.len += piece.len
+                }
+                _ => pieces.push(piece.clone()),
+            }
+        }
+        stripes.push(Stripe {
+            len: u64::from(seg.extent_count) * ext,
+            stripe_bytes: u64::from(stripe_size.unwrap_or(0)) * 512,
+            areas: placed,
+        });
+    }
+    let layout = match other {
+        Some(t) => Layout::Other(t),
+        None if stripes.iter().any(|s| s.areas.len() > 1) => Layout::Striped(stripes),
+        None => Layout::Linear(pieces),
+    };
+    let bytes = l
+        .segments
+        .iter()
+        .map(|s| u64::from(s.extent_count) * ext)
+        .sum();
+    Ok(Placement {
+        vg: vg.name.clone(),
+        lv: lv.into(),
+        bytes,
+        layout,
+        dm_uuid,
+    })
+}
