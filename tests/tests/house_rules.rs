@@ -15,10 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Exceptions still to be removed, by rule and place.
-const ALLOWED: &[&str] = &[
-    "cycle csi-shim: driver fencing metrics node wiper",
-    "size lvmeta/src/bin/lvmeta/write.rs",
-];
+const ALLOWED: &[&str] = &[];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
