@@ -76,16 +76,20 @@ impl Node {
         }
         // Several nodes at once only for linear volumes (checked above): a shared lease.
         let shared = want.multi_node && vol.mode == Mode::Linear;
-        let activation = self
-            .backend
-            .session()
-            .activate(
+        let session = self.backend.session();
+        let activation = session
+            .activate_devices(
                 &vg,
                 &lv,
                 shared,
                 want.read_only,
                 self.config.activation.as_ref(),
             )
+            .map_err(from_activation)?;
+        // lvm2's update_pool_lv: a thin pool's queue the activation delivered is cleared, a
+        // commit (on failure the activation is dropped: its lease goes, its device stays).
+        session
+            .clear_delivered(&activation.placement, "lvchange -ay")
             .map_err(from_activation)?;
         tracing::info!(volume_id = %params::shown(&req.volume_id), device = %activation.device.display(), shared, read_only = want.read_only, "activated");
         if let Some(fs) = &want.fs {

@@ -13,7 +13,7 @@ pub mod dm;
 pub mod dm_names;
 pub mod fence;
 pub mod loopdev;
-pub mod placement;
+mod placement;
 pub mod plan;
 pub(crate) mod runs;
 pub mod thin;

@@ -1,6 +1,7 @@
 //! Where an LV's bytes lie, as data: pieces and stripes of the PVs' devices, and a thin
 //! pool's plan (its sub-LVs' placements, settings, queued messages). Pure types: what
-//! computes them ([`super::plan::place`], [`super::thin::plan_pool`]) sits above.
+//! computes them ([`super::plan::place`], [`super::thin::plan_pool`], `runs.rs` for linear
+//! and striped LVs) sits above.
 
 /// One contiguous run of an LV's bytes on one device.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,7 +17,8 @@ pub(crate) fn dm_uuid(vg: &Vg, lv: &Lv) -> String {
 }
 
 /// Places LV `lv` of `vg` segment by segment: linear pieces or stripes, or
-/// [`Layout::Other`] naming the first segment type that is neither; `paths[i]` is the
+/// [`Layout::Other`] naming the first segment type that is neither (or `striped over
+/// LVs`); `paths[i]` is the
 /// device of the VG's PV `i` on this host.
 pub(crate) fn runs(
     vg: &Vg,

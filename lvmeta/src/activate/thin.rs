@@ -286,6 +286,21 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_whose_data_is_one_of_its_thin_lvs_is_refused_not_recursed() {
+        // Hostile metadata: `pool_tdata` made thin LV `a` of `pool` itself. Planning the pool
+        // places its sub-LVs as linear or striped only (once, this recursed without end).
+        let mut vg = session().vg("vg").expect("vg");
+        let thin = vg.lv("a").expect("a").segments.clone();
+        vg.lv_mut("pool_tdata").expect("_tdata").segments = thin;
+        let e = plan_pool(&vg, "pool", &[Some("d".into())]).expect_err("a thin sub-LV");
+        assert!(
+            matches!(&e, ActivateError::Unsupported { lv, why } if lv == "vg/pool_tdata" && why.contains("sub-LVs")),
+            "{e}"
+        );
+        assert!(crate::activate::place(&vg, "a", &[Some("d".into())]).is_err());
+    }
+
+    #[test]
     fn lvm2s_transaction_rule_decides_what_is_sent() {
         let vg = session().vg("vg").expect("vg");
         let plan = plan_pool(&vg, "pool", &[Some("d".into())]).expect("plan");

@@ -1,5 +1,5 @@
-//! A host's leases: construction, the fencing gate, lockspaces, and the VG and global
-//! leases around a change.
+//! A host's leases: construction, the fencing gate, lockspaces, the VG and global leases
+//! around a change, and an LV's lease taken for its activation.
 
 use super::*;
 

@@ -1,5 +1,6 @@
-//! LV leases across a change: what the metadata named before, new slots initialised,
-//! changed LVs locked, freed slots written `#unused`.
+//! Every lease a new shared VG writes (`vgcreate --shared`), and LV leases across a change:
+//! what the metadata named before, new slots initialised, changed LVs locked, freed slots
+//! written `#unused`.
 
 use std::collections::HashMap;
 

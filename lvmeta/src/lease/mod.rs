@@ -8,7 +8,8 @@
 //! [`sanlock::SanlockLeases`], which talks to the host's sanlock daemon.
 //!
 //! [`Host`] is one host's view: `host.rs` (construction, the fencing gate, lockspaces, VG
-//! and global leases) and `lv_leases.rs` (LV leases across a change).
+//! and global leases, an LV's lease for activation) and `lv_leases.rs` (every lease a new
+//! shared VG writes; LV leases across a change).
 
 pub mod daemon;
 mod fake;

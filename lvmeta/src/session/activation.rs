@@ -12,12 +12,28 @@ use crate::model::Vg;
 use crate::Error;
 
 impl Session {
-    /// Activates LV `lv` of `vg` on this host through `backend`, as `lvchange -ay` (`-asy`
+    /// Activates LV `lv` of `vg` as `lvchange -ay` does: [`Session::activate_devices`], then
+    /// [`Session::clear_delivered`] (a commit, when a thin pool's queue was delivered).
+    pub fn activate(
+        &self,
+        vg: &str,
+        lv: &str,
+        shared: bool,
+        read_only: bool,
+        backend: &dyn Backend,
+    ) -> Result<Activation, Error> {
+        let held = self.activate_devices(vg, lv, shared, read_only, backend)?;
+        self.clear_delivered(&held.placement, "lvchange -ay")?;
+        Ok(held)
+    }
+
+    /// Brings LV `lv` of `vg` up on this host through `backend`, as `lvchange -ay` (`-asy`
     /// with `shared`) does with lvmlockd: the VG read under its lease shared, the LV's lease
     /// (a thin LV's: its pool's) taken exclusively, or shared for shared activation, and held
     /// by the returned [`Activation`] for as long as it lives. A lease another host holds in a
-    /// conflicting mode fails at once with [`lease::LeaseError::Busy`].
-    pub fn activate(
+    /// conflicting mode fails at once with [`lease::LeaseError::Busy`]. Writes no metadata: a
+    /// thin pool's queue the backend delivered is cleared by [`Session::clear_delivered`].
+    pub fn activate_devices(
         &self,
         vg: &str,
         lv: &str,
@@ -80,14 +96,14 @@ impl Session {
             held = held.with_local_hold(h);
         }
         held.device = backend.activate(&held.placement, read_only)?;
-        self.clear_delivered(&held.placement, "lvchange -ay")?;
         Ok(held)
     }
 
     /// After the backend brought `p`'s kernel pool to the metadata's transaction id: clears
     /// the pool's queue, or the next change would join messages already sent without a new
-    /// transaction id (lvm2's `update_pool_lv`). The caller holds the pool's lease.
-    fn clear_delivered(&self, p: &Placement, verb: &str) -> Result<(), Error> {
+    /// transaction id (lvm2's `update_pool_lv`). A commit (as `verb`), only when the pool
+    /// had queued messages. The caller holds the pool's lease.
+    pub fn clear_delivered(&self, p: &Placement, verb: &str) -> Result<(), Error> {
         if let Layout::Thin { pool, .. } | Layout::Pool(pool) = &p.layout {
             if !pool.messages.is_empty() {
                 let (name, tid) = (pool.name.as_str(), pool.transaction_id);
@@ -258,18 +274,36 @@ impl Session {
         live(backend, &self.placement(vg, lv)?)
     }
 
-    /// Brings an active LV's device up to the metadata (`lvchange --refresh`): its size after
-    /// `lvextend`; for a thin LV also its pool's size and the pool's queued messages, which
-    /// are then cleared. The caller holds the LV's lease (a thin LV's: its pool's); in a
-    /// shared VG the lock manager must say this host still holds it.
+    /// Refreshes an active LV as `lvchange --refresh` does: [`Session::refresh_devices`],
+    /// then [`Session::clear_delivered`] (a commit, when a thin pool's queue was delivered).
     pub fn refresh(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Placement, Error> {
+        let (placement, live) = self.refresh_devices(vg, lv, backend)?;
+        // Not live here: no queue was delivered, none is cleared.
+        if live {
+            self.clear_delivered(&placement, "lvchange --refresh")?;
+        }
+        Ok(placement)
+    }
+
+    /// Brings an active LV's device up to the metadata: its size after `lvextend`; for a
+    /// thin LV also its pool's size and the pool's queued messages (cleared by
+    /// [`Session::clear_delivered`]: this writes no metadata). The caller holds the LV's
+    /// lease (a thin LV's: its pool's); in a shared VG the lock manager must say this host
+    /// still holds it. Returns the LV's placement and whether it is live here (when not,
+    /// nothing was done and nothing is to be cleared).
+    pub fn refresh_devices(
+        &self,
+        vg: &str,
+        lv: &str,
+        backend: &dyn Backend,
+    ) -> Result<(Placement, bool), Error> {
         let scan = self.current();
         let sv = scan.vg(vg)?;
         let at = places(&scan, sv);
         let placement = activate::place(&sv.vg, lv, &at.paths)?;
         // Not live here: nothing to bring up to date, and no queue delivered to clear.
         if !live(backend, &placement)? {
-            return Ok(placement);
+            return Ok((placement, false));
         }
         // In a shared VG only under the lease, still held by this host in a healthy
         // lockspace: a device whose lease is lost stays as it is (fenced).
@@ -283,8 +317,7 @@ impl Session {
             }
         }
         backend.refresh(&placement)?;
-        self.clear_delivered(&placement, "lvchange --refresh")?;
-        Ok(placement)
+        Ok((placement, true))
     }
 }
 

@@ -275,7 +275,14 @@ pub(super) fn deliver_if_active(s: &Session, vg: &str, pool: &str) {
     let Some(backend) = lvmeta::activate::best() else {
         return;
     };
-    if let Err(e) = s.refresh(vg, pool, backend.as_ref()) {
+    // The delivered queue is cleared by a commit (lvm2's update_pool_lv).
+    let done = s
+        .refresh_devices(vg, pool, backend.as_ref())
+        .and_then(|(p, live)| match live {
+            true => s.clear_delivered(&p, "lvchange --refresh"),
+            false => Ok(()),
+        });
+    if let Err(e) = done {
         eprintln!("  WARNING: thin pool {vg}/{pool} did not take its messages now: {e}");
     }
 }

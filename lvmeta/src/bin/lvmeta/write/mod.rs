@@ -493,7 +493,10 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                     continue;
                 }
                 let a = s
-                    .activate(vg, lv, shared, false, backend.as_ref())
+                    .activate_devices(vg, lv, shared, false, backend.as_ref())
+                    .map_err(failed)?;
+                // lvm2's update_pool_lv: a thin pool's delivered queue is cleared, a commit.
+                s.clear_delivered(&a.placement, "lvchange -ay")
                     .map_err(failed)?;
                 println!(
                     "  Logical volume {vg}/{lv} is active at {}.",
