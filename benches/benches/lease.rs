@@ -106,9 +106,8 @@ fn csi_round_trips(
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("dir");
     let sock = dir.path().join("csi.sock");
-    let backend = Arc::new(
-        csi_shim::controller::Backend::new(session, vec!["vgbench".into()]).with_erase(erase),
-    );
+    let backend =
+        Arc::new(csi_shim::driver::Driver::new(session, vec!["vgbench".into()]).with_erase(erase));
     let backlog = || {
         let vols = csi_shim::volume::Volumes::new(backend.session(), "vgbench");
         vols.wipe_backlog().expect("wipe backlog").0

@@ -11,15 +11,15 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use csi_shim::controller::Backend;
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::*;
+use csi_shim::driver::Driver;
 use csi_shim::fencing::{self, Fencing};
 use lvmeta::lease::FakeLeases;
 use tonic::Code;
 
 /// A driver over shared VG `vg` whose leases are `fake`'s, fencing `required` or not.
-async fn shared_driver(fake: Arc<FakeLeases>, required: bool) -> Driver {
+async fn shared_driver(fake: Arc<FakeLeases>, required: bool) -> Harness {
     shared_driver_with(fake, required, Arc::default()).await
 }
 
@@ -28,7 +28,7 @@ async fn shared_driver_with(
     fake: Arc<FakeLeases>,
     required: bool,
     activation: Arc<lvmeta::activate::FakeBackend>,
-) -> Driver {
+) -> Harness {
     let f = Arc::new(Fencing::new(
         Some(fake.clone() as Arc<dyn lvmeta::lease::LeaseManager>),
         required,
@@ -36,11 +36,11 @@ async fn shared_driver_with(
     ));
     let gate = Arc::new(fencing::Gate(f.clone()));
     let (session, lun) = shared_vg_on(fake, |h| h.with_gate(gate));
-    let backend = Backend::new(session, vec!["vg".into()]).with_fencing(f);
+    let backend = Driver::new(session, vec!["vg".into()]).with_fencing(f);
     serve_with(backend, lun, activation).await
 }
 
-async fn probe(d: &mut Driver) -> Option<bool> {
+async fn probe(d: &mut Harness) -> Option<bool> {
     d.identity
         .probe(ProbeRequest {})
         .await
@@ -49,7 +49,7 @@ async fn probe(d: &mut Driver) -> Option<bool> {
         .ready
 }
 
-async fn create_id(d: &mut Driver, name: &str, caps: Vec<VolumeCapability>) -> String {
+async fn create_id(d: &mut Harness, name: &str, caps: Vec<VolumeCapability>) -> String {
     d.controller
         .create_volume(create(name, "linear", 8 * MIB, caps))
         .await
@@ -61,7 +61,7 @@ async fn create_id(d: &mut Driver, name: &str, caps: Vec<VolumeCapability>) -> S
 }
 
 /// A driver requiring fencing with volumes `vg/a` and `vg/b` staged (block).
-async fn two_staged(fake: &Arc<FakeLeases>) -> (Driver, String, String) {
+async fn two_staged(fake: &Arc<FakeLeases>) -> (Harness, String, String) {
     let mut d = shared_driver(fake.clone(), true).await;
     let a = create_id(&mut d, "a", vec![block()]).await;
     let b = create_id(&mut d, "b", vec![block()]).await;
@@ -74,7 +74,7 @@ async fn two_staged(fake: &Arc<FakeLeases>) -> (Driver, String, String) {
     (d, a, b)
 }
 
-fn scrape(d: &Driver) -> String {
+fn scrape(d: &Harness) -> String {
     let scope = csi_shim::metrics::Scope {
         vgs: true,
         node: None,

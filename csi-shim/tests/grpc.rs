@@ -9,10 +9,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
 use common::*;
-use csi_shim::controller::Backend;
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::volume_capability::{AccessMode, AccessType, MountVolume};
 use csi_shim::csi::*;
+use csi_shim::driver::Driver;
 use lvmeta::dev::{BlockDevice, MemDevice};
 use lvmeta::session::Session;
 use tonic::Code;
@@ -54,7 +54,7 @@ async fn identity_and_socket() {
 async fn probe_is_not_ready_until_the_lockspace_is_joined() {
     let (session, lun) = shared_vg(|h| h);
     session.lockstop("vg").expect("lockstop");
-    let mut d = serve(Backend::new(session, vec!["vg".into()]), lun).await;
+    let mut d = serve(Driver::new(session, vec!["vg".into()]), lun).await;
     let probe = d.identity.probe(ProbeRequest {}).await.expect("probe");
     assert_eq!(probe.into_inner().ready, Some(false));
     d.backend.session().lockstart("vg").expect("lockstart");
@@ -66,7 +66,7 @@ async fn probe_is_not_ready_until_the_lockspace_is_joined() {
 async fn probe_fails_while_a_vg_is_missing() {
     let lun = Arc::new(MemDevice::new("lun", 16 << 20, 512));
     let session = Session::new(vec![Box::new(lun.clone()) as Box<dyn BlockDevice>]);
-    let mut d = serve(Backend::new(session, vec!["gone".into()]), lun).await;
+    let mut d = serve(Driver::new(session, vec!["gone".into()]), lun).await;
     let e = d
         .identity
         .probe(ProbeRequest {})
@@ -441,7 +441,7 @@ async fn bad_requests() {
 }
 
 /// The zeroing and discards of pool `pool` as the metadata on the LUN says.
-fn pool_options(d: &Driver, pool: &str) -> (bool, Option<String>) {
+fn pool_options(d: &Harness, pool: &str) -> (bool, Option<String>) {
     let s = lvmeta::session::Session::new(vec![
         Box::new(d.lun.clone()) as Box<dyn lvmeta::dev::BlockDevice>
     ]);

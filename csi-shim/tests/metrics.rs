@@ -360,14 +360,14 @@ async fn lease_requests_and_the_lockspace_are_measured() {
     use std::sync::Arc;
     let metrics = Arc::new(csi_shim::metrics::Metrics::default());
     let (session, lun) = shared_vg(|h| h.with_observer(metrics.clone()));
-    let backend = csi_shim::controller::Backend::new(session, vec!["vg".into()])
-        .with_metrics(metrics.clone());
+    let backend =
+        csi_shim::driver::Driver::new(session, vec!["vg".into()]).with_metrics(metrics.clone());
     let mut d = common::serve(backend, lun).await;
-    let scrape_as = |d: &Driver, vgs: bool| {
+    let scrape_as = |d: &Harness, vgs: bool| {
         let scope = csi_shim::metrics::Scope { vgs, node: None };
         samples(&d.backend.metrics().scrape(&d.backend, &scope))
     };
-    let scrape = |d: &Driver| scrape_as(d, true);
+    let scrape = |d: &Harness| scrape_as(d, true);
     d.controller
         .create_volume(create("a", "linear", 8 * MIB, rwo()))
         .await

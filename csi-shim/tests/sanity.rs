@@ -78,7 +78,7 @@ async fn identity() {
 }
 
 /// The controller capabilities this driver advertises.
-async fn controller_caps(d: &mut Driver) -> Vec<i32> {
+async fn controller_caps(d: &mut Harness) -> Vec<i32> {
     let caps = ok(
         "ControllerGetCapabilities",
         d.controller
@@ -128,7 +128,7 @@ fn sanity_create(name: &str, bytes: i64) -> CreateVolumeRequest {
     r
 }
 
-async fn delete(d: &mut Driver, id: &str) {
+async fn delete(d: &mut Harness, id: &str) {
     ok(
         "DeleteVolume",
         d.controller

@@ -14,7 +14,7 @@ use lvmeta::dev::BlockDevice;
 use lvmeta::session::Session;
 
 /// What the metadata on the LUN says: the pool's transaction id, queue length and tags.
-fn pool_state(d: &Driver, pool: &str) -> (u64, usize, Vec<String>, String) {
+fn pool_state(d: &Harness, pool: &str) -> (u64, usize, Vec<String>, String) {
     let s = Session::new(vec![Box::new(d.lun.clone()) as Box<dyn BlockDevice>]);
     let vg = s.vg("vg").expect("vg");
     let lv = vg.lv(pool).expect("pool");
@@ -49,7 +49,7 @@ async fn a_staged_thin_volume_is_changed_by_its_node() {
         .expect("stage thin");
     let (tid, queued, _, uuid) = pool_state(&d, "src-pool");
     assert_eq!((tid, queued), (1, 0));
-    let kernel = |d: &Driver| d.activation.pool(&uuid, |_| {}).expect("kernel pool");
+    let kernel = |d: &Harness| d.activation.pool(&uuid, |_| {}).expect("kernel pool");
     assert_eq!(
         kernel(&d).received,
         ["create_thin 1", "set_transaction_id 0 1"]
@@ -153,7 +153,7 @@ async fn a_staged_thin_volume_is_modified_by_its_node() {
         .await
         .expect("stage");
     let uuid = pool_state(&d, "tv-pool").3;
-    let features = |d: &Driver| d.activation.pool(&uuid, |_| {}).expect("pool").features;
+    let features = |d: &Harness| d.activation.pool(&uuid, |_| {}).expect("pool").features;
     assert!(
         features(&d).is_empty(),
         "lvm2's defaults: zeroing, passdown"

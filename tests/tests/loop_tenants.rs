@@ -17,12 +17,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use csi_shim::controller::Backend;
 use csi_shim::csi::controller_client::ControllerClient;
 use csi_shim::csi::node_client::NodeClient;
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
 use csi_shim::csi::*;
+use csi_shim::driver::Driver;
 use csi_shim::node::{Node, NodeConfig};
 use csi_shim::volume::Volumes;
 use lvmeta::activate::Piece;
@@ -55,10 +55,10 @@ impl Drop for Unmount {
 
 /// csi-shim (Controller and Node, loop activation, real mounts) in this process, serving a
 /// local VG `vg` on a 1 GiB (sparse) loop-device LUN.
-struct Driver {
+struct Harness {
     controller: ControllerClient<Channel>,
     node: NodeClient<Channel>,
-    backend: Arc<Backend>,
+    backend: Arc<Driver>,
     kubelet: PathBuf,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
@@ -67,7 +67,7 @@ struct Driver {
     sb: Sandbox,
 }
 
-async fn driver(wiper: bool) -> Driver {
+async fn driver(wiper: bool) -> Harness {
     let sb = Sandbox::new(&[1024 * MIB], 512);
     sb.lvmeta_ok("vgcreate", &["-s", "4m", "vg", &sb.loops[0]]);
     let dev = FileDevice::open_rw(Path::new(&sb.loops[0])).expect("open loop");
@@ -78,7 +78,7 @@ async fn driver(wiper: bool) -> Driver {
     let host: Arc<dyn lvmeta::activate::Backend> =
         lvmeta::activate::best().expect("an activation backend");
     let backend = Arc::new(
-        Backend::new(session, vec!["vg".into()])
+        Driver::new(session, vec!["vg".into()])
             .with_host_devices(host.clone())
             .with_wiper(wiper),
     );
@@ -108,7 +108,7 @@ async fn driver(wiper: bool) -> Driver {
         .expect("serve");
     });
     let channel = csi_shim::client::connect(&socket).await.expect("connect");
-    Driver {
+    Harness {
         controller: ControllerClient::new(channel.clone()),
         node: NodeClient::new(channel),
         backend,
@@ -121,7 +121,7 @@ async fn driver(wiper: bool) -> Driver {
     }
 }
 
-impl Driver {
+impl Harness {
     /// Stops the server, then has stock lvm2 judge the VG.
     async fn finish(mut self) {
         if let Some(tx) = self.stop.take() {
@@ -319,7 +319,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 }
 
 /// The bytes of the LUN under `runs`.
-fn read_runs(d: &Driver, runs: &[Piece]) -> Vec<u8> {
+fn read_runs(d: &Harness, runs: &[Piece]) -> Vec<u8> {
     let lun = FileDevice::open(Path::new(&d.sb.loops[0])).expect("lun");
     let mut out = Vec::new();
     for r in runs {
@@ -616,7 +616,7 @@ async fn loop_lvs_the_driver_did_not_make_are_never_touched() {
     d.delete(&w).await.expect("delete");
     let wipe = d.vols().wipes().expect("wipes").pop().expect("a wipe LV");
     let host = lvmeta::activate::best().expect("an activation backend");
-    let active = |d: &Driver| {
+    let active = |d: &Harness| {
         d.backend
             .session()
             .active_device("vg", "foreign", host.as_ref())

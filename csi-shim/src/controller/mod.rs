@@ -34,8 +34,6 @@ mod convert;
 
 use convert::*;
 
-/// The driver, by its former name (tests and tools still use it).
-pub use crate::driver::Driver as Backend;
 use crate::driver::Driver;
 
 /// The Controller service over a [`Driver`].

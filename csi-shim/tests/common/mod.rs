@@ -6,13 +6,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use csi_shim::controller::Backend;
 use csi_shim::csi::controller_client::ControllerClient;
 use csi_shim::csi::identity_client::IdentityClient;
 use csi_shim::csi::node_client::NodeClient;
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
 use csi_shim::csi::*;
+use csi_shim::driver::Driver;
 use csi_shim::mount::Fake;
 use csi_shim::node::{Node, NodeConfig};
 use lvmeta::activate::FakeBackend;
@@ -24,7 +24,7 @@ use tonic::transport::Channel;
 
 pub const MIB: i64 = 1 << 20;
 
-pub struct Driver {
+pub struct Harness {
     pub identity: IdentityClient<Channel>,
     pub controller: ControllerClient<Channel>,
     pub node: NodeClient<Channel>,
@@ -35,7 +35,7 @@ pub struct Driver {
     pub kubelet: std::path::PathBuf,
     pub activation: Arc<FakeBackend>,
     /// The driver's backend (its session), shared with the server.
-    pub backend: Arc<Backend>,
+    pub backend: Arc<Driver>,
     pub system: Arc<Fake>,
     /// The in-memory LUN (for checking volume data).
     pub lun: Arc<MemDevice>,
@@ -45,19 +45,19 @@ pub struct Driver {
 }
 
 /// A driver serving VG `vg` (200 MiB, 4 MiB extents) and the absent VG `gone`.
-pub async fn driver() -> Driver {
+pub async fn driver() -> Harness {
     driver_of(200 << 20).await
 }
 
 /// A driver serving VG `vg` on a LUN of `bytes` (memory is only used where written).
-pub async fn driver_of(bytes: u64) -> Driver {
+pub async fn driver_of(bytes: u64) -> Harness {
     let (backend, dev) = backend_of(bytes);
     serve(backend, dev).await
 }
 
 /// A driver whose node activates thin volumes too, over simulated kernel thin pools
 /// ([`FakeBackend::with_thin`]), and whose controller waits at most `wait` for the node.
-pub async fn driver_thin(wait: std::time::Duration) -> Driver {
+pub async fn driver_thin(wait: std::time::Duration) -> Harness {
     let (backend, dev) = backend_of(200 << 20);
     serve_with(
         backend.with_holder_wait(wait),
@@ -68,18 +68,18 @@ pub async fn driver_thin(wait: std::time::Duration) -> Driver {
 }
 
 /// A driver serving VG `vg` on a LUN of `bytes` whose PV is made with `pv`.
-pub async fn driver_with_pv(bytes: u64, pv: &PvOptions) -> Driver {
+pub async fn driver_with_pv(bytes: u64, pv: &PvOptions) -> Harness {
     let (backend, dev) = backend_with(bytes, pv);
     serve(backend, dev).await
 }
 
 /// The backend over a new LUN of `bytes` holding VG `vg`, and the LUN.
-fn backend_of(bytes: u64) -> (Backend, Arc<MemDevice>) {
+fn backend_of(bytes: u64) -> (Driver, Arc<MemDevice>) {
     backend_with(bytes, &PvOptions::default())
 }
 
 /// [`backend_of`] with the PV made with `pv`.
-fn backend_with(bytes: u64, pv: &PvOptions) -> (Backend, Arc<MemDevice>) {
+fn backend_with(bytes: u64, pv: &PvOptions) -> (Driver, Arc<MemDevice>) {
     let dev = Arc::new(MemDevice::new("lun", bytes, 512));
     let session = Session::new(vec![Box::new(dev.clone()) as Box<dyn BlockDevice>]);
     session.pvcreate("lun", pv, false).expect("pvcreate");
@@ -90,19 +90,19 @@ fn backend_with(bytes: u64, pv: &PvOptions) -> (Backend, Arc<MemDevice>) {
         shared: None,
     };
     session.vgcreate(&spec, &["lun"]).expect("vgcreate");
-    (Backend::new(session, vec!["vg".into()]), dev)
+    (Driver::new(session, vec!["vg".into()]), dev)
 }
 
-pub async fn serve(backend: Backend, lun: Arc<MemDevice>) -> Driver {
+pub async fn serve(backend: Driver, lun: Arc<MemDevice>) -> Harness {
     serve_with(backend, lun, Arc::new(FakeBackend::default())).await
 }
 
 /// Serves `backend` with `activation` as the node's backend.
 pub async fn serve_with(
-    backend: Backend,
+    backend: Driver,
     lun: Arc<MemDevice>,
     activation: Arc<FakeBackend>,
-) -> Driver {
+) -> Harness {
     let dir = tempfile::tempdir().expect("temp dir");
     let socket = dir.path().join("csi.sock");
     // A stale socket from an earlier run is replaced.
@@ -136,7 +136,7 @@ pub async fn serve_with(
         .expect("serve");
     });
     let channel = csi_shim::client::connect(&socket).await.expect("connect");
-    Driver {
+    Harness {
         identity: IdentityClient::new(channel.clone()),
         controller: ControllerClient::new(channel.clone()),
         node: NodeClient::new(channel),
@@ -195,7 +195,7 @@ pub fn rwo() -> Vec<VolumeCapability> {
 }
 
 /// `path` below the kubelet directory, its parent made as the kubelet makes it.
-pub fn kubelet_path(d: &Driver, path: &str) -> String {
+pub fn kubelet_path(d: &Harness, path: &str) -> String {
     let p = d.kubelet.join(path);
     if let Some(parent) = p.parent() {
         std::fs::create_dir_all(parent).expect("parent of a kubelet path");
@@ -203,7 +203,7 @@ pub fn kubelet_path(d: &Driver, path: &str) -> String {
     p.display().to_string()
 }
 
-pub fn stage(d: &Driver, id: &str, staging: &str, c: VolumeCapability) -> NodeStageVolumeRequest {
+pub fn stage(d: &Harness, id: &str, staging: &str, c: VolumeCapability) -> NodeStageVolumeRequest {
     kubelet_path(d, staging);
     NodeStageVolumeRequest {
         volume_id: id.into(),
@@ -214,7 +214,7 @@ pub fn stage(d: &Driver, id: &str, staging: &str, c: VolumeCapability) -> NodeSt
 }
 
 pub fn publish(
-    d: &Driver,
+    d: &Harness,
     id: &str,
     staging: &str,
     target: &str,

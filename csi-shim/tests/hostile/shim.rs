@@ -301,10 +301,7 @@ pub async fn in_process(
         shared: None,
     };
     session.vgcreate(&spec, &["lun"]).expect("vgcreate");
-    let backend = Arc::new(csi_shim::controller::Backend::new(
-        session,
-        vec!["vg".into()],
-    ));
+    let backend = Arc::new(csi_shim::driver::Driver::new(session, vec!["vg".into()]));
     let dir = tempfile::tempdir().expect("temp dir");
     let socket = dir.path().join("csi.sock");
     let listener = csi_shim::server::listen(&socket).expect("listen");

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use lvmeta::activate::loopdev::{self, LoopBackend};
 
-use csi_shim::controller::Backend;
+use csi_shim::driver::Driver;
 use csi_shim::node::Node;
 use lvmeta_tests::lab::stop_daemon;
 
@@ -258,7 +258,7 @@ struct Lab {
     /// The LUN's loop device.
     lun: Option<PathBuf>,
     sanlock: Option<Child>,
-    backend: Option<Arc<Backend>>,
+    backend: Option<Arc<Driver>>,
     node: Option<Arc<Node>>,
     server: Option<Server>,
     /// How the node makes LVs devices: device-mapper where the kernel has it, else loop.

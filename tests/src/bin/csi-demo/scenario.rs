@@ -7,7 +7,6 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::Duration;
 
-use csi_shim::controller::Backend;
 use csi_shim::csi::controller_client::ControllerClient;
 use csi_shim::csi::identity_client::IdentityClient;
 use csi_shim::csi::node_client::NodeClient;
@@ -15,6 +14,7 @@ use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
 use csi_shim::csi::volume_content_source::{SnapshotSource, Type as Source};
 use csi_shim::csi::*;
+use csi_shim::driver::Driver;
 use csi_shim::node::{Node, NodeConfig};
 use lvmeta::activate::loopdev;
 use lvmeta::dev::{BlockDevice, FileDevice};
@@ -230,7 +230,7 @@ pub(crate) async fn scenario(
 /// Starts the CSI server (Identity, Controller, Node) in this process on the demo's socket.
 async fn serve(lab: &mut Lab, session: Session) -> Result<Clients, String> {
     let backend = Arc::new(
-        Backend::new(session, vec![VG.to_owned()]).with_host_devices(lab.activation.clone()),
+        Driver::new(session, vec![VG.to_owned()]).with_host_devices(lab.activation.clone()),
     );
     let node = Arc::new(
         Node::new(
