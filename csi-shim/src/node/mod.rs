@@ -74,6 +74,8 @@ struct Staged {
     staging: Place,
     /// `None` for a block volume.
     fs: Option<String>,
+    /// The volume's mode, as read when it was staged.
+    mode: crate::volume::Mode,
     /// Where it is published.
     targets: Vec<PathBuf>,
 }

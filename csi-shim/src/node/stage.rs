@@ -10,7 +10,7 @@ use crate::csi::{NodeStageVolumeRequest, NodeUnstageVolumeRequest};
 use crate::kubelet::Place;
 use crate::params;
 use crate::status::from_activation;
-use crate::volume::Mode;
+use crate::volume::{volume_of, Mode};
 
 use super::want::Want;
 use super::{sys_status, Holds, Node, Staged};
@@ -24,7 +24,14 @@ impl Node {
         ])?;
         let (vg, lv) = params::parse_volume_id(&req.volume_id)?;
         let staging = self.place("staging_target_path", &req.staging_target_path)?;
-        let (want, vol, _g) = self.begin(&req.volume_id, &vg, &lv, req.volume_capability)?;
+        let cap = req
+            .volume_capability
+            .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
+        let want = Want::of(&cap)?;
+        // Only the driver's VGs (NOT_FOUND for another: no volume of it has this id).
+        self.backend.volumes_of_id(&vg)?;
+        let _g = self.backend.inflight().enter(&req.volume_id)?;
+        // Staged here already: answered from what was read then, without a read.
         let cached = self.staged().get(&req.volume_id).map(|s| {
             let same = s.staging.path() == staging.path() && s.fs == want.fs;
             (
@@ -32,9 +39,12 @@ impl Node {
                 s.staging.path().to_owned(),
                 s.fs.clone(),
                 s.activation.device.clone(),
+                s.mode,
             )
         });
-        if let Some((same, at, fs, dev)) = cached {
+        if let Some((same, at, fs, dev, mode)) = cached {
+            params::check_capabilities(std::slice::from_ref(&cap), mode)
+                .map_err(Status::invalid_argument)?;
             if !same {
                 return Err(Status::already_exists(format!(
                     "volume {} is already staged at {} as {}",
@@ -74,17 +84,22 @@ impl Node {
                 )));
             }
         }
+        // The volume checked on the read made under the VG's lease, the one the activation
+        // places: an LV the driver did not make is NOT_FOUND, never touched.
+        let session = self.backend.session();
+        let read = session.read_for_activation(&vg).map_err(from_activation)?;
+        let vol = volume_of(read.vg(), &lv).ok_or_else(|| {
+            Status::not_found(format!(
+                "volume {} not found",
+                params::shown(&req.volume_id)
+            ))
+        })?;
+        params::check_capabilities(std::slice::from_ref(&cap), vol.mode)
+            .map_err(Status::invalid_argument)?;
         // Several nodes at once only for linear volumes (checked above): a shared lease.
         let shared = want.multi_node && vol.mode == Mode::Linear;
-        let session = self.backend.session();
-        let activation = session
-            .activate_devices(
-                &vg,
-                &lv,
-                shared,
-                want.read_only,
-                self.config.activation.as_ref(),
-            )
+        let activation = read
+            .activate(&lv, shared, want.read_only, self.config.activation.as_ref())
             .map_err(from_activation)?;
         // lvm2's update_pool_lv: a thin pool's queue the activation delivered is cleared, a
         // commit (on failure the activation is dropped: its lease goes, its device stays).
@@ -109,6 +124,7 @@ impl Node {
                 activation,
                 staging,
                 fs: want.fs,
+                mode: vol.mode,
                 targets: Vec::new(),
             },
         );

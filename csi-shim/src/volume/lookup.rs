@@ -46,7 +46,7 @@ pub(super) fn volumes_in(vg: &Vg) -> Vec<Volume> {
 }
 
 /// The volume `name` of `vg`: an LV carrying the mode tag (a thin one in its own pool).
-pub(super) fn volume_of(vg: &Vg, name: &str) -> Option<Volume> {
+pub(crate) fn volume_of(vg: &Vg, name: &str) -> Option<Volume> {
     volume_in(vg, vg.lv(name)?, |n| vg.lv(n))
 }
 

@@ -19,6 +19,7 @@ mod tune;
 mod wipe;
 
 pub use condition::{condition, Condition};
+pub(crate) use lookup::volume_of;
 use lookup::*;
 pub use request::{Posted, Request, MAX_AGE as REQUEST_MAX_AGE, REQUEST_TAG};
 pub use wipe::{is_wipe, WIPE_PREFIX, WIPE_TAG};

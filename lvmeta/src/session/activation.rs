@@ -4,11 +4,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::{places, Session};
+use super::{places, ReadLocks, Session};
 use crate::activate::{self, Activation, Backend, Layout, Placement};
 use crate::edit;
 use crate::lease;
 use crate::model::Vg;
+use crate::scan::Scan;
 use crate::Error;
 
 impl Session {
@@ -41,62 +42,21 @@ impl Session {
         read_only: bool,
         backend: &dyn Backend,
     ) -> Result<Activation, Error> {
+        self.read_for_activation(vg)?
+            .activate(lv, shared, read_only, backend)
+    }
+
+    /// VG `vg` read for an activation, under its lease (shared) in a shared VG: what the
+    /// caller checks on this read before [`ActivationRead::activate`] takes the LV's lease.
+    pub fn read_for_activation(&self, vg: &str) -> Result<ActivationRead<'_>, Error> {
         let (scan, locks) = self.read_locked(&[vg])?;
-        let sv = scan.vg(vg)?;
-        let at = places(&scan, sv);
-        let placement = activate::place(&sv.vg, lv, &at.paths)?;
-        let mode = if shared {
-            lease::Mode::Shared
-        } else {
-            lease::Mode::Exclusive
-        };
-        let lease = match self.host_for(&sv.vg)? {
-            Some(h) => {
-                h.check_joined(&sv.vg, &at)?;
-                let (owner, r) = covering_lease(&sv.vg, &at, lv)?;
-                let key = format!("{vg}/{owner}");
-                let mut pools = self.pool_leases.lock().unwrap_or_else(|p| p.into_inner());
-                // A thin pool's lease held for another of its thin LVs active here covers
-                // this one too (lvmlockd's lock of the pool, as a count).
-                let shared_hold = match (&placement.layout, pools.get(&key)) {
-                    (Layout::Thin { .. }, Some((m, w))) if *m == mode => w.upgrade(),
-                    _ => None,
-                };
-                let held = match shared_hold {
-                    Some(held) => held,
-                    None => {
-                        // Persistent, as lvmlockd takes it: should this process end while
-                        // the LV is active, the host keeps the lease as an orphan and the LV
-                        // stays protected; the next process adopts it here, or releases it
-                        // on deactivation.
-                        h.acquire_lv(&r, mode)?;
-                        let held = Arc::new(lease::Held::new(h.clone(), r, "LV"));
-                        if matches!(placement.layout, Layout::Thin { .. }) {
-                            pools.retain(|_, (_, w)| w.strong_count() > 0);
-                            pools.insert(key, (mode, Arc::downgrade(&held)));
-                        }
-                        held
-                    }
-                };
-                Some((held, mode))
-            }
-            None => None,
-        };
-        drop(locks);
-        // Without leases, this session's count of the pool stands in for its lease.
-        let local = match (&lease, &placement.layout) {
-            (None, Layout::Thin { pool, .. } | Layout::Pool(pool)) => {
-                Some(self.local_pools.hold(vg, &pool.name))
-            }
-            _ => None,
-        };
-        // The activation owns the lease from here: a backend failure releases it.
-        let mut held = Activation::new(placement, PathBuf::new(), lease);
-        if let Some(h) = local {
-            held = held.with_local_hold(h);
-        }
-        held.device = backend.activate(&held.placement, read_only)?;
-        Ok(held)
+        let read = scan.vg(vg)?.vg.clone();
+        Ok(ActivationRead {
+            session: self,
+            scan,
+            locks,
+            vg: read,
+        })
     }
 
     /// After the backend brought `p`'s kernel pool to the metadata's transaction id: clears
@@ -318,6 +278,93 @@ impl Session {
         }
         backend.refresh(&placement)?;
         Ok((placement, true))
+    }
+}
+
+/// A VG read under its lease for an activation ([`Session::read_for_activation`]): the
+/// VG lease (shared) is held until the LV's lease is, then let go.
+pub struct ActivationRead<'s> {
+    session: &'s Session,
+    scan: Arc<Scan>,
+    locks: ReadLocks,
+    vg: Vg,
+}
+
+impl ActivationRead<'_> {
+    /// The VG as read under its lease.
+    pub fn vg(&self) -> &Vg {
+        &self.vg
+    }
+
+    /// Brings LV `lv` up, as [`Session::activate_devices`] describes, on this read.
+    pub fn activate(
+        self,
+        lv: &str,
+        shared: bool,
+        read_only: bool,
+        backend: &dyn Backend,
+    ) -> Result<Activation, Error> {
+        let vg = self.vg.name.as_str();
+        let scan = &self.scan;
+        let sv = scan.vg(vg)?;
+        let at = places(scan, sv);
+        let placement = activate::place(&sv.vg, lv, &at.paths)?;
+        let mode = if shared {
+            lease::Mode::Shared
+        } else {
+            lease::Mode::Exclusive
+        };
+        let lease = match self.session.host_for(&sv.vg)? {
+            Some(h) => {
+                h.check_joined(&sv.vg, &at)?;
+                let (owner, r) = covering_lease(&sv.vg, &at, lv)?;
+                let key = format!("{vg}/{owner}");
+                let mut pools = self
+                    .session
+                    .pool_leases
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                // A thin pool's lease held for another of its thin LVs active here covers
+                // this one too (lvmlockd's lock of the pool, as a count).
+                let shared_hold = match (&placement.layout, pools.get(&key)) {
+                    (Layout::Thin { .. }, Some((m, w))) if *m == mode => w.upgrade(),
+                    _ => None,
+                };
+                let held = match shared_hold {
+                    Some(held) => held,
+                    None => {
+                        // Persistent, as lvmlockd takes it: should this process end while
+                        // the LV is active, the host keeps the lease as an orphan and the LV
+                        // stays protected; the next process adopts it here, or releases it
+                        // on deactivation.
+                        h.acquire_lv(&r, mode)?;
+                        let held = Arc::new(lease::Held::new(h.clone(), r, "LV"));
+                        if matches!(placement.layout, Layout::Thin { .. }) {
+                            pools.retain(|_, (_, w)| w.strong_count() > 0);
+                            pools.insert(key, (mode, Arc::downgrade(&held)));
+                        }
+                        held
+                    }
+                };
+                Some((held, mode))
+            }
+            None => None,
+        };
+        drop(self.locks);
+        // Without leases, this session's count of the pool stands in for its lease.
+        let local = match (&lease, &placement.layout) {
+            (None, Layout::Thin { pool, .. } | Layout::Pool(pool)) => {
+                Some(self.session.local_pools.hold(vg, &pool.name))
+            }
+            _ => None,
+        };
+        // The activation owns the lease from here: a backend failure releases it.
+        let mut held = Activation::new(placement, PathBuf::new(), lease);
+        if let Some(h) = local {
+            held = held.with_local_hold(h);
+        }
+        held.device = backend.activate(&held.placement, read_only)?;
+        Ok(held)
     }
 }
 

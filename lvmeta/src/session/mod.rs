@@ -29,6 +29,7 @@ mod guard;
 mod pv;
 mod update;
 mod write;
+pub use activation::ActivationRead;
 pub use data::{Erase, EraseWith, END_BYTES};
 pub use update::{Edited, MetadataArea, MetadataUse};
 
