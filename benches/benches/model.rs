@@ -71,9 +71,9 @@ fn kubesan_vg() -> Vg {
     let pv = NewPv {
         id: Uuid::random(),
         device: "/dev/lun".into(),
-        dev_size: 2 << 40,
-        pe_start: 1 << 20,
-        tail: 0,
+        dev_size: lvmeta::units::Bytes(2 << 40),
+        pe_start: lvmeta::units::Bytes(1 << 20),
+        tail: lvmeta::units::Bytes(0),
         bootloader: None,
     };
     let spec = VgSpec {

@@ -59,7 +59,7 @@ fn range(s: &Session, lun: &str, name: &str) -> (u64, u64) {
     let vg = s.vg("vg").expect("vg");
     let p = lvmeta::activate::place(&vg, name, &[Some(lun.to_owned())]).expect("place");
     let piece = p.single().expect("one piece");
-    (piece.offset, piece.len)
+    (piece.offset.0, piece.len.0)
 }
 
 /// Fills `len` bytes at `offset` of the LUN with data (what a tenant left there).

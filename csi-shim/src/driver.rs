@@ -225,6 +225,11 @@ impl Driver {
             .map_err(|_| Status::not_found(format!("VG {} is not served", params::shown(vg))))
     }
 
+    /// NOT_FOUND unless `vg` is served (no volume of this driver can have an id in another).
+    pub(crate) fn served(&self, vg: &str) -> Result<(), Status> {
+        self.volumes_of_id(vg).map(drop)
+    }
+
     /// The volume `vg/name`, or NOT_FOUND.
     pub(crate) fn existing(&self, vg: &str, name: &str) -> Result<Volume, Status> {
         self.volumes_of_id(vg)?

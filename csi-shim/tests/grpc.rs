@@ -813,7 +813,7 @@ async fn snapshots_restores_and_clones_of_thin_volumes() {
     };
     let data: Vec<u8> = (0..8 * MIB).map(|i| (i % 253) as u8).collect();
     let src = place("lin");
-    d.lun.write_at(src.offset, &data).expect("fill lin");
+    d.lun.write_at(src.offset.0, &data).expect("fill lin");
     let mut lin_clone = from("w", 0, of_volume("vg/lin"));
     lin_clone.parameters.insert("mode".into(), "linear".into());
     for _ in 0..2 {
@@ -829,7 +829,7 @@ async fn snapshots_restores_and_clones_of_thin_volumes() {
     }
     let dst = place("w");
     let mut back = vec![0u8; data.len()];
-    d.lun.read_at(dst.offset, &mut back).expect("read w");
+    d.lun.read_at(dst.offset.0, &mut back).expect("read w");
     assert!(back == data, "the clone's bytes differ from its source's");
     let mut small = from("w2", 4 * MIB, of_volume("vg/lin"));
     small.parameters.insert("mode".into(), "linear".into());
@@ -1200,9 +1200,9 @@ async fn node_service_stages_publishes_and_refuses_what_it_cannot_do() {
 #[tokio::test]
 async fn a_full_metadata_area_is_resource_exhausted() {
     let pv = lvmeta::layout::PvOptions {
-        metadata_size: Some(32 << 10),
+        metadata_size: Some(lvmeta::units::Bytes(32 << 10)),
         // Else the area runs up to the first extent at 1 MiB.
-        data_alignment: Some(64 << 10),
+        data_alignment: Some(lvmeta::units::Bytes(64 << 10)),
         ..Default::default()
     };
     let mut d = common::driver_with_pv(2 << 30, &pv).await;

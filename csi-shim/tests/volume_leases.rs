@@ -29,7 +29,7 @@ fn setup() -> (Session, Arc<FakeLeases>, Host) {
         extent_size: 8192,
         tags: vec![],
         shared: Some(SharedVg {
-            lock_lv_size: 256 << 20,
+            lock_lv_size: lvmeta::units::Bytes(256 << 20),
         }),
     };
     s.vgcreate(&spec, &["pv0"]).expect("vgcreate --shared");
@@ -264,4 +264,44 @@ fn a_thin_volume_is_retuned_by_the_node_where_its_pool_is_active() {
         vols.tuning("t").expect("tuning"),
         opts(Some(true), Some("ignore"))
     );
+}
+
+#[test]
+fn create_checks_once_under_the_lease_and_a_retry_writes_nothing() {
+    use csi_shim::volume::{Mode, SizeRange, VolumeError, Volumes};
+    let (s, _fake, _host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    let vols = Volumes::new(&s, "vg");
+    let made = vols.create("t", Mode::Thin, SIZE).expect("thin volume");
+    let seqno = s.vg("vg").expect("vg").seqno;
+    // The same request again: the volume, found under the lease, nothing written.
+    assert_eq!(vols.create("t", Mode::Thin, SIZE).expect("retry"), made);
+    assert_eq!(
+        s.vg("vg").expect("vg").seqno,
+        seqno,
+        "a retry writes nothing"
+    );
+    // Another size or mode: ALREADY_EXISTS, nothing written.
+    let bigger = SizeRange {
+        required: 64 << 20,
+        limit: 0,
+    };
+    let err = vols.create("t", Mode::Thin, bigger).expect_err("bigger");
+    assert!(matches!(err, VolumeError::Exists(_)), "{err}");
+    let err = vols.create("t", Mode::Linear, SIZE).expect_err("linear");
+    assert!(matches!(err, VolumeError::Exists(_)), "{err}");
+    // A size whole extents cannot meet (4 MiB extents, at most 5 MiB, at least 4.5):
+    // OUT_OF_RANGE, found on the read under the lease, nothing written.
+    let odd = SizeRange {
+        required: (9 << 20) / 2,
+        limit: 5 << 20,
+    };
+    let err = vols.create("u", Mode::Thin, odd).expect_err("odd");
+    assert!(matches!(err, VolumeError::OutOfRange(_)), "{err}");
+    assert_eq!(
+        s.vg("vg").expect("vg").seqno,
+        seqno,
+        "a refusal writes nothing"
+    );
+    assert!(vols.get("u").expect("get").is_none());
 }

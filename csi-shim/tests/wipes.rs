@@ -25,14 +25,14 @@ fn size(mib: u64) -> SizeRange {
 /// A session over one LUN `lun` holding `image`, with VG `vg` (4 MiB extents; a 256 MiB
 /// `lvmlock` when shared).
 fn session(image: Vec<u8>, shared: Option<Host>) -> (Session, Arc<MemDevice>) {
-    session_with_lock_lv(image, shared, 256 << 20)
+    session_with_lock_lv(image, shared, lvmeta::units::Bytes(256 << 20))
 }
 
 /// The same with an `lvmlock` of `lock_lv_size` bytes.
 fn session_with_lock_lv(
     image: Vec<u8>,
     shared: Option<Host>,
-    lock_lv_size: u64,
+    lock_lv_size: lvmeta::units::Bytes,
 ) -> (Session, Arc<MemDevice>) {
     let mem = Arc::new(MemDevice::from_bytes("lun", image, 512));
     let mut s = Session::new(vec![Box::new(mem.clone()) as Box<dyn BlockDevice>]);
@@ -56,7 +56,7 @@ fn runs(s: &Session, lv: &str) -> Vec<Piece> {
 }
 
 fn bytes(mem: &MemDevice, r: &Piece) -> Vec<u8> {
-    mem.to_bytes()[r.offset as usize..(r.offset + r.len) as usize].to_vec()
+    mem.to_bytes()[r.offset.0 as usize..(r.offset.0 + r.len.0) as usize].to_vec()
 }
 
 #[test]
@@ -68,7 +68,7 @@ fn a_new_linear_volume_starts_with_zeroed_ends_and_an_old_one_is_never_touched()
     let r = runs(&s, "a");
     assert_eq!(r.len(), 1);
     let b = bytes(&mem, &r[0]);
-    let end = END_BYTES as usize;
+    let end = END_BYTES.0 as usize;
     assert!(b[..end].iter().all(|&x| x == 0), "first MiB");
     assert!(b[b.len() - end..].iter().all(|&x| x == 0), "last MiB");
     assert!(
@@ -76,7 +76,7 @@ fn a_new_linear_volume_starts_with_zeroed_ends_and_an_old_one_is_never_touched()
         "only the ends"
     );
     // The volume's own data: an idempotent create (or a clone's) never clears it again.
-    mem.write_at(r[0].offset, &[7; 4096]).expect("data");
+    mem.write_at(r[0].offset.0, &[7; 4096]).expect("data");
     v.create("a", VolMode::Linear, size(12)).expect("again");
     assert_eq!(bytes(&mem, &r[0])[..4096], [7; 4096]);
 }
@@ -90,7 +90,7 @@ fn a_deletion_holds_the_freed_extents_until_they_are_erased() {
     v.snapshot("snap", "t").expect("snapshot");
     let (a, t) = (runs(&s, "a"), runs(&s, "t"));
     for r in a.iter().chain(&t) {
-        mem.write_at(r.offset, &vec![0x5a; r.len as usize])
+        mem.write_at(r.offset.0, &vec![0x5a; r.len.0 as usize])
             .expect("data");
     }
     let free = v.free_bytes().expect("free");
@@ -216,7 +216,7 @@ fn an_erasure_that_does_not_read_back_zero_is_an_error() {
         .create("a", VolMode::Linear, size(8))
         .expect("a");
     let r = runs(&s, "a");
-    mem.write_at(r[0].offset + 4096, &[1; 512]).expect("data");
+    mem.write_at(r[0].offset.0 + 4096, &[1; 512]).expect("data");
     let deaf = Session::new(vec![
         Box::new(Deaf(MemDevice::from_bytes("lun", mem.to_bytes(), 512))) as Box<dyn BlockDevice>,
     ]);
@@ -275,7 +275,11 @@ fn in_a_shared_vg_too_full_to_grow_lvmlock_every_deletion_still_goes_through() {
     // 13 lease slots (67..80 MiB) and about 43 free extents: lvmlock cannot grow (64).
     let fake = Arc::new(FakeLeases::default());
     let host = Host::new(fake, 7, 10, Duration::from_millis(300));
-    let (s, _) = session_with_lock_lv(vec![0; 256 << 20], Some(host), 80 << 20);
+    let (s, _) = session_with_lock_lv(
+        vec![0; 256 << 20],
+        Some(host),
+        lvmeta::units::Bytes(80 << 20),
+    );
     s.lockstart("vg").expect("lockstart");
     let v = Volumes::new(&s, "vg");
     // Creations leave eight slots spare for the deletions' wipe LVs; GetCapacity's room

@@ -202,9 +202,9 @@ mod tests {
             .map(|(i, n)| NewPv {
                 id: crate::uuid::Uuid::random(),
                 device: format!("/dev/pv{i}"),
-                dev_size: (1 << 20) + u64::from(*n) * (4 << 20),
-                pe_start: 1 << 20,
-                tail: 0,
+                dev_size: crate::units::Bytes((1 << 20) + u64::from(*n) * (4 << 20)),
+                pe_start: crate::units::Bytes(1 << 20),
+                tail: crate::units::Bytes(0),
                 bootloader: None,
             })
             .collect();

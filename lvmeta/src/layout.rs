@@ -4,6 +4,7 @@
 //! lays it out.
 
 use crate::label::{DiskLocn, PvExtension, PvLabel, PV_EXT_VERSION};
+use crate::units::Bytes;
 use crate::uuid::Uuid;
 
 /// Start of the first metadata area: the label scan size rounded up to a 4 KiB page.
@@ -20,14 +21,14 @@ pub const PV_MIN_SIZE: u64 = 2 << 20;
 pub struct PvOptions {
     /// `--pvmetadatacopies`: 0, 1 or 2 metadata areas.
     pub metadata_copies: u8,
-    /// `--metadatasize` in bytes (default: what ends the first area at the alignment).
-    pub metadata_size: Option<u64>,
-    /// `--dataalignment` in bytes (default 1 MiB).
-    pub data_alignment: Option<u64>,
-    /// `--dataalignmentoffset` in bytes.
-    pub data_alignment_offset: u64,
-    /// `--bootloaderareasize` in bytes.
-    pub bootloader_area_size: u64,
+    /// `--metadatasize` (default: what ends the first area at the alignment).
+    pub metadata_size: Option<Bytes>,
+    /// `--dataalignment` (default 1 MiB).
+    pub data_alignment: Option<Bytes>,
+    /// `--dataalignmentoffset`.
+    pub data_alignment_offset: Bytes,
+    /// `--bootloaderareasize`.
+    pub bootloader_area_size: Bytes,
 }
 
 impl Default for PvOptions {
@@ -36,8 +37,8 @@ impl Default for PvOptions {
             metadata_copies: 1,
             metadata_size: None,
             data_alignment: None,
-            data_alignment_offset: 0,
-            bootloader_area_size: 0,
+            data_alignment_offset: Bytes(0),
+            bootloader_area_size: Bytes(0),
         }
     }
 }
@@ -87,14 +88,16 @@ pub fn plan(dev_size: u64, o: &PvOptions) -> Result<PvLayout, LayoutError> {
             format!("{} (must be 0, 1 or 2)", o.metadata_copies),
         );
     }
-    let align = o.data_alignment.unwrap_or(DEFAULT_ALIGNMENT);
+    // Byte arithmetic of the on-disk layout from here on.
+    let align = o.data_alignment.map_or(DEFAULT_ALIGNMENT, |b| b.0);
+    let (offset, boot) = (o.data_alignment_offset.0, o.bootloader_area_size.0);
     if align == 0 || !align.is_multiple_of(512) {
         return opt(
             "--dataalignment",
             format!("{align} is not a positive multiple of 512"),
         );
     }
-    if !o.data_alignment_offset.is_multiple_of(512) || !o.bootloader_area_size.is_multiple_of(512) {
+    if !offset.is_multiple_of(512) || !boot.is_multiple_of(512) {
         return opt(
             "--dataalignmentoffset/--bootloaderareasize",
             "must be multiples of 512".into(),
@@ -108,13 +111,12 @@ pub fn plan(dev_size: u64, o: &PvOptions) -> Result<PvLayout, LayoutError> {
     }
     // The requested size, rounded to whole pages, at least the minimum.
     let requested = round_up(
-        o.metadata_size.unwrap_or(DEFAULT_ALIGNMENT - MDA0_START),
+        o.metadata_size
+            .map_or(DEFAULT_ALIGNMENT - MDA0_START, |b| b.0),
         4096,
     )
     .max(MDA_SIZE_MIN);
-    let aligned_end = |end: u64| {
-        round_up(end.saturating_sub(o.data_alignment_offset), align) + o.data_alignment_offset
-    };
+    let aligned_end = |end: u64| round_up(end.saturating_sub(offset), align) + offset;
     let mut mdas = Vec::new();
     let mut end = 0;
     if o.metadata_copies > 0 {
@@ -130,9 +132,9 @@ pub fn plan(dev_size: u64, o: &PvOptions) -> Result<PvLayout, LayoutError> {
         });
         end = MDA0_START + size;
     }
-    let bootloader = (o.bootloader_area_size > 0).then(|| DiskLocn {
+    let bootloader = (boot > 0).then(|| DiskLocn {
         offset: end.max(MDA0_START),
-        size: round_up(o.bootloader_area_size, align),
+        size: round_up(boot, align),
     });
     let pe_start = match bootloader {
         Some(b) => b.offset + b.size,
@@ -143,7 +145,7 @@ pub fn plan(dev_size: u64, o: &PvOptions) -> Result<PvLayout, LayoutError> {
     if o.metadata_copies == 2 {
         // At the end of the device, its start aligned down.
         let start = dev_size.saturating_sub(requested);
-        let start = start - start.saturating_sub(o.data_alignment_offset) % align;
+        let start = start - start.saturating_sub(offset) % align;
         data_end = start;
         mdas.push(DiskLocn {
             offset: start,
@@ -214,7 +216,7 @@ mod tests {
         // Reference 1.6, second example.
         let o = PvOptions {
             metadata_copies: 2,
-            bootloader_area_size: MIB,
+            bootloader_area_size: Bytes(MIB),
             ..PvOptions::default()
         };
         let l = plan(256 * MIB, &o).expect("fits");
@@ -231,8 +233,8 @@ mod tests {
     fn lvm2_small_area() {
         // `--dataalignment 64k --metadatasize 32k` (the "wrapped" fixture).
         let o = PvOptions {
-            metadata_size: Some(32 << 10),
-            data_alignment: Some(64 << 10),
+            metadata_size: Some(Bytes(32 << 10)),
+            data_alignment: Some(Bytes(64 << 10)),
             metadata_copies: 2,
             ..PvOptions::default()
         };
@@ -242,7 +244,7 @@ mod tests {
         assert_eq!(l.mdas[1], locn(64 * MIB - 65536, 65536));
         // `--metadatasize 64k` alone still ends the area at 1 MiB.
         let o = PvOptions {
-            metadata_size: Some(64 << 10),
+            metadata_size: Some(Bytes(64 << 10)),
             ..PvOptions::default()
         };
         assert_eq!(
@@ -260,7 +262,7 @@ mod tests {
         };
         assert!(plan(256 * MIB, &bad).is_err());
         let bad = PvOptions {
-            data_alignment: Some(1000),
+            data_alignment: Some(Bytes(1000)),
             ..PvOptions::default()
         };
         assert!(plan(256 * MIB, &bad).is_err());

@@ -1,6 +1,6 @@
 //! lvmeta: a pure-Rust reader and writer of lvm2's on-disk metadata.
 //!
-//! Layers, bottom to top: [`crc`], [`dev`] (the only I/O), [`label`], [`mda`] and [`layout`]
+//! Layers, bottom to top: [`units`] (sectors, bytes, extents), [`crc`], [`dev`] (the only I/O), [`label`], [`mda`] and [`layout`]
 //! (fixed binary headers and where they go, pure), [`text`] (generic config tree), [`model`]
 //! (typed VG and its validation), [`alloc`] and [`edit`] (what each verb changes, pure),
 //! [`scan`] (devices to VGs), [`history`] (older copies), [`commit`] (the write protocol),
@@ -30,6 +30,7 @@ pub mod session;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;
+pub mod units;
 pub mod uuid;
 
 pub use error::{Error, Result};

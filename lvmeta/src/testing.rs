@@ -29,9 +29,9 @@ pub fn vg_in_memory() -> crate::model::Vg {
     let pv = crate::edit::NewPv {
         id: crate::uuid::Uuid::random(),
         device: "/dev/x".into(),
-        dev_size: 64 << 30,
-        pe_start: 1 << 20,
-        tail: 0,
+        dev_size: crate::units::Bytes(64 << 30),
+        pe_start: crate::units::Bytes(1 << 20),
+        tail: crate::units::Bytes(0),
         bootloader: None,
     };
     let spec = vg_spec();

@@ -39,8 +39,8 @@ struct Config {
 
 fn configs() -> Vec<Config> {
     let small = PvOptions {
-        metadata_size: Some(32 << 10),
-        data_alignment: Some(64 << 10),
+        metadata_size: Some(lvmeta::units::Bytes(32 << 10)),
+        data_alignment: Some(lvmeta::units::Bytes(64 << 10)),
         ..PvOptions::default()
     };
     vec![

@@ -23,7 +23,7 @@ fn spec(name: &str, shared: bool) -> VgSpec {
         extent_size: 8192,
         tags: vec![],
         shared: shared.then_some(SharedVg {
-            lock_lv_size: 256 << 20,
+            lock_lv_size: lvmeta::units::Bytes(256 << 20),
         }),
     }
 }
@@ -33,9 +33,9 @@ fn vg(gib: u64, shared: bool) -> Vg {
     let pv = NewPv {
         id: lvmeta::uuid::Uuid::random(),
         device: "/dev/x".into(),
-        dev_size: gib << 30,
-        pe_start: 1 << 20,
-        tail: 0,
+        dev_size: lvmeta::units::Bytes(gib << 30),
+        pe_start: lvmeta::units::Bytes(1 << 20),
+        tail: lvmeta::units::Bytes(0),
         bootloader: None,
     };
     edit::vg::create(&spec("vg", shared), &[pv], &stamp()).expect("vgcreate")
@@ -229,8 +229,8 @@ fn metadata_that_does_not_fit_writes_nothing() {
     let mem = Arc::new(MemDevice::new("pv0", 64 << 20, 512));
     let s = Session::new(vec![Box::new(mem.clone()) as Box<dyn BlockDevice>]);
     let small = PvOptions {
-        metadata_size: Some(32 << 10),
-        data_alignment: Some(64 << 10),
+        metadata_size: Some(lvmeta::units::Bytes(32 << 10)),
+        data_alignment: Some(lvmeta::units::Bytes(64 << 10)),
         ..PvOptions::default()
     };
     s.pvcreate("pv0", &small, false).expect("pvcreate");
@@ -296,9 +296,9 @@ fn a_new_pool_gets_zeroed_metadata_before_it_is_committed() {
     let bytes = |lv: &str| {
         let p = lvmeta::activate::place(&vg, lv, &[Some("pv0".into())]).expect("place");
         let piece = p.single().expect("one piece").clone();
-        let mut buf = vec![0u8; piece.len as usize];
+        let mut buf = vec![0u8; piece.len.0 as usize];
         let dev = &s.devices()[0];
-        dev.read_at(piece.offset, &mut buf).expect("read");
+        dev.read_at(piece.offset.0, &mut buf).expect("read");
         buf
     };
     // The kernel formats a pool whose metadata starts zeroed; lvm2 zeroes it all.
@@ -315,7 +315,8 @@ fn a_restored_pool_keeps_its_metadata() {
         .expect("place")
         .single()
         .expect("one piece")
-        .offset;
+        .offset
+        .0;
     // The kernel wrote the pool's metadata; then the pool was removed by mistake.
     let dev = &s.devices()[0];
     dev.write_at(tmeta, &[0x5a; 4096]).expect("kernel metadata");

@@ -324,9 +324,9 @@ fn a_group_too_large_for_the_area_fails_only_the_changes_that_do_not_fit() {
     let mem = Arc::new(MemDevice::new("pv0", 64 << 20, 512));
     let s = Session::new(vec![Box::new(mem.clone()) as Box<dyn BlockDevice>]);
     let small = PvOptions {
-        metadata_size: Some(32 << 10),
+        metadata_size: Some(lvmeta::units::Bytes(32 << 10)),
         // Else the area runs up to the first extent at 1 MiB.
-        data_alignment: Some(64 << 10),
+        data_alignment: Some(lvmeta::units::Bytes(64 << 10)),
         ..PvOptions::default()
     };
     s.pvcreate("pv0", &small, false).expect("pvcreate");

@@ -44,7 +44,7 @@ fn shared_spec() -> VgSpec {
         extent_size: 8192,
         tags: vec![],
         shared: Some(SharedVg {
-            lock_lv_size: 256 << 20,
+            lock_lv_size: lvmeta::units::Bytes(256 << 20),
         }),
     }
 }

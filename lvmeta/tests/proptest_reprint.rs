@@ -47,9 +47,9 @@ fn new_vg() -> Vg {
     let pv = NewPv {
         id: lvmeta::uuid::Uuid::random(),
         device: "/dev/x".into(),
-        dev_size: 64 << 30,
-        pe_start: 1 << 20,
-        tail: 0,
+        dev_size: lvmeta::units::Bytes(64 << 30),
+        pe_start: lvmeta::units::Bytes(1 << 20),
+        tail: lvmeta::units::Bytes(0),
         bootloader: None,
     };
     let spec = VgSpec {

@@ -136,7 +136,7 @@ fn loop_activation_maps_lvs_onto_their_extents() {
     })
     .expect("lvextend");
     let p = s.refresh("vg", "a", &backend).expect("refresh");
-    assert_eq!(p.bytes, 12 * MIB);
+    assert_eq!(p.bytes.0, 12 * MIB);
     assert_eq!(dev_bytes(&act.device), 12 * MIB);
     let st = Command::new("umount")
         .arg(mnt.path())

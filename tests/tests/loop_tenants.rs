@@ -323,8 +323,8 @@ fn read_runs(d: &Harness, runs: &[Piece]) -> Vec<u8> {
     let lun = FileDevice::open(Path::new(&d.sb.loops[0])).expect("lun");
     let mut out = Vec::new();
     for r in runs {
-        let mut b = vec![0u8; r.len as usize];
-        lun.read_at(r.offset, &mut b).expect("read");
+        let mut b = vec![0u8; r.len.0 as usize];
+        lun.read_at(r.offset.0, &mut b).expect("read");
         out.extend(b);
     }
     out
@@ -412,8 +412,11 @@ async fn loop_deleted_block_and_thin_pool_data_is_erased_before_reuse() {
     let thin_extents = d.extents("pvc-t");
     let lun = FileDevice::open_rw(Path::new(&d.sb.loops[0])).expect("lun");
     for p in &thin_extents {
-        lun.write_at(p.offset, &SECRET.repeat((p.len as usize) / SECRET.len()))
-            .expect("pool data");
+        lun.write_at(
+            p.offset.0,
+            &SECRET.repeat((p.len.0 as usize) / SECRET.len()),
+        )
+        .expect("pool data");
     }
     let old: Vec<Piece> = d.extents("pvc-a").into_iter().chain(thin_extents).collect();
     d.delete(&a).await.expect("delete a");

@@ -106,8 +106,8 @@ fn lvm2_reads_every_crash_point() {
     }
     let small = PvOptions {
         metadata_copies: 2,
-        metadata_size: Some(32 << 10),
-        data_alignment: Some(64 << 10),
+        metadata_size: Some(lvmeta::units::Bytes(32 << 10)),
+        data_alignment: Some(lvmeta::units::Bytes(64 << 10)),
         ..PvOptions::default()
     };
     let verbs: [(&str, Verb); 3] = [

@@ -39,7 +39,7 @@ fn extents(s: &Session, lv: &str) -> Vec<Piece> {
 
 fn fill(mem: &MemDevice, runs: &[Piece], byte: u8) {
     for r in runs {
-        mem.write_at(r.offset, &vec![byte; r.len as usize])
+        mem.write_at(r.offset.0, &vec![byte; r.len.0 as usize])
             .expect("fill");
     }
 }
@@ -47,7 +47,7 @@ fn fill(mem: &MemDevice, runs: &[Piece], byte: u8) {
 fn all_zero(mem: &MemDevice, runs: &[Piece]) -> bool {
     let bytes = mem.to_bytes();
     runs.iter().all(|r| {
-        bytes[r.offset as usize..(r.offset + r.len) as usize]
+        bytes[r.offset.0 as usize..(r.offset.0 + r.len.0) as usize]
             .iter()
             .all(|&b| b == 0)
     })
@@ -114,7 +114,7 @@ fn check_and_resume(image: Vec<u8>, volume: &str, runs: &[Piece], byte: u8, at: 
     let bytes = mem.to_bytes();
     let data_left = runs
         .iter()
-        .any(|r| bytes[r.offset as usize..(r.offset + r.len) as usize].contains(&byte));
+        .any(|r| bytes[r.offset.0 as usize..(r.offset.0 + r.len.0) as usize].contains(&byte));
     if still {
         assert!(wipes.is_empty(), "{at}: volume and wipe LV at once");
         assert!(all_hold(&bytes, runs, byte), "{at}: the volume lost data");
@@ -129,8 +129,8 @@ fn check_and_resume(image: Vec<u8>, volume: &str, runs: &[Piece], byte: u8, at: 
         let used = lvmeta::model::extents::UsedMap::of(&vg);
         let mut free = used.clone();
         for r in runs {
-            let first = (r.offset - pe_start(&vg)) / extent(&vg);
-            let n = r.len / extent(&vg);
+            let first = (r.offset.0 - pe_start(&vg)) / extent(&vg);
+            let n = r.len.0 / extent(&vg);
             let e = lvmeta::model::extents::PeRun {
                 pv: 0,
                 pe: u32::try_from(first).expect("pe"),
@@ -154,7 +154,7 @@ fn check_and_resume(image: Vec<u8>, volume: &str, runs: &[Piece], byte: u8, at: 
     assert!(all_zero(&mem, runs), "{at}: not erased");
     // Everything free is taken by new volumes: what they read there is zero.
     let size = SizeRange {
-        required: runs.iter().map(|r| r.len).sum(),
+        required: runs.iter().map(|r| r.len.0).sum(),
         limit: 0,
     };
     v.create("next", Mode::Linear, size).expect("next volume");
@@ -163,7 +163,7 @@ fn check_and_resume(image: Vec<u8>, volume: &str, runs: &[Piece], byte: u8, at: 
 
 fn all_hold(bytes: &[u8], runs: &[Piece], byte: u8) -> bool {
     runs.iter().all(|r| {
-        bytes[r.offset as usize..(r.offset + r.len) as usize]
+        bytes[r.offset.0 as usize..(r.offset.0 + r.len.0) as usize]
             .iter()
             .all(|&b| b == byte)
     })

@@ -91,14 +91,12 @@ impl Node {
         }
         let done = holder.serve(r).map_err(|e| e.to_string()).and_then(|()| {
             // The kernel pool takes the queue; then a commit clears it.
-            let session = self.backend.session();
-            let delivered = session
-                .refresh_devices(&t.vg, &t.lv, self.config.activation.as_ref())
-                .and_then(|(p, live)| match live {
-                    true => session.clear_delivered(&p, "lvchange --refresh"),
-                    false => Ok(()),
-                });
-            delivered.map_err(|e| {
+            let delivered = self.backend.session().refresh(
+                &t.vg,
+                &t.lv,
+                self.config.activation.as_ref(),
+            );
+            delivered.map(drop).map_err(|e| {
                 // Committed but not cut in the kernel: undone, never reported as made.
                 if let Err(u) = holder.undo(r) {
                     tracing::error!(vg = %t.vg, pool = %t.pool, request = %r, error = %u, "could not undo a request the kernel pool did not take");

@@ -29,7 +29,7 @@ impl Node {
             .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
         let want = Want::of(&cap)?;
         // Only the driver's VGs (NOT_FOUND for another: no volume of it has this id).
-        self.backend.volumes_of_id(&vg)?;
+        self.backend.served(&vg)?;
         let _g = self.backend.inflight().enter(&req.volume_id)?;
         // Staged here already: answered from what was read then, without a read.
         let cached = self.staged().get(&req.volume_id).map(|s| {

@@ -164,15 +164,10 @@ impl Node {
             }
         };
         // The device takes its new size (a thin pool its queue, then cleared by a commit).
-        let session = self.backend.session();
-        let (placement, live) = session
-            .refresh_devices(&vg, &lv, act)
+        self.backend
+            .session()
+            .refresh(&vg, &lv, act)
             .map_err(from_activation)?;
-        if live {
-            session
-                .clear_delivered(&placement, "lvchange --refresh")
-                .map_err(from_activation)?;
-        }
         let want = req.volume_capability.as_ref().map(Want::of).transpose()?;
         if let Some(fs) = self.fs_of(&req.volume_id, &dev, want.as_ref())? {
             self.config

@@ -35,96 +35,68 @@ impl<'s> Volumes<'s> {
                 "zeroing and discards are settings of a thin volume's pool; a linear volume has none".into(),
             ));
         }
-        if let Content::Snapshot(src) | Content::Volume(src) = content {
-            let vg = self.view()?;
-            check_source(&vg, content, mode)?;
-            check_shared_pool(&vg, src, options)?;
-            let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * vg.extent_bytes();
-            let asked = match size.required {
-                0 => src_bytes,
-                _ => u64::from(size.extents(vg.extent_bytes())?) * vg.extent_bytes(),
-            };
-            if asked < src_bytes || (size.limit != 0 && src_bytes > size.limit) {
-                return Err(VolumeError::OutOfRange(format!(
-                    "the source {src} has {src_bytes} bytes, more than the size asked for"
-                )));
+        // A copy's source is checked on a read before the pipeline: a linear copy is not
+        // one edit, and a copy's size follows its source's.
+        let copied = match content {
+            Content::Snapshot(src) | Content::Volume(src) => {
+                Some((src, self.check_copy(src, content, mode, size, options)?))
             }
-        }
+            Content::Empty => None,
+        };
         lvmeta::names::check_new_lv_name(&self.vg, name)
             .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         if mode == Mode::Thin {
             lvmeta::names::check_new_lv_name(&self.vg, &Volume::pool_name(name))
                 .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         }
-        let vg = self.view()?;
-        if let (Mode::Linear, Content::Volume(src)) = (mode, content) {
-            return self.clone_linear(&vg, name, src, size);
+        if let Some((src, vg)) = &copied {
+            if mode == Mode::Linear {
+                return self.clone_linear(vg, name, src, size);
+            }
+            if let Some(v) = existing(vg, &EditCtx::standalone(), name, mode, size)? {
+                return Ok(v);
+            }
         }
-        if let Some(v) = existing(&vg, &EditCtx::standalone(), name, mode, size)? {
-            return Ok(v);
-        }
-        let extents = size.extents(vg.extent_bytes())?;
-        let tags = vec![format!("{MODE_TAG}{}", mode.as_str())];
-        let stamp = Stamp::now();
+        let req = NewVolume {
+            name,
+            mode,
+            size,
+            content,
+            options,
+            stamp: Stamp::now(),
+        };
         // A new linear volume starts with its first and last MiB zeroed.
         let clear: &[&str] = match (mode, content) {
             (Mode::Linear, Content::Empty) => &[name],
             _ => &[],
         };
-        self.update_clearing("lvcreate", clear, |vg, ctx| {
-            // Another writer may have made it since the check above (the lease is held now).
-            if let Some(v) = existing(&vg, ctx, name, mode, size)? {
-                return Ok((vg, v));
-            }
-            let vg = match (mode, content) {
-                (_, Content::Snapshot(src) | Content::Volume(src)) => {
-                    let source_ok = match content {
-                        Content::Snapshot(_) => snapshot_of(&vg, src).is_some(),
-                        _ => volume_of(&vg, src).is_some_and(|v| v.mode == Mode::Thin),
-                    };
-                    if !source_ok {
-                        return Err(EditError::NoLv {
-                            vg: vg.name.clone(),
-                            lv: src.to_owned(),
-                        });
-                    }
-                    thin_copy(vg, ctx, name, src, size, tags, stamp)?
-                }
-                (Mode::Linear, Content::Empty) => {
-                    let mut spec = LvSpec::linear(name, extents, stamp);
-                    spec.tags = tags;
-                    edit::lv::create(vg, ctx, &spec)?.0
-                }
-                (Mode::Thin, Content::Empty) => {
-                    let pool = PoolSpec {
-                        data: LvSpec::linear(&Volume::pool_name(name), extents, stamp.clone()),
-                        chunk_size: None,
-                        metadata_extents: None,
-                        discards: options
-                            .discards
-                            .clone()
-                            .unwrap_or_else(|| "passdown".into()),
-                        zero: options.zero.unwrap_or(true),
-                    };
-                    let (vg, pool_name) = edit::thin::create_pool(vg, ctx, &pool)?;
-                    let thin = ThinSpec {
-                        name: Some(name.to_owned()),
-                        pool: pool_name,
-                        extents,
-                        origin: None,
-                        tags,
-                        activation_skip: Some(false),
-                        stamp,
-                    };
-                    edit::thin::create_thin(vg, ctx, &thin)?.0
-                }
-            };
-            let v = volume_of(&vg, name).ok_or_else(|| {
-                edit::refused(name, "the new LV is not a volume (internal error)")
-            })?;
-            Ok((vg, v))
-        })
-        .map_err(VolumeError::from)
+        self.update_clearing("lvcreate", clear, |vg, ctx| plan_new(vg, ctx, &req))
+            .map_err(VolumeError::from)?
+    }
+
+    /// The checks of a copy of `src` (`content`'s source), on a read of the VG it returns.
+    fn check_copy(
+        &self,
+        src: &str,
+        content: Content<'_>,
+        mode: Mode,
+        size: SizeRange,
+        options: &PoolOptions,
+    ) -> Result<VgView, VolumeError> {
+        let vg = self.view()?;
+        check_source(&vg, content, mode)?;
+        check_shared_pool(&vg, src, options)?;
+        let src_bytes = vg.bytes_of(vg.lv(src).map_or(0, |l| l.extents())).0;
+        let asked = match size.required {
+            0 => src_bytes,
+            _ => vg.bytes_of(u64::from(size.extents(vg.extent())?)).0,
+        };
+        if asked < src_bytes || (size.limit != 0 && src_bytes > size.limit) {
+            return Err(VolumeError::OutOfRange(format!(
+                "the source {src} has {src_bytes} bytes, more than the size asked for"
+            )));
+        }
+        Ok(vg)
     }
 
     /// A linear clone: the new linear volume `name` is made tagged [`CLONE_PENDING_TAG`],
@@ -153,12 +125,12 @@ impl<'s> Volumes<'s> {
                 Some(_) => {}
             }
         }
-        let src_bytes = vg.lv(src).map_or(0, |l| l.extents()) * vg.extent_bytes();
+        let src_bytes = vg.bytes_of(vg.lv(src).map_or(0, |l| l.extents())).0;
         let want = SizeRange {
             required: size.required.max(src_bytes),
             limit: size.limit,
         };
-        let extents = want.extents(vg.extent_bytes())?;
+        let extents = want.extents(vg.extent())?;
         let stamp = Stamp::now();
         let (v, copy) = self
             .update_clearing("lvcreate", &[name], |vg, ctx| {
@@ -210,6 +182,89 @@ impl<'s> Volumes<'s> {
         tracing::info!(vg = %self.vg, name, src, "linear clone made");
         Ok(v)
     }
+}
+
+/// What CreateVolume asks for, as the edit that makes it needs it.
+struct NewVolume<'a> {
+    name: &'a str,
+    mode: Mode,
+    size: SizeRange,
+    content: Content<'a>,
+    /// A new thin volume's pool settings (lvm2's defaults for what they leave out).
+    options: &'a PoolOptions,
+    stamp: Stamp,
+}
+
+/// The edit of CreateVolume, run once under the VG's lease on the VG read there:
+/// - the volume exists (this mode, a size in range): `vg` unchanged, the volume;
+/// - a size the VG's extents cannot meet: `vg` unchanged, the refusal (OUT_OF_RANGE);
+/// - else `vg` with the volume made, and the volume.
+///
+/// A refusal that changes nothing is a value, not an [`EditError`]: its code is kept.
+fn plan_new(
+    vg: Vg,
+    ctx: &EditCtx,
+    req: &NewVolume<'_>,
+) -> Result<(Vg, Result<Volume, VolumeError>), EditError> {
+    let NewVolume {
+        name, mode, size, ..
+    } = *req;
+    if let Some(v) = existing(&vg, ctx, name, mode, size)? {
+        return Ok((vg, Ok(v)));
+    }
+    let extents = match size.extents(vg.extent()) {
+        Ok(e) => e,
+        Err(e) => return Ok((vg, Err(e))),
+    };
+    let tags = vec![format!("{MODE_TAG}{}", mode.as_str())];
+    let stamp = req.stamp.clone();
+    let vg = match (mode, req.content) {
+        (_, Content::Snapshot(src) | Content::Volume(src)) => {
+            let source_ok = match req.content {
+                Content::Snapshot(_) => snapshot_of(&vg, src).is_some(),
+                _ => volume_of(&vg, src).is_some_and(|v| v.mode == Mode::Thin),
+            };
+            if !source_ok {
+                return Err(EditError::NoLv {
+                    vg: vg.name.clone(),
+                    lv: src.to_owned(),
+                });
+            }
+            thin_copy(vg, ctx, name, src, size, tags, stamp)?
+        }
+        (Mode::Linear, Content::Empty) => {
+            let mut spec = LvSpec::linear(name, extents, stamp);
+            spec.tags = tags;
+            edit::lv::create(vg, ctx, &spec)?.0
+        }
+        (Mode::Thin, Content::Empty) => {
+            let pool = PoolSpec {
+                data: LvSpec::linear(&Volume::pool_name(name), extents, stamp.clone()),
+                chunk_size: None,
+                metadata_extents: None,
+                discards: req
+                    .options
+                    .discards
+                    .clone()
+                    .unwrap_or_else(|| "passdown".into()),
+                zero: req.options.zero.unwrap_or(true),
+            };
+            let (vg, pool_name) = edit::thin::create_pool(vg, ctx, &pool)?;
+            let thin = ThinSpec {
+                name: Some(name.to_owned()),
+                pool: pool_name,
+                extents,
+                origin: None,
+                tags,
+                activation_skip: Some(false),
+                stamp,
+            };
+            edit::thin::create_thin(vg, ctx, &thin)?.0
+        }
+    };
+    let v = volume_of(&vg, name)
+        .ok_or_else(|| edit::refused(name, "the new LV is not a volume (internal error)"))?;
+    Ok((vg, Ok(v)))
 }
 
 /// A new thin volume `name` holding thin LV `src`'s data: a thin snapshot of it in its pool,
@@ -274,22 +329,19 @@ pub(super) fn thin_copy(
     stamp: Stamp,
 ) -> Result<Vg, EditError> {
     let src_extents = vg.lv(src).map_or(0, |l| l.extents());
-    let ext = vg.extent_bytes();
+    let src_bytes = vg.bytes_of(src_extents).0;
     let want = if size.required == 0 {
         src_extents
     } else {
         u64::from(
-            size.extents(ext)
+            size.extents(vg.extent())
                 .map_err(|e| edit::refused(name, e.to_string()))?,
         )
     };
-    if want < src_extents || (size.limit != 0 && src_extents * ext > size.limit) {
+    if want < src_extents || (size.limit != 0 && src_bytes > size.limit) {
         return Err(edit::refused(
             name,
-            format!(
-                "the source {src} has {} bytes, more than the size asked for",
-                src_extents * ext
-            ),
+            format!("the source {src} has {src_bytes} bytes, more than the size asked for"),
         ));
     }
     let copy = ThinSpec {

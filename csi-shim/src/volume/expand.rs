@@ -8,8 +8,8 @@ impl<'s> Volumes<'s> {
     pub fn expand(&self, name: &str, size: SizeRange) -> Result<Volume, VolumeError> {
         let vg = self.view()?;
         let v = volume_of(&vg, name).ok_or_else(|| VolumeError::NotFound(name.to_owned()))?;
-        let extents = size.extents(vg.extent_bytes())?;
-        if u64::from(extents) * vg.extent_bytes() <= v.bytes {
+        let extents = size.extents(vg.extent())?;
+        if vg.bytes_of(u64::from(extents)).0 <= v.bytes {
             return Ok(v);
         }
         self.update("lvextend", |vg, ctx| {
@@ -17,7 +17,7 @@ impl<'s> Volumes<'s> {
                 vg: vg.name.clone(),
                 lv: name.to_owned(),
             })?;
-            if u64::from(extents) * vg.extent_bytes() <= v.bytes {
+            if vg.bytes_of(u64::from(extents)).0 <= v.bytes {
                 return Ok((vg, v));
             }
             let vg = match v.mode {

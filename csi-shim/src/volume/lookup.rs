@@ -28,7 +28,7 @@ pub(super) fn snapshot_in<'a>(
         vg: vg.name.clone(),
         name: lv.name.clone(),
         source,
-        bytes: lv.extents() * vg.extent_bytes(),
+        bytes: vg.bytes_of(lv.extents()).0,
         created: lv.creation.as_ref().map(|c| c.0),
     })
 }
@@ -69,7 +69,7 @@ pub(super) fn volume_in<'a>(
         vg: vg.name.clone(),
         name: lv.name.clone(),
         mode,
-        bytes: lv.extents() * vg.extent_bytes(),
+        bytes: vg.bytes_of(lv.extents()).0,
     })
 }
 

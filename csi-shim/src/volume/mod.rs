@@ -29,6 +29,7 @@ pub use lvmeta::edit::thin::PoolOptions;
 use lvmeta::edit::{self, EditCtx, EditError, LvSpec, PoolSpec, Stamp, ThinSpec};
 use lvmeta::model::{Lv, SegKind, Vg};
 use lvmeta::session::{Session, VgView};
+use lvmeta::units::{Bytes, ExtentSize, Extents};
 
 /// The tag prefix marking a volume's LV and telling its mode.
 pub const MODE_TAG: &str = "lvmeta.csi/mode=";
@@ -138,9 +139,10 @@ pub struct SizeRange {
 pub const DEFAULT_BYTES: u64 = 1 << 30;
 
 impl SizeRange {
-    /// The size to make, in extents of `extent_bytes`: `required` (or the default) rounded up
-    /// to whole extents, refused when that passes the limit.
-    pub fn extents(self, extent_bytes: u64) -> Result<u32, VolumeError> {
+    /// The size to make, in extents of `extent`: `required` (or the default) rounded up to
+    /// whole extents, refused when that passes the limit. The one bytes-to-extents
+    /// conversion of a volume's size.
+    pub fn extents(self, extent: ExtentSize) -> Result<u32, VolumeError> {
         if self.limit != 0 && self.required > self.limit {
             return Err(VolumeError::OutOfRange(format!(
                 "required {} bytes is more than the limit of {} bytes",
@@ -152,15 +154,16 @@ impl SizeRange {
             0 => DEFAULT_BYTES,
             r => r,
         };
-        let extents = want.div_ceil(extent_bytes).max(1);
-        if self.limit != 0 && extents * extent_bytes > self.limit {
+        let extents = Extents(Bytes(want).extents_ceil(extent).0.max(1));
+        if self.limit != 0 && extents.bytes(extent).0 > self.limit {
             return Err(VolumeError::OutOfRange(format!(
-                "{want} bytes rounded up to whole extents of {extent_bytes} bytes is more than the limit of {} bytes",
+                "{want} bytes rounded up to whole {extent} is more than the limit of {} bytes",
                 self.limit
             )));
         }
-        u32::try_from(extents)
-            .map_err(|_| VolumeError::OutOfRange(format!("{want} bytes is too large")))
+        extents
+            .to_u32()
+            .ok_or_else(|| VolumeError::OutOfRange(format!("{want} bytes is too large")))
     }
 
     /// True when `bytes` satisfies this range.
@@ -356,7 +359,7 @@ impl<'s> Volumes<'s> {
     /// Bytes a new volume can take at most (the VG's free extents).
     pub fn free_bytes(&self) -> Result<u64, VolumeError> {
         let vg = self.view()?;
-        Ok(vg.free_count() * vg.extent_bytes())
+        Ok(vg.bytes_of(vg.free_count()).0)
     }
 
     /// Bytes a new volume of `mode` can take at most: the VG's free extents less what
@@ -369,6 +372,6 @@ impl<'s> Volumes<'s> {
         }
         let lease = edit::slots::lease_growth(vg.vg(), edit::slots::LEASE_ALIGN);
         let free = vg.free_count().saturating_sub(u64::from(lease));
-        Ok(free * vg.extent_bytes())
+        Ok(vg.bytes_of(free).0)
     }
 }

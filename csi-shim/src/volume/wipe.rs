@@ -79,10 +79,7 @@ impl Volumes<'_> {
             .filter(|l| is_wipe(l))
             .map(|l| l.extents())
             .collect();
-        Ok((
-            extents.len(),
-            extents.iter().sum::<u64>() * vg.extent_bytes(),
-        ))
+        Ok((extents.len(), vg.bytes_of(extents.iter().sum::<u64>()).0))
     }
 
     /// Erases wipe LV `name` as `with` says ([`lvmeta::session::Session::erase_lv`]), then
@@ -135,12 +132,7 @@ impl Volumes<'_> {
     /// Bytes held by wipe LVs (not free yet).
     pub fn wiping_bytes(&self) -> Result<u64, VolumeError> {
         let vg = self.view()?;
-        let ext = vg.extent_bytes();
-        Ok(vg
-            .lvs
-            .iter()
-            .filter(|l| is_wipe(l))
-            .map(|l| l.extents() * ext)
-            .sum())
+        let extents = vg.lvs.iter().filter(|l| is_wipe(l)).map(|l| l.extents());
+        Ok(vg.bytes_of(extents.sum()).0)
     }
 }

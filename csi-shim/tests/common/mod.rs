@@ -274,7 +274,7 @@ pub fn shared_vg_on(
         extent_size: 8192,
         tags: vec![],
         shared: Some(lvmeta::edit::SharedVg {
-            lock_lv_size: 256 << 20,
+            lock_lv_size: lvmeta::units::Bytes(256 << 20),
         }),
     };
     session

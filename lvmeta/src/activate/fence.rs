@@ -133,16 +133,17 @@ mod tests {
     use super::*;
     use crate::activate::thin::PoolPlan;
     use crate::activate::Piece;
+    use crate::units::Bytes;
 
     fn linear(lv: &str, uuid: &str) -> Placement {
         Placement {
             vg: "vg".into(),
             lv: lv.into(),
-            bytes: 1 << 20,
+            bytes: Bytes(1 << 20),
             layout: Layout::Linear(vec![Piece {
                 device: "/dev/vda".into(),
-                offset: 1 << 20,
-                len: 1 << 20,
+                offset: Bytes(1 << 20),
+                len: Bytes(1 << 20),
             }]),
             dm_uuid: uuid.into(),
         }
@@ -204,10 +205,10 @@ mod tests {
         let pool = PoolPlan {
             name: "pool".into(),
             dm_uuid: pool_uuid.clone(),
-            bytes: 1 << 30,
+            bytes: Bytes(1 << 30),
             metadata: linear("pool_tmeta", &format!("LVM-{vg}{}", "m".repeat(32))),
             data: linear("pool_tdata", &format!("LVM-{vg}{}", "d".repeat(32))),
-            chunk_size: 128,
+            chunk_size: crate::units::Sectors(128),
             zero_new_blocks: false,
             discards: "passdown".into(),
             error_if_no_space: false,

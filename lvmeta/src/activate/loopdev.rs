@@ -10,6 +10,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::ioctl;
+use crate::units::Bytes;
 
 use super::{needs_device_mapper, ActivateError, Backend, Piece, Placement};
 
@@ -84,7 +85,7 @@ fn find(piece: &Piece) -> Option<Bound> {
     let dev = Path::new(&piece.device);
     bound()
         .into_iter()
-        .find(|b| b.offset == piece.offset && same_file(&b.backing, dev))
+        .find(|b| b.offset == piece.offset.0 && same_file(&b.backing, dev))
 }
 
 fn piece(p: &Placement) -> Result<&Piece, ActivateError> {
@@ -145,8 +146,8 @@ fn bind(p: &Placement, piece: &Piece, read_only: bool) -> Result<PathBuf, Activa
     let name = format!("lvmeta:{}/{}", p.vg, p.lv);
     bind_file(
         Path::new(&piece.device),
-        piece.offset,
-        piece.len,
+        piece.offset.0,
+        piece.len.0,
         read_only,
         &name,
     )
@@ -261,7 +262,7 @@ impl Backend for LoopBackend {
         };
         let shown = b.dev.display().to_string();
         let dev = File::open(&b.dev).map_err(|e| io(&shown, "open", e))?;
-        ioctl::resize(&dev, p.bytes).map_err(|e| io(&shown, "LOOP_SET_STATUS64", e))
+        ioctl::resize(&dev, p.bytes.0).map_err(|e| io(&shown, "LOOP_SET_STATUS64", e))
     }
 
     fn pool_status(&self, _: &Placement) -> Result<Option<super::thin::PoolStatus>, ActivateError> {
@@ -277,8 +278,8 @@ impl Backend for LoopBackend {
                 pieces.iter().any(|p| {
                     let shown = Piece {
                         device: p.device.clone(),
-                        offset: b.offset,
-                        len: if b.limit == 0 { u64::MAX } else { b.limit },
+                        offset: Bytes(b.offset),
+                        len: Bytes(if b.limit == 0 { u64::MAX } else { b.limit }),
                     };
                     shown.overlaps(p) && same_file(&b.backing, Path::new(&p.device))
                 })

@@ -2,25 +2,29 @@
 //! pool's plan (its sub-LVs' placements, settings, queued messages). Pure types: what
 //! computes them ([`super::plan::place`], [`super::thin::plan_pool`], `runs.rs` for linear
 //! and striped LVs) sits above.
+//! - Sizes and offsets are [`Bytes`]; device-mapper tables convert them to sectors, the
+//!   data plane uses them as they are.
+
+use crate::units::{Bytes, Sectors};
 
 /// One contiguous run of an LV's bytes on one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Piece {
     /// The device (as the scan named it).
     pub device: String,
-    /// Byte offset on the device.
-    pub offset: u64,
-    /// Length in bytes.
-    pub len: u64,
+    /// Offset on the device.
+    pub offset: Bytes,
+    /// Length.
+    pub len: Bytes,
 }
 
 /// One segment of a striped LV.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stripe {
-    /// Length of the segment in bytes (all its areas together).
-    pub len: u64,
-    /// Stripe size in bytes (0 for a one-area segment).
-    pub stripe_bytes: u64,
+    /// Length of the segment (all its areas together).
+    pub len: Bytes,
+    /// Stripe size (0 for a one-area segment).
+    pub stripe_bytes: Bytes,
     /// One area per stripe, each `len / areas` bytes long.
     pub areas: Vec<Piece>,
 }
@@ -52,8 +56,8 @@ pub struct Placement {
     pub vg: String,
     /// The LV.
     pub lv: String,
-    /// Size in bytes.
-    pub bytes: u64,
+    /// Its size.
+    pub bytes: Bytes,
     /// Where its bytes are.
     pub layout: Layout,
     /// The device-mapper uuid lvm2 gives the LV's device: `LVM-`, then the VG's and the LV's
@@ -90,8 +94,8 @@ impl Piece {
     /// Do `self` and `other` share a byte of the same device?
     pub fn overlaps(&self, other: &Piece) -> bool {
         self.device == other.device
-            && self.offset < other.offset.saturating_add(other.len)
-            && other.offset < self.offset.saturating_add(self.len)
+            && self.offset.0 < other.offset.0.saturating_add(other.len.0)
+            && other.offset.0 < self.offset.0.saturating_add(self.len.0)
     }
 }
 
@@ -103,14 +107,14 @@ pub struct PoolPlan {
     /// lvm2's device uuid of the pool LV (`LVM-<vg id><lv id>`); the `-tpool` layer adds
     /// `-tpool`.
     pub dm_uuid: String,
-    /// Size of the pool (its data) in bytes.
-    pub bytes: u64,
+    /// Size of the pool (its data).
+    pub bytes: Bytes,
     /// The `_tmeta` LV (linear).
     pub metadata: Placement,
     /// The `_tdata` LV (linear or striped).
     pub data: Placement,
-    /// Data block size in sectors.
-    pub chunk_size: u32,
+    /// Data block size.
+    pub chunk_size: Sectors,
     /// Zero data blocks as they are provisioned (`zero = 1`).
     pub zero_new_blocks: bool,
     /// What discards do: `passdown`, `nopassdown` or `ignore`.

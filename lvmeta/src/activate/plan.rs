@@ -2,6 +2,7 @@
 //! the input of every activation backend. Pure.
 
 use crate::model::{SegKind, Vg};
+use crate::units::{Bytes, Extents};
 
 pub use super::placement::{Layout, Piece, Placement, Stripe};
 use super::runs::{dm_uuid, runs};
@@ -10,20 +11,20 @@ use super::ActivateError;
 
 /// The runs of the devices under bytes `[start, start + len)` of a linear LV laid out as
 /// `pieces` (fewer bytes when the LV is shorter).
-pub fn byte_runs(pieces: &[Piece], start: u64, len: u64) -> Vec<Piece> {
-    let end = start.saturating_add(len);
+pub fn byte_runs(pieces: &[Piece], start: Bytes, len: Bytes) -> Vec<Piece> {
+    let (start, end) = (start.0, start.0.saturating_add(len.0));
     let mut out = Vec::new();
     let mut at = 0u64;
     for p in pieces {
-        let (from, to) = (start.max(at), end.min(at + p.len));
+        let (from, to) = (start.max(at), end.min(at.saturating_add(p.len.0)));
         if from < to {
             out.push(Piece {
                 device: p.device.clone(),
-                offset: p.offset + (from - at),
-                len: to - from,
+                offset: Bytes(p.offset.0 + (from - at)),
+                len: Bytes(to - from),
             });
         }
-        at += p.len;
+        at = at.saturating_add(p.len.0);
         if at >= end {
             break;
         }
@@ -37,33 +38,30 @@ pub fn byte_runs(pieces: &[Piece], start: u64, len: u64) -> Vec<Piece> {
 pub fn copy_runs(
     src: &[Piece],
     dst: &[Piece],
-    bytes: u64,
-    max: u64,
+    bytes: Bytes,
+    max: Bytes,
 ) -> Option<Vec<(Piece, Piece)>> {
     let (mut i, mut i_off, mut j, mut j_off) = (0, 0, 0, 0);
-    let mut left = bytes;
+    let mut left = bytes.0;
     let mut runs = Vec::new();
     while left > 0 {
         let (a, b) = (src.get(i)?, dst.get(j)?);
-        let n = (a.len - i_off).min(b.len - j_off).min(max.max(1)).min(left);
-        runs.push((
-            Piece {
-                device: a.device.clone(),
-                offset: a.offset + i_off,
-                len: n,
-            },
-            Piece {
-                device: b.device.clone(),
-                offset: b.offset + j_off,
-                len: n,
-            },
-        ));
+        let n = (a.len.0 - i_off)
+            .min(b.len.0 - j_off)
+            .min(max.0.max(1))
+            .min(left);
+        let piece = |p: &Piece, off: u64| Piece {
+            device: p.device.clone(),
+            offset: Bytes(p.offset.0 + off),
+            len: Bytes(n),
+        };
+        runs.push((piece(a, i_off), piece(b, j_off)));
         left -= n;
         (i_off, j_off) = (i_off + n, j_off + n);
-        if i_off == a.len {
+        if i_off == a.len.0 {
             (i, i_off) = (i + 1, 0);
         }
-        if j_off == b.len {
+        if j_off == b.len.0 {
             (j, j_off) = (j + 1, 0);
         }
     }
@@ -89,7 +87,7 @@ pub fn place(vg: &Vg, lv: &str, paths: &[Option<String>]) -> Result<Placement, A
     Ok(Placement {
         vg: vg.name.clone(),
         lv: lv.into(),
-        bytes: l.extents() * vg.extent_bytes(),
+        bytes: Extents(l.extents()).bytes(vg.extent()),
         layout,
         dm_uuid: dm_uuid(vg, l),
     })
@@ -102,8 +100,8 @@ mod tests {
     fn piece(device: &str, offset: u64, len: u64) -> Piece {
         Piece {
             device: device.into(),
-            offset,
-            len,
+            offset: Bytes(offset),
+            len: Bytes(len),
         }
     }
 
@@ -111,7 +109,7 @@ mod tests {
     fn copy_runs_follow_both_layouts_in_bounded_steps() {
         let src = [piece("a", 100, 30), piece("b", 0, 50)];
         let dst = [piece("c", 1000, 50), piece("c", 5000, 100)];
-        let runs = copy_runs(&src, &dst, 80, 20).expect("fits");
+        let runs = copy_runs(&src, &dst, Bytes(80), Bytes(20)).expect("fits");
         let want = [
             (piece("a", 100, 20), piece("c", 1000, 20)),
             (piece("a", 120, 10), piece("c", 1020, 10)),
@@ -120,23 +118,26 @@ mod tests {
             (piece("b", 40, 10), piece("c", 5020, 10)),
         ];
         assert_eq!(runs, want);
-        assert_eq!(runs.iter().map(|r| r.0.len).sum::<u64>(), 80);
+        assert_eq!(runs.iter().map(|r| r.0.len.0).sum::<u64>(), 80);
         // Part of a layout; a layout too short.
-        assert_eq!(copy_runs(&src, &dst, 5, 20).map(|r| r.len()), Some(1));
-        assert_eq!(copy_runs(&src, &dst[..1], 80, 20), None);
-        assert_eq!(copy_runs(&src, &dst, 0, 20), Some(vec![]));
+        assert_eq!(
+            copy_runs(&src, &dst, Bytes(5), Bytes(20)).map(|r| r.len()),
+            Some(1)
+        );
+        assert_eq!(copy_runs(&src, &dst[..1], Bytes(80), Bytes(20)), None);
+        assert_eq!(copy_runs(&src, &dst, Bytes(0), Bytes(20)), Some(vec![]));
     }
 
     #[test]
     fn byte_runs_map_lv_bytes_to_devices() {
         let lv = [piece("a", 100, 30), piece("b", 0, 50)];
-        assert_eq!(byte_runs(&lv, 0, 10), [piece("a", 100, 10)]);
+        assert_eq!(byte_runs(&lv, Bytes(0), Bytes(10)), [piece("a", 100, 10)]);
         assert_eq!(
-            byte_runs(&lv, 25, 10),
+            byte_runs(&lv, Bytes(25), Bytes(10)),
             [piece("a", 125, 5), piece("b", 0, 5)]
         );
-        assert_eq!(byte_runs(&lv, 70, 100), [piece("b", 40, 10)]);
-        assert!(byte_runs(&lv, 80, 10).is_empty());
+        assert_eq!(byte_runs(&lv, Bytes(70), Bytes(100)), [piece("b", 40, 10)]);
+        assert!(byte_runs(&lv, Bytes(80), Bytes(10)).is_empty());
         assert!(piece("a", 0, 10).overlaps(&piece("a", 9, 1)));
         assert!(!piece("a", 0, 10).overlaps(&piece("a", 10, 1)));
         assert!(!piece("a", 0, 10).overlaps(&piece("b", 0, 10)));
@@ -181,30 +182,30 @@ mod tests {
     fn linear_lvs_become_pieces_of_the_pvs() {
         let vg = vg();
         let paths = [Some("d0".to_owned()), Some("d1".to_owned())];
-        let pe0 = vg.pvs[0].pe_start * 512;
+        let pe0 = vg.pvs[0].data_start().0;
         let b = place(&vg, "b", &paths).expect("b");
-        assert_eq!(b.bytes, 4 << 20);
+        assert_eq!(b.bytes, Bytes(4 << 20));
         let piece = b.single().expect("one piece");
         assert_eq!(
-            (piece.device.as_str(), piece.offset),
+            (piece.device.as_str(), piece.offset.0),
             ("d0", pe0 + (8 << 20))
         );
         // a: extents 0-1, then 3 more after b's extent: two pieces.
         let a = place(&vg, "a", &paths).expect("a");
-        assert_eq!(a.bytes, 20 << 20);
+        assert_eq!(a.bytes, Bytes(20 << 20));
         let Layout::Linear(p) = &a.layout else {
             panic!("linear")
         };
         assert_eq!(p.len(), 2);
-        assert_eq!((p[0].offset, p[0].len), (pe0, 8 << 20));
-        assert_eq!((p[1].offset, p[1].len), (pe0 + (12 << 20), 12 << 20));
+        assert_eq!((p[0].offset.0, p[0].len.0), (pe0, 8 << 20));
+        assert_eq!((p[1].offset.0, p[1].len.0), (pe0 + (12 << 20), 12 << 20));
         assert!(a.single().is_none());
         // Spanning both PVs.
         let big = place(&vg, "big", &paths).expect("big");
         let Layout::Linear(p) = &big.layout else {
             panic!("linear")
         };
-        assert_eq!(p.iter().map(|x| x.len).sum::<u64>(), big.bytes);
+        assert_eq!(p.iter().map(|x| x.len.0).sum::<u64>(), big.bytes.0);
         assert!(p.iter().any(|x| x.device == "d1"));
         // Striped over both PVs: one segment, an area on each.
         let st = place(&vg, "st", &paths).expect("st");
@@ -212,10 +213,13 @@ mod tests {
             panic!("striped: {:?}", st.layout)
         };
         assert_eq!(segs.len(), 1);
-        assert_eq!((segs[0].len, segs[0].stripe_bytes), (st.bytes, 64 << 10));
+        assert_eq!(
+            (segs[0].len, segs[0].stripe_bytes),
+            (st.bytes, Bytes(64 << 10))
+        );
         let devices: Vec<&str> = segs[0].areas.iter().map(|a| a.device.as_str()).collect();
         assert_eq!(devices, ["d0", "d1"]);
-        assert!(segs[0].areas.iter().all(|a| a.len == st.bytes / 2));
+        assert!(segs[0].areas.iter().all(|a| a.len.0 == st.bytes.0 / 2));
         assert!(st.single().is_none());
         // Thin and missing.
         let t = place(&vg, "t", &paths).expect("t");
@@ -224,7 +228,7 @@ mod tests {
         };
         assert_eq!(
             (pool.name.as_str(), *device_id, t.bytes),
-            ("pool", 1, 4 << 20)
+            ("pool", 1, Bytes(4 << 20))
         );
         assert!(pool.metadata.single().is_some() && pool.data.single().is_some());
         assert!(matches!(

@@ -2,6 +2,7 @@
 //! ranges of the PVs (never a thin layout: [`super::plan::place`] adds those). Pure.
 
 use crate::model::{Area, Lv, SegKind, Vg};
+use crate::units::{Bytes, Extents, Sectors};
 
 use super::placement::{Layout, Piece, Placement, Stripe};
 use super::ActivateError;
@@ -29,7 +30,7 @@ pub(crate) fn runs(
         vg: vg.name.clone(),
         lv: lv.into(),
     })?;
-    let ext = vg.extent_bytes();
+    let ext = vg.extent();
     let dm_uuid = dm_uuid(vg, l);
     let mut pieces: Vec<Piece> = Vec::new();
     let mut stripes: Vec<Stripe> = Vec::new();
@@ -43,7 +44,7 @@ pub(crate) fn runs(
             }
         };
         let n = areas.len() as u64;
-        let area_extents = u64::from(seg.extent_count) / n;
+        let area_extents = Extents(u64::from(seg.extent_count) / n);
         let mut placed = Vec::with_capacity(areas.len());
         for area in areas {
             let Area::Pv { pv, pe } = area else {
@@ -56,11 +57,11 @@ pub(crate) fn runs(
                 pv: *pv,
             };
             let device = paths.get(*pv).cloned().flatten().ok_or_else(missing)?;
-            let pe_start = vg.pvs.get(*pv).ok_or_else(missing)?.pe_start * 512;
+            let data = vg.pvs.get(*pv).ok_or_else(missing)?.data_start();
             placed.push(Piece {
                 device,
-                offset: pe_start + u64::from(*pe) * ext,
-                len: area_extents * ext,
+                offset: Bytes(data.0.saturating_add(Extents::from(*pe).bytes(ext).0)),
+                len: area_extents.bytes(ext),
             });
         }
         if other.is_some() {
@@ -69,16 +70,17 @@ pub(crate) fn runs(
         if let [piece] = placed.as_slice() {
             match pieces.last_mut() {
                 Some(last)
-                    if last.device == piece.device && last.offset + last.len == piece.offset =>
+                    if last.device == piece.device
+                        && last.offset.checked_add(last.len) == Some(piece.offset) =>
                 {
-                    last.len += piece.len
+                    last.len = Bytes(last.len.0 + piece.len.0)
                 }
                 _ => pieces.push(piece.clone()),
             }
         }
         stripes.push(Stripe {
-            len: u64::from(seg.extent_count) * ext,
-            stripe_bytes: u64::from(stripe_size.unwrap_or(0)) * 512,
+            len: Extents::from(seg.extent_count).bytes(ext),
+            stripe_bytes: Sectors(u64::from(stripe_size.unwrap_or(0))).bytes(),
             areas: placed,
         });
     }
@@ -87,11 +89,7 @@ pub(crate) fn runs(
         None if stripes.iter().any(|s| s.areas.len() > 1) => Layout::Striped(stripes),
         None => Layout::Linear(pieces),
     };
-    let bytes = l
-        .segments
-        .iter()
-        .map(|s| u64::from(s.extent_count) * ext)
-        .sum();
+    let bytes = Extents(l.extents()).bytes(ext);
     Ok(Placement {
         vg: vg.name.clone(),
         lv: lv.into(),

@@ -10,6 +10,7 @@
 //! words are read.
 
 use crate::model::{SegKind, ThinMessage, Vg};
+use crate::units::{Extents, Sectors};
 
 use super::placement::{Layout, Placement};
 pub use super::placement::{PoolMessage, PoolPlan};
@@ -75,10 +76,10 @@ pub fn plan_pool(vg: &Vg, pool: &str, paths: &[Option<String>]) -> Result<PoolPl
     Ok(PoolPlan {
         name: pool.into(),
         dm_uuid: dm_uuid(vg, lv),
-        bytes: lv.extents() * vg.extent_bytes(),
+        bytes: Extents(lv.extents()).bytes(vg.extent()),
         metadata: linear(&p.metadata)?,
         data: linear(&p.pool)?,
-        chunk_size: p.chunk_size,
+        chunk_size: Sectors(u64::from(p.chunk_size)),
         zero_new_blocks: p.zero_new_blocks,
         discards: p.discards_mode().to_owned(),
         error_if_no_space: lv.status.iter().any(|s| s == "ERROR_WHEN_FULL"),
@@ -264,10 +265,10 @@ mod tests {
         );
         assert_eq!(
             (plan.chunk_size, plan.discards.as_str()),
-            (128, "nopassdown")
+            (Sectors(128), "nopassdown")
         );
         assert!(!plan.zero_new_blocks && !plan.error_if_no_space);
-        assert_eq!(plan.bytes, 8 << 20);
+        assert_eq!(plan.bytes.0, 8 << 20);
         let names: Vec<(u32, &str)> = plan
             .thin_lvs
             .iter()

@@ -15,8 +15,9 @@ use super::{refused, EditCtx, EditError};
 use crate::lease::layout::FIRST_LV_SLOT;
 pub use crate::lease::layout::LEASE_ALIGN;
 use crate::model::Vg;
+use crate::units::Bytes;
 /// What lvm2 adds to a full `lvmlock` LV (`global/sanlock_lv_extend`), in bytes.
-const LOCK_LV_EXTEND: u64 = 256 << 20;
+const LOCK_LV_EXTEND: Bytes = Bytes(256 << 20);
 /// Lease slots a created LV leaves free in `lvmlock` (growing it when fewer would be):
 /// - a removal that holds the extents it frees ([`super::lv::hold`]) takes a slot other
 ///   than the one it frees, so in a VG too full for `lvmlock` to grow it needs a spare one;
@@ -58,7 +59,9 @@ fn first_with_spare(mut free: impl Iterator<Item = u64>, spare: usize) -> Option
 
 /// Extents of one growth of `lvmlock` in `vg`.
 fn growth(vg: &Vg) -> u32 {
-    u32::try_from(LOCK_LV_EXTEND / 512 / u64::from(vg.extent_size))
+    LOCK_LV_EXTEND
+        .extents_floor(vg.extent())
+        .to_u32()
         .unwrap_or(u32::MAX)
         .max(1)
 }

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use super::{check, refused, EditCtx, EditError, LvSpec, Stamp};
 use crate::model::{Header, Pv, Vg};
 use crate::text::Tree;
+use crate::units::{Bytes, ExtentSize, Sectors};
 use crate::uuid::Uuid;
 
 /// lvm2's default extent size: 4 MiB, in sectors.
@@ -17,21 +18,21 @@ pub struct NewPv {
     pub id: Uuid,
     /// Device path (a hint in the metadata).
     pub device: String,
-    /// Device size in bytes.
-    pub dev_size: u64,
-    /// Byte offset of PE 0.
-    pub pe_start: u64,
-    /// Bytes reserved at the end of the device (the second metadata area).
-    pub tail: u64,
-    /// Bootloader area (offset, size) in bytes.
-    pub bootloader: Option<(u64, u64)>,
+    /// Device size.
+    pub dev_size: Bytes,
+    /// Where PE 0 starts (the model keeps it in sectors).
+    pub pe_start: Bytes,
+    /// Reserved at the end of the device (the second metadata area).
+    pub tail: Bytes,
+    /// Bootloader area (offset, size).
+    pub bootloader: Option<(Bytes, Bytes)>,
 }
 
 /// A shared (lvmlockd, sanlock) VG's locking set-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedVg {
-    /// Size of the hidden `lvmlock` LV in bytes (256 MiB, or 1 GiB with 4K sectors).
-    pub lock_lv_size: u64,
+    /// Size of the hidden `lvmlock` LV (256 MiB, or 1 GiB with 4K sectors).
+    pub lock_lv_size: Bytes,
 }
 
 impl SharedVg {
@@ -39,7 +40,7 @@ impl SharedVg {
     /// or 1 GiB when leases are 4K-sector sized.
     pub fn for_sector(sector: u32) -> Self {
         Self {
-            lock_lv_size: if sector > 512 { 1 << 30 } else { 256 << 20 },
+            lock_lv_size: Bytes(if sector > 512 { 1 << 30 } else { 256 << 20 }),
         }
     }
 }
@@ -57,12 +58,15 @@ pub struct VgSpec {
     pub shared: Option<SharedVg>,
 }
 
-const SECTOR: u64 = 512;
+/// The extent size `vgcreate -s` asked for (checked by `check_extent_size` first).
+fn extent_of(extent_size: u32) -> ExtentSize {
+    ExtentSize::new(Sectors(u64::from(extent_size))).unwrap_or(ExtentSize::SECTOR)
+}
 
 fn pv_of(p: &NewPv, extent_size: u32) -> Result<Pv, EditError> {
-    let usable = p.dev_size.saturating_sub(p.pe_start + p.tail) / SECTOR;
-    let pe_count = usable / u64::from(extent_size);
-    let pe_count = u32::try_from(pe_count).map_err(|_| {
+    let usable = p.dev_size.saturating_sub(p.pe_start).saturating_sub(p.tail);
+    let pe_count = usable.extents_floor(extent_of(extent_size));
+    let pe_count = pe_count.to_u32().ok_or_else(|| {
         refused(
             p.device.clone(),
             "more than 2^32 extents: use a larger extent size",
@@ -82,10 +86,12 @@ fn pv_of(p: &NewPv, extent_size: u32) -> Result<Pv, EditError> {
         status: vec![Cow::Borrowed("ALLOCATABLE")],
         flags: Vec::new(),
         tags: Vec::new(),
-        dev_size: Some(p.dev_size / SECTOR),
-        pe_start: p.pe_start / SECTOR,
+        dev_size: Some(p.dev_size.sectors_floor().0),
+        pe_start: p.pe_start.sectors_floor().0,
         pe_count,
-        ba: p.bootloader.map(|(o, s)| (o / SECTOR, s / SECTOR)),
+        ba: p
+            .bootloader
+            .map(|(o, s)| (o.sectors_floor().0, s.sectors_floor().0)),
     })
 }
 
@@ -157,7 +163,10 @@ pub fn create(spec: &VgSpec, pvs: &[NewPv], stamp: &Stamp) -> Result<Vg, EditErr
     if let Some(sh) = &spec.shared {
         vg.lock_type = Some("sanlock".into());
         vg.lock_args = Some("1.0.0:lvmlock".into());
-        let extents = u32::try_from(sh.lock_lv_size / SECTOR / u64::from(spec.extent_size))
+        let extents = sh
+            .lock_lv_size
+            .extents_floor(extent_of(spec.extent_size))
+            .to_u32()
             .unwrap_or(u32::MAX)
             .max(1);
         let mut lv = LvSpec::linear("lvmlock", extents, stamp.clone());

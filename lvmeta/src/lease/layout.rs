@@ -119,7 +119,7 @@ pub fn lv_byte(vg: &Vg, lv: &str, offset: u64) -> Option<(usize, u64)> {
     let [Area::Pv { pv, pe }] = st.areas.as_slice() else {
         return None;
     };
-    let pv_data = vg.pvs.get(*pv)?.pe_start * 512;
+    let pv_data = vg.pvs.get(*pv)?.data_start().0;
     let within = offset - u64::from(seg.start_extent) * ext;
     Some((*pv, pv_data + u64::from(*pe) * ext + within))
 }
@@ -207,14 +207,14 @@ mod tests {
         let pv = NewPv {
             id: crate::uuid::Uuid::random(),
             device: "/dev/a".into(),
-            dev_size: 1 << 30,
-            pe_start: 1 << 20,
-            tail: 0,
+            dev_size: crate::units::Bytes(1 << 30),
+            pe_start: crate::units::Bytes(1 << 20),
+            tail: crate::units::Bytes(0),
             bootloader: None,
         };
         let spec = VgSpec {
             shared: Some(SharedVg {
-                lock_lv_size: 256 << 20,
+                lock_lv_size: crate::units::Bytes(256 << 20),
             }),
             ..crate::testing::vg_spec()
         };

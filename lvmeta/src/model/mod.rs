@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use crate::names;
 use crate::text::{self, Emitter, Style, Tree};
+use crate::units::{Bytes, ExtentSize, Extents, Sectors};
 use crate::uuid::Uuid;
 
 pub use flags::{word, Word, LV_STATUS, PV_STATUS, SEGTYPE_FLAGS, VG_STATUS, WRITE_LOCKED};
@@ -97,6 +98,11 @@ pub struct Pv {
 }
 
 impl Pv {
+    /// Where PE 0 starts on the device.
+    pub fn data_start(&self) -> Bytes {
+        Sectors(self.pe_start).bytes()
+    }
+
     /// True when lvm2 marked the PV `MISSING` (it writes the word in `flags` and accepts it
     /// in `status`): its extents are neither read nor allocated.
     pub fn is_marked_missing(&self) -> bool {
@@ -264,9 +270,20 @@ impl Vg {
         self.is_shared() || self.system_id.as_deref().is_some_and(|s| !s.is_empty())
     }
 
+    /// The extent size (a VG read or made passed the checks: it is not zero; a zero one is
+    /// taken as one sector).
+    pub fn extent(&self) -> ExtentSize {
+        ExtentSize::new(Sectors(u64::from(self.extent_size))).unwrap_or(ExtentSize::SECTOR)
+    }
+
     /// The extent size in bytes.
     pub fn extent_bytes(&self) -> u64 {
-        u64::from(self.extent_size) * 512
+        self.extent().bytes().0
+    }
+
+    /// `extents` of this VG's extent size, in bytes.
+    pub fn bytes_of(&self, extents: u64) -> Bytes {
+        Extents(extents).bytes(self.extent())
     }
 
     /// Total PEs.

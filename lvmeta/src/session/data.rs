@@ -19,12 +19,13 @@ use crate::activate::{self, Backend, Layout, Piece};
 use crate::commit::{flush, io_err, write};
 use crate::lease;
 use crate::model::Vg;
+use crate::units::Bytes;
 use crate::uuid::Uuid;
 use crate::Error;
 
 /// How much of each end of a new LV is cleared, and how much of each end of an erased range
 /// is read back to check it.
-pub const END_BYTES: u64 = 1 << 20;
+pub const END_BYTES: Bytes = Bytes(1 << 20);
 
 /// The largest range erased in one call to the device (a SAN's WRITE SAME of 1 GiB is still
 /// short; progress is logged between calls).
@@ -102,12 +103,13 @@ impl Session {
                 why: format!("copying to {dst}: only linear LVs are copied"),
             });
         };
-        let runs = activate::plan::copy_runs(a, b, from.bytes, COPY_CHUNK).ok_or_else(|| {
-            Error::Device {
-                device: format!("{vg}/{dst}"),
-                why: format!("smaller than {src} ({} bytes)", from.bytes),
-            }
-        })?;
+        let runs =
+            activate::plan::copy_runs(a, b, from.bytes, Bytes(COPY_CHUNK)).ok_or_else(|| {
+                Error::Device {
+                    device: format!("{vg}/{dst}"),
+                    why: format!("smaller than {src} ({})", from.bytes),
+                }
+            })?;
         let _leases = match self.host_for(&sv.vg)? {
             Some(h) => {
                 h.check_joined(&sv.vg, &at)?;
@@ -126,17 +128,19 @@ impl Session {
         let mut buf = vec![0u8; COPY_CHUNK as usize];
         let mut written = BTreeSet::new();
         for (f, t) in &runs {
-            let chunk = &mut buf[..f.len as usize];
+            // Runs are at most COPY_CHUNK long.
+            let chunk = &mut buf[..f.len.0 as usize];
             let (fd, td) = (self.dev(&f.device)?, self.dev(&t.device)?);
-            fd.read_at(f.offset, chunk).map_err(io_err(fd, f.offset))?;
-            write(td, t.offset, chunk)?;
+            fd.read_at(f.offset.0, chunk)
+                .map_err(io_err(fd, f.offset.0))?;
+            write(td, t.offset.0, chunk)?;
             written.insert(t.device.as_str());
         }
         for d in written {
             flush(self.dev(d)?)?;
         }
-        tracing::info!(vg, src, dst, bytes = from.bytes, "copied");
-        Ok(from.bytes)
+        tracing::info!(vg, src, dst, bytes = from.bytes.0, "copied");
+        Ok(from.bytes.0)
     }
 
     /// Makes every byte of linear LV `lv` of `vg` read back as zeroes, as `with` says, and
@@ -174,32 +178,33 @@ impl Session {
         tracing::info!(
             vg,
             lv,
-            bytes = placement.bytes,
+            bytes = placement.bytes.0,
             how = with.how.as_str(),
             ms = started.elapsed().as_millis() as u64,
             "erased"
         );
-        Ok(placement.bytes)
+        Ok(placement.bytes.0)
     }
 
     /// Erases one piece and checks its ends; a discard that left data is followed by zeroing.
     fn erase_piece(&self, p: &Piece, with: EraseWith<'_>) -> Result<(), Error> {
         let dev = self.dev(&p.device)?;
+        let (offset, len) = (p.offset.0, p.len.0);
         let fail = |what: &str, at: u64, e: std::io::Error| Error::Device {
             device: p.device.clone(),
             why: format!("{what} at byte {at}: {e}"),
         };
         let mut discarded = with.how == Erase::Discard;
         let mut done = 0;
-        while done < p.len {
+        while done < len {
             if (with.stop)() {
                 return Err(Error::Device {
                     device: p.device.clone(),
-                    why: format!("erasure stopped at byte {}", p.offset + done),
+                    why: format!("erasure stopped at byte {}", offset + done),
                 });
             }
-            let n = (p.len - done).min(ERASE_CHUNK);
-            let at = p.offset + done;
+            let n = (len - done).min(ERASE_CHUNK);
+            let at = offset + done;
             if discarded {
                 discarded = dev.discard(at, n).map_err(|e| fail("discard", at, e))?;
             }
@@ -213,9 +218,9 @@ impl Session {
             return Ok(());
         }
         if discarded {
-            tracing::warn!(device = %p.device, offset = p.offset, len = p.len, "a discarded range still reads data; zeroing it");
-            dev.write_zeroes(p.offset, p.len)
-                .map_err(|e| fail("zeroing", p.offset, e))?;
+            tracing::warn!(device = %p.device, offset, len, "a discarded range still reads data; zeroing it");
+            dev.write_zeroes(offset, len)
+                .map_err(|e| fail("zeroing", offset, e))?;
             if self.ends_are_zero(p)? {
                 return Ok(());
             }
@@ -224,8 +229,8 @@ impl Session {
             device: p.device.clone(),
             why: format!(
                 "bytes {}..{} do not read back as zeroes after erasing them",
-                p.offset,
-                p.offset + p.len
+                offset,
+                offset + len
             ),
         })
     }
@@ -233,9 +238,9 @@ impl Session {
     /// Do the first and last [`END_BYTES`] of `p` read back as zeroes?
     fn ends_are_zero(&self, p: &Piece) -> Result<bool, Error> {
         let dev = self.dev(&p.device)?;
-        let n = p.len.min(END_BYTES);
+        let n = p.len.min(END_BYTES).0;
         let mut buf = vec![0u8; n as usize];
-        for at in [p.offset, p.offset + p.len - n] {
+        for at in [p.offset.0, p.offset.0 + p.len.0 - n] {
             dev.read_at(at, &mut buf).map_err(io_err(dev, at))?;
             if buf.iter().any(|&b| b != 0) {
                 return Ok(false);
@@ -291,8 +296,12 @@ impl Session {
                 });
             };
             let n = p.bytes.min(END_BYTES);
-            runs.extend(activate::plan::byte_runs(pieces, 0, n));
-            runs.extend(activate::plan::byte_runs(pieces, p.bytes - n, n));
+            runs.extend(activate::plan::byte_runs(pieces, Bytes(0), n));
+            runs.extend(activate::plan::byte_runs(
+                pieces,
+                p.bytes.saturating_sub(n),
+                n,
+            ));
             tracing::debug!(vg = %out.name, lv = %name, "clearing the ends of a new LV");
         }
         self.zero_runs(&runs)
@@ -302,8 +311,8 @@ impl Session {
     fn zero_runs(&self, runs: &[Piece]) -> Result<(), Error> {
         for r in runs {
             let d = self.dev(&r.device)?;
-            d.write_zeroes(r.offset, r.len)
-                .map_err(io_err(d, r.offset))?;
+            d.write_zeroes(r.offset.0, r.len.0)
+                .map_err(io_err(d, r.offset.0))?;
         }
         let devices: BTreeSet<&str> = runs.iter().map(|r| r.device.as_str()).collect();
         for d in devices {

@@ -11,6 +11,7 @@ use crate::lease;
 use crate::lockfile::{FileLock, Resource};
 use crate::model::Vg;
 use crate::scan::{Scan, ScannedPv};
+use crate::units::Bytes;
 use crate::uuid::Uuid;
 use crate::Error;
 
@@ -376,14 +377,14 @@ fn new_pv(p: &ScannedPv) -> NewPv {
     NewPv {
         id: p.label.pv_uuid,
         device: p.device.clone(),
-        dev_size: p.dev_size,
-        pe_start,
-        tail,
+        dev_size: Bytes(p.dev_size),
+        pe_start: Bytes(pe_start),
+        tail: Bytes(tail),
         bootloader: p
             .label
             .extension
             .as_ref()
             .and_then(|e| e.bootloader_areas.first())
-            .map(|b| (b.offset, b.size)),
+            .map(|b| (Bytes(b.offset), Bytes(b.size))),
     }
 }

@@ -2,8 +2,10 @@
 
 use super::super::thin::PoolPlan;
 use super::super::{ActivateError, Piece, Stripe};
+use crate::units::{Bytes, Sectors};
 
-/// One line of a device-mapper table: start and length in sectors, target, parameters.
+/// One line of a device-mapper table: start and length in sectors, target, parameters (the
+/// kernel's units: [`Bytes`] become sectors here, rounded down).
 pub type TableLine = (u64, u64, String, String);
 
 /// The `thin-pool` line of `pool` over metadata device `meta` and data device `data`, as
@@ -17,32 +19,32 @@ pub fn pool_table(pool: &PoolPlan, meta: (u32, u32), data: (u32, u32)) -> TableL
         meta.1,
         data.0,
         data.1,
-        pool.chunk_size,
+        pool.chunk_size.0,
         features.len()
     );
     for f in features {
         params.push(' ');
         params.push_str(f);
     }
-    (0, pool.bytes / 512, "thin-pool".into(), params)
+    (0, pool.bytes.sectors_floor().0, "thin-pool".into(), params)
 }
 
 /// The `thin` line of a thin LV of `bytes` that is device `device_id` of the pool device
 /// `tpool`.
-pub fn thin_table(bytes: u64, tpool: (u32, u32), device_id: u32) -> TableLine {
+pub fn thin_table(bytes: Bytes, tpool: (u32, u32), device_id: u32) -> TableLine {
     (
         0,
-        bytes / 512,
+        bytes.sectors_floor().0,
         "thin".into(),
         format!("{}:{} {device_id}", tpool.0, tpool.1),
     )
 }
 
 /// A one-line `linear` table over all of device `dev`: how lvm2 exposes a used pool.
-pub(super) fn over(bytes: u64, dev: (u32, u32)) -> TableLine {
+pub(super) fn over(bytes: Bytes, dev: (u32, u32)) -> TableLine {
     (
         0,
-        bytes / 512,
+        bytes.sectors_floor().0,
         "linear".into(),
         format!("{}:{} 0", dev.0, dev.1),
     )
@@ -58,12 +60,12 @@ pub fn linear_table(
     let mut table = Vec::with_capacity(pieces.len());
     for p in pieces {
         let (major, minor) = devnum(&p.device)?;
-        let len = p.len / 512;
+        let len = p.len.sectors_floor().0;
         table.push((
             start,
             len,
             "linear".to_owned(),
-            format!("{major}:{minor} {}", p.offset / 512),
+            format!("{major}:{minor} {}", p.offset.sectors_floor().0),
         ));
         start += len;
     }
@@ -80,11 +82,11 @@ pub fn striped_table(
     let mut start = 0;
     let mut table = Vec::with_capacity(segments.len());
     for seg in segments {
-        let len = seg.len / 512;
+        let len = seg.len.sectors_floor().0;
         let mut devs = Vec::with_capacity(seg.areas.len());
         for a in &seg.areas {
             let (major, minor) = devnum(&a.device)?;
-            devs.push(format!("{major}:{minor} {}", a.offset / 512));
+            devs.push(format!("{major}:{minor} {}", a.offset.sectors_floor().0));
         }
         let line = match devs.as_slice() {
             [one] => ("linear".to_owned(), one.clone()),
@@ -93,7 +95,7 @@ pub fn striped_table(
                 format!(
                     "{} {} {}",
                     devs.len(),
-                    seg.stripe_bytes / 512,
+                    seg.stripe_bytes.sectors_floor().0,
                     devs.join(" ")
                 ),
             ),
@@ -106,7 +108,7 @@ pub fn striped_table(
 
 /// The byte ranges of block devices a table maps directly (`linear` and `striped` targets;
 /// other targets map other device-mapper devices): device number, offset and length.
-pub fn mapped_ranges(table: &[TableLine]) -> Vec<((u32, u32), u64, u64)> {
+pub fn mapped_ranges(table: &[TableLine]) -> Vec<((u32, u32), Bytes, Bytes)> {
     let devnum = |s: &str| {
         let (a, b) = s.split_once(':')?;
         Some((a.parse().ok()?, b.parse().ok()?))
@@ -125,7 +127,7 @@ pub fn mapped_ranges(table: &[TableLine]) -> Vec<((u32, u32), u64, u64)> {
         };
         for (dev, off) in areas {
             if let (Some(d), Ok(o)) = (devnum(dev), off.parse::<u64>()) {
-                out.push((d, o.saturating_mul(512), per_area.saturating_mul(512)));
+                out.push((d, Sectors(o).bytes(), Sectors(per_area).bytes()));
             }
         }
     }
@@ -149,9 +151,9 @@ mod tests {
         assert_eq!(
             mapped_ranges(&table),
             vec![
-                ((7, 0), 2048 * 512, 8 * 512),
-                ((7, 1), 0, 8 * 512),
-                ((7, 2), 4096 * 512, 8 * 512)
+                ((7, 0), Bytes(2048 * 512), Bytes(8 * 512)),
+                ((7, 1), Bytes(0), Bytes(8 * 512)),
+                ((7, 2), Bytes(4096 * 512), Bytes(8 * 512))
             ]
         );
     }
@@ -167,13 +169,13 @@ mod tests {
         let pieces = [
             Piece {
                 device: "/dev/sdb".into(),
-                offset: 1 << 20,
-                len: 4 << 20,
+                offset: Bytes(1 << 20),
+                len: Bytes(4 << 20),
             },
             Piece {
                 device: "/dev/sdc".into(),
-                offset: 9 << 20,
-                len: 8 << 20,
+                offset: Bytes(9 << 20),
+                len: Bytes(8 << 20),
             },
         ];
         let table = linear_table(&pieces, |d| {
@@ -202,17 +204,17 @@ mod tests {
         let sub = |lv: &str| Placement {
             vg: "vg".into(),
             lv: lv.into(),
-            bytes: 4 << 20,
+            bytes: Bytes(4 << 20),
             layout: Layout::Linear(vec![]),
             dm_uuid: String::new(),
         };
         PoolPlan {
             name: "pool".into(),
             dm_uuid: "LVM-x".into(),
-            bytes: 100 << 20,
+            bytes: Bytes(100 << 20),
             metadata: sub("pool_tmeta"),
             data: sub("pool_tdata"),
-            chunk_size: 128,
+            chunk_size: crate::units::Sectors(128),
             zero_new_blocks: zero,
             discards: discards.into(),
             error_if_no_space,
@@ -230,18 +232,18 @@ mod tests {
     fn a_striped_table_has_one_target_per_segment() {
         let area = |device: &str, offset: u64| Piece {
             device: device.into(),
-            offset,
-            len: 8 << 20,
+            offset: Bytes(offset),
+            len: Bytes(8 << 20),
         };
         let segments = [
             Stripe {
-                len: 16 << 20,
-                stripe_bytes: 64 << 10,
+                len: Bytes(16 << 20),
+                stripe_bytes: Bytes(64 << 10),
                 areas: vec![area("/dev/sdb", 1 << 20), area("/dev/sdc", 1 << 20)],
             },
             Stripe {
-                len: 8 << 20,
-                stripe_bytes: 0,
+                len: Bytes(8 << 20),
+                stripe_bytes: Bytes(0),
                 areas: vec![area("/dev/sdb", 9 << 20)],
             },
         ];
@@ -278,10 +280,13 @@ mod tests {
             "0 204800 thin-pool 253:0 253:1 128 0 1 ignore_discard"
         );
         assert_eq!(
-            line(&thin_table(1 << 30, (253, 2), 7)),
+            line(&thin_table(Bytes(1 << 30), (253, 2), 7)),
             "0 2097152 thin 253:2 7"
         );
-        assert_eq!(line(&over(100 << 20, (253, 2))), "0 204800 linear 253:2 0");
+        assert_eq!(
+            line(&over(Bytes(100 << 20), (253, 2))),
+            "0 204800 linear 253:2 0"
+        );
         assert_eq!(dm_layer_name("my-vg", "pool", "tpool"), "my--vg-pool-tpool");
     }
 

@@ -7,6 +7,7 @@ use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::edit::Permission;
 use lvmeta::model::Vg;
 use lvmeta::session::Session;
+use lvmeta::units::Bytes;
 
 use super::super::{failed, system_block_devices, EINVALID_CMD_LINE};
 use super::{LockArgs, WriteArgs};
@@ -15,9 +16,9 @@ pub(super) fn usage(msg: impl Into<String>) -> (u8, String) {
     (EINVALID_CMD_LINE, msg.into())
 }
 
-/// Parses a size with lvm2's suffixes (binary multiples whatever the case) into bytes;
-/// `default_unit` applies to bare numbers.
-pub fn parse_size(s: &str, default_unit: char) -> Result<u64, String> {
+/// Parses a size with lvm2's suffixes (binary multiples whatever the case), rounded up to a
+/// whole byte; `default_unit` applies to bare numbers.
+pub fn parse_size(s: &str, default_unit: char) -> Result<Bytes, String> {
     let s = s.trim();
     let (num, unit) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => (&s[..i], &s[i..]),
@@ -47,16 +48,29 @@ pub fn parse_size(s: &str, default_unit: char) -> Result<u64, String> {
     if bytes > u64::MAX as f64 {
         return Err(format!("size {s:?} is too large"));
     }
-    Ok(bytes as u64)
+    Ok(Bytes(bytes as u64))
 }
 
+/// Size option `opt`, if given.
 pub(super) fn size_arg(
     s: &Option<String>,
     opt: &str,
     unit: char,
-) -> Result<Option<u64>, (u8, String)> {
+) -> Result<Option<Bytes>, (u8, String)> {
     s.as_deref()
         .map(|v| parse_size(v, unit).map_err(|e| usage(format!("{opt}: {e}"))))
+        .transpose()
+}
+
+/// Size option `opt` in the 512-byte sectors lvm2 keeps it in (`-I`, `--chunksize`, `-s`),
+/// rounded down, if given.
+pub(super) fn sectors_arg(
+    s: &Option<String>,
+    opt: &str,
+    unit: char,
+) -> Result<Option<u32>, (u8, String)> {
+    size_arg(s, opt, unit)?
+        .map(|b| u32::try_from(b.sectors_floor().0).map_err(|_| usage(format!("{opt}: too large"))))
         .transpose()
 }
 
@@ -157,12 +171,11 @@ pub(super) fn vg_lv(s: &str) -> Result<(&str, &str), (u8, String)> {
 /// Extents for `-L`/`-l`: sizes round up to whole extents.
 pub(super) fn extents_of(
     vg: &Vg,
-    size: Option<u64>,
+    size: Option<Bytes>,
     extents: Option<&str>,
 ) -> Result<u32, (u8, String)> {
-    let ext_bytes = vg.extent_bytes();
     let n = match (size, extents) {
-        (Some(b), None) => b.div_ceil(ext_bytes),
+        (Some(b), None) => b.extents_ceil(vg.extent()).0,
         (None, Some(e)) => {
             let (num, pct) = match e.split_once('%') {
                 Some((n, p)) => (n, Some(p)),
@@ -234,10 +247,10 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(parse_size("10", 'm'), Ok(10 << 20));
-        assert_eq!(parse_size("1G", 'm'), Ok(1 << 30));
-        assert_eq!(parse_size("1.5k", 'm'), Ok(1536));
-        assert_eq!(parse_size("8s", 'm'), Ok(4096));
+        assert_eq!(parse_size("10", 'm'), Ok(Bytes(10 << 20)));
+        assert_eq!(parse_size("1G", 'm'), Ok(Bytes(1 << 30)));
+        assert_eq!(parse_size("1.5k", 'm'), Ok(Bytes(1536)));
+        assert_eq!(parse_size("8s", 'm'), Ok(Bytes(4096)));
         assert!(parse_size("x", 'm').is_err());
         assert!(parse_size("-1", 'm').is_err());
         assert!(parse_size("1q", 'm').is_err());

@@ -166,9 +166,7 @@ pub(super) fn lvcreate(a: &LvcreateArgs) -> CmdResult {
     if extents % stripes != 0 {
         extents += stripes - extents % stripes;
     }
-    let stripe_size = size_arg(&a.stripe_size, "-I", 'k')?
-        .map(|b| u32::try_from(b / 512).map_err(|_| usage("-I: too large")))
-        .transpose()?;
+    let stripe_size = sectors_arg(&a.stripe_size, "-I", 'k')?;
     let name = if segtype == Some("thin-pool") || (a.thin && in_target.is_some()) {
         a.name.clone().or(in_target.map(str::to_owned))
     } else {
@@ -191,9 +189,7 @@ pub(super) fn lvcreate(a: &LvcreateArgs) -> CmdResult {
         Some("thin-pool") => {
             let pool = PoolSpec {
                 data: spec,
-                chunk_size: size_arg(&a.chunk_size, "--chunksize", 'k')?
-                    .map(|b| u32::try_from(b / 512).map_err(|_| usage("--chunksize: too large")))
-                    .transpose()?,
+                chunk_size: sectors_arg(&a.chunk_size, "--chunksize", 'k')?,
                 metadata_extents: size_arg(&a.pool_metadata_size, "--poolmetadatasize", 'm')?
                     .map(|b| extents_of(&cur, Some(b), None))
                     .transpose()?,
@@ -276,13 +272,7 @@ pub(super) fn deliver_if_active(s: &Session, vg: &str, pool: &str) {
         return;
     };
     // The delivered queue is cleared by a commit (lvm2's update_pool_lv).
-    let done = s
-        .refresh_devices(vg, pool, backend.as_ref())
-        .and_then(|(p, live)| match live {
-            true => s.clear_delivered(&p, "lvchange --refresh"),
-            false => Ok(()),
-        });
-    if let Err(e) = done {
+    if let Err(e) = s.refresh(vg, pool, backend.as_ref()) {
         eprintln!("  WARNING: thin pool {vg}/{pool} did not take its messages now: {e}");
     }
 }

@@ -290,9 +290,9 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
                     "--dataalignmentoffset",
                     'k',
                 )?
-                .unwrap_or(0),
+                .unwrap_or_default(),
                 bootloader_area_size: size_arg(&bootloader, "--bootloaderareasize", 'm')?
-                    .unwrap_or(0),
+                    .unwrap_or_default(),
             };
             let s = session(&w, &pvs)?;
             for d in names(&pvs) {
@@ -318,10 +318,8 @@ pub fn run(cmd: WriteCmd) -> CmdResult {
             vg,
             pvs,
         } => {
-            let ext = size_arg(&extent_size, "-s", 'm')?
-                .map_or(Ok(edit::vg::DEFAULT_EXTENT_SIZE), |b| {
-                    u32::try_from(b / 512).map_err(|_| usage("-s: too large"))
-                })?;
+            let ext =
+                sectors_arg(&extent_size, "-s", 'm')?.unwrap_or(edit::vg::DEFAULT_EXTENT_SIZE);
             let s = session(&w, &pvs)?;
             let sector = s
                 .devices()
