@@ -22,7 +22,7 @@ start_lvmlockd "$H1" "$LUN"
 export LVM_SYSTEM_DIR="$H1/etc" LVM_SUPPRESS_FD_WARNINGS=1 LVM_LVMLOCKD_SOCKET="$H1/lvmlockd.socket"
 SANLOCK_RUN_DIR="$H1" lvm vgcreate -q --shared vgbench "$LUN" >/dev/null 2>&1
 SANLOCK_RUN_DIR="$H1" lvm vgchange -q --lockstart vgbench >/dev/null 2>&1
-cargo build -q --release -p lvmeta --bin lvmeta
+cargo build -q --release -p lvmeta-cli --bin lvmeta
 start=$(date +%s%N)
 SANLOCK_RUN_DIR="$WORK/h2" "$top/target/release/lvmeta" vgchange --lockstart --devices "$LUN" \
     --host-id 2 --io-timeout 2 --lockingdir "$WORK/h2/lock" --rundir "$WORK/h2/run" vgbench >/dev/null

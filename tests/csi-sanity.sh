@@ -11,7 +11,7 @@
 #       tests/csi-sanity.sh /path/to/csi-sanity thin
 #
 # csi-sanity v5.3.1 does not know capability MODIFY_VOLUME, so its capability spec is skipped.
-# The binaries are the workspace's debug builds (cargo build -p lvmeta -p csi-shim --bins).
+# The binaries are the workspace's debug builds (cargo build -p lvmeta-cli -p csi-shim --bins).
 set -euo pipefail
 sanity=$1 mode=$2
 bin=$(cd "$(dirname "$0")/.." && pwd)/target/debug

@@ -3,7 +3,7 @@
 # of the stage's Debian release (debootstrap, minbase) with the packages the stage installs,
 # the workspace's binaries where the stage puts them, and each run there: every shared
 # library resolves, csi-shim (the entrypoint) and lvmeta start, and every tool the node
-# plugin runs is on the PATH. As root, after `cargo build -p lvmeta -p csi-shim --bins`:
+# plugin runs is on the PATH. As root, after `cargo build -p lvmeta-cli -p csi-shim --bins`:
 #
 #   tests/image-runtime.sh [DIR]     (DIR: where the chroot is made; default a temp dir)
 set -euo pipefail

@@ -93,7 +93,7 @@ fn thin_10k(c: &mut Criterion) {
     sb.lvmeta_ok("vgcreate", &["vg", &sb.loops[0]]);
     let s = session(&sb, 0);
     let pool = PoolSpec {
-        data: LvSpec::linear("pool", 100, lvmeta_tests::bench_stamp()),
+        data: LvSpec::linear("pool", 100, lvmeta::testing::stamp()),
         chunk_size: None,
         metadata_extents: None,
         discards: "passdown".into(),
@@ -110,7 +110,7 @@ fn thin_10k(c: &mut Criterion) {
         origin: None,
         tags: vec!["kubesan.gitlab.io/managed=yes".into()],
         activation_skip: None,
-        stamp: lvmeta_tests::bench_stamp(),
+        stamp: lvmeta::testing::stamp(),
     };
     let specs: Vec<ThinSpec> = (0..10_000).map(|i| thin(format!("pvc-{i:06}"))).collect();
     s.update("vg", "lvcreate", |v, ctx| {

@@ -33,7 +33,7 @@ const TAG: &str = "lvmeta.csi/mode=thin";
 
 fn pool(name: &str) -> PoolSpec {
     PoolSpec {
-        data: LvSpec::linear(&format!("{name}-pool"), 1, lvmeta_tests::bench_stamp()),
+        data: LvSpec::linear(&format!("{name}-pool"), 1, lvmeta::testing::stamp()),
         chunk_size: None,
         metadata_extents: None,
         discards: "passdown".into(),
@@ -49,7 +49,7 @@ fn thin(name: &str, pool: String) -> ThinSpec {
         origin: None,
         tags: vec![TAG.into()],
         activation_skip: Some(false),
-        stamp: lvmeta_tests::bench_stamp(),
+        stamp: lvmeta::testing::stamp(),
     }
 }
 
@@ -82,7 +82,7 @@ fn kubesan_vg() -> Vg {
         tags: vec![],
         shared: None,
     };
-    let vg = edit::vg::create(&spec, &[pv], &lvmeta_tests::bench_stamp()).expect("vg");
+    let vg = edit::vg::create(&spec, &[pv], &lvmeta::testing::stamp()).expect("vg");
     let mut vg = create(vg, &EditCtx::default(), &name(0));
     let template: Vec<_> = vg.lvs.iter().map(|l| (**l).clone()).collect();
     let first = name(0);

@@ -16,7 +16,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
-use csi_shim::csi::{NodeStageVolumeRequest, NodeUnstageVolumeRequest};
+use csi_shim::csi::NodeUnstageVolumeRequest;
 use lvmeta_tests::csi_hosts::{cap, create, lvmeta_as, node_host, paths, sanlock, MIB};
 use lvmeta_tests::sandbox::{Sandbox, LVM2_ACTIVE as ACTIVE};
 
@@ -89,12 +89,11 @@ fn node(c: &mut Criterion) {
             b.iter(|| {
                 rt.block_on(async {
                     h.node
-                        .node_stage_volume(NodeStageVolumeRequest {
-                            volume_id: id.clone(),
-                            staging_target_path: staging.clone(),
-                            volume_capability: Some(block.clone()),
-                            ..Default::default()
-                        })
+                        .node_stage_volume(csi_shim::testing::stage_request(
+                            id,
+                            &staging,
+                            block.clone(),
+                        ))
                         .await
                         .expect("NodeStageVolume");
                     h.node

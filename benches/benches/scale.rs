@@ -62,7 +62,7 @@ fn pvc(tag: u32, i: usize) -> String {
 
 /// Adds `count` volumes of `mode` to `vg`, `FILL_BATCH` a commit, as CreateVolume makes them.
 fn fill(s: &Session, vg: &str, mode: Mode, count: usize) {
-    let stamp = lvmeta_tests::bench_stamp();
+    let stamp = lvmeta::testing::stamp();
     let tags = vec![format!("{MODE_TAG}{}", mode.as_str())];
     let mut done = 0;
     while done < count {

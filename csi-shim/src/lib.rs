@@ -29,6 +29,8 @@ pub mod params;
 pub mod server;
 pub mod slots;
 pub mod status;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod volume;
 pub mod wiper;
 

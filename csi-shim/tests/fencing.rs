@@ -83,7 +83,7 @@ fn scrape(d: &Harness) -> String {
 }
 
 fn block() -> VolumeCapability {
-    cap(Access::SingleNodeWriter, true)
+    cap(Access::SingleNodeWriter, None)
 }
 
 #[tokio::test]

@@ -127,7 +127,7 @@ async fn volume_lifecycle() {
             "pvc-x",
             "thin",
             MIB,
-            vec![cap(Access::MultiNodeMultiWriter, true)],
+            vec![cap(Access::MultiNodeMultiWriter, None)],
         ))
         .await
         .expect_err("thin RWX");
@@ -137,7 +137,7 @@ async fn volume_lifecycle() {
         "pvc-rwx",
         "linear",
         MIB,
-        vec![cap(Access::MultiNodeMultiWriter, true)],
+        vec![cap(Access::MultiNodeMultiWriter, None)],
     ))
     .await
     .expect("linear RWX block");
@@ -146,7 +146,7 @@ async fn volume_lifecycle() {
             "pvc-y",
             "linear",
             MIB,
-            vec![cap(Access::MultiNodeMultiWriter, false)],
+            vec![cap(Access::MultiNodeMultiWriter, Some("ext4"))],
         ))
         .await
         .expect_err("RWX filesystem");
@@ -215,7 +215,7 @@ async fn volume_lifecycle() {
     let no = c
         .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
             volume_id: "vg/pvc-t".into(),
-            volume_capabilities: vec![cap(Access::MultiNodeReaderOnly, true)],
+            volume_capabilities: vec![cap(Access::MultiNodeReaderOnly, None)],
             ..Default::default()
         })
         .await
@@ -229,7 +229,7 @@ async fn volume_lifecycle() {
                 required_bytes: 30 * MIB,
                 limit_bytes: 0,
             }),
-            volume_capability: Some(cap(Access::SingleNodeWriter, false)),
+            volume_capability: Some(cap(Access::SingleNodeWriter, Some("ext4"))),
             ..Default::default()
         })
         .await
@@ -950,7 +950,7 @@ async fn node_service_stages_publishes_and_refuses_what_it_cannot_do() {
         .create_volume(create("lin", "linear", 8 * MIB, rwo()))
         .await
         .expect("lin");
-    let fs = cap(Access::SingleNodeWriter, false);
+    let fs = cap(Access::SingleNodeWriter, Some("ext4"));
 
     // Arguments are checked before anything is done.
     let code = |r: Result<tonic::Response<NodeStageVolumeResponse>, tonic::Status>| {
@@ -1034,7 +1034,7 @@ async fn node_service_stages_publishes_and_refuses_what_it_cannot_do() {
                     &d,
                     "vg/lin",
                     "st/lin",
-                    cap(Access::MultiNodeMultiWriter, false)
+                    cap(Access::MultiNodeMultiWriter, Some("ext4"))
                 ))
                 .await
         ),
@@ -1152,11 +1152,11 @@ async fn node_service_stages_publishes_and_refuses_what_it_cannot_do() {
             "blk",
             "linear",
             4 * MIB,
-            vec![cap(Access::MultiNodeMultiWriter, true)],
+            vec![cap(Access::MultiNodeMultiWriter, None)],
         ))
         .await
         .expect("blk");
-    let rwx = cap(Access::MultiNodeMultiWriter, true);
+    let rwx = cap(Access::MultiNodeMultiWriter, None);
     d.node
         .node_stage_volume(stage(&d, "vg/blk", "st/blk", rwx.clone()))
         .await

@@ -96,7 +96,7 @@ async fn metrics_are_scraped_by_prometheus_and_the_alerts_fire() {
     let mut d = driver_thin(Duration::from_secs(10)).await;
     // A thin volume staged on the node (its pool active there), and a linear volume that
     // brings the VG over 85% allocated.
-    let fs = cap(Access::SingleNodeWriter, false);
+    let fs = cap(Access::SingleNodeWriter, Some("ext4"));
     d.controller
         .create_volume(create("t1", "thin", 8 * MIB, rwo()))
         .await

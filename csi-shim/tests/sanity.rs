@@ -718,7 +718,7 @@ async fn node_stage_publish_and_their_undoing() {
     .volume
     .expect("volume");
     let id = v.volume_id.clone();
-    let mount = cap(Access::SingleNodeWriter, false);
+    let mount = cap(Access::SingleNodeWriter, Some("ext4"));
 
     let it = "NodeStageVolume should fail when no volume id is provided";
     let r = d
@@ -824,7 +824,7 @@ async fn node_stage_publish_and_their_undoing() {
     let target = d.kubelet.join("pod/t");
 
     let it = "NodePublishVolume with single node multi writer capability should fail when volume with single node single writer access mode is already mounted at a different target path";
-    let single = cap(Access::SingleNodeSingleWriter, false);
+    let single = cap(Access::SingleNodeSingleWriter, Some("ext4"));
     let r = d
         .node
         .node_publish_volume(publish(&d, &id, "st", "pod/other", single.clone()))
@@ -988,7 +988,7 @@ async fn node_arguments_are_checked_before_the_volume_id() {
     )
     .volume
     .expect("volume");
-    let mount = cap(Access::SingleNodeWriter, false);
+    let mount = cap(Access::SingleNodeWriter, Some("ext4"));
     for id in ["fake-vol-id-1", "vg/fake-vol-id-2", v.volume_id.as_str()] {
         let it = format!("NodeStageVolume without a staging path ({id})");
         let mut req = stage(&d, id, "st", mount.clone());

@@ -36,7 +36,7 @@ fn snapshot(name: &str, source: &str) -> CreateSnapshotRequest {
 #[tokio::test]
 async fn a_staged_thin_volume_is_changed_by_its_node() {
     let mut d = driver_thin(Duration::from_secs(10)).await;
-    let fs = cap(Access::SingleNodeWriter, false);
+    let fs = cap(Access::SingleNodeWriter, Some("ext4"));
     d.controller
         .create_volume(create("src", "thin", 8 * MIB, rwo()))
         .await
@@ -147,7 +147,7 @@ async fn a_staged_thin_volume_is_modified_by_its_node() {
         .create_volume(create("tv", "thin", 8 * MIB, rwo()))
         .await
         .expect("thin volume");
-    let staging = stage(&d, "vg/tv", "st/tv", cap(Access::SingleNodeWriter, true));
+    let staging = stage(&d, "vg/tv", "st/tv", cap(Access::SingleNodeWriter, None));
     d.node
         .node_stage_volume(staging.clone())
         .await
@@ -215,7 +215,7 @@ async fn a_staged_thin_volume_reports_its_pools_health() {
             &d,
             "vg/hv",
             "st/hv",
-            cap(Access::SingleNodeWriter, false),
+            cap(Access::SingleNodeWriter, Some("ext4")),
         ))
         .await
         .expect("stage");

@@ -191,8 +191,9 @@ impl FreeMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edit::{LvSpec, NewPv, Stamp, VgSpec};
+    use crate::edit::{LvSpec, NewPv, VgSpec};
     use crate::model::{Area, SegKind, Segment, Striped};
+    use crate::testing::stamp;
 
     /// A VG with PVs of the given PE counts (4 MiB extents) and no LVs.
     fn vg(pe_counts: &[u32]) -> Vg {
@@ -219,13 +220,6 @@ mod tests {
 
     fn free(vg: &Vg) -> FreeMap {
         FreeMap::of(vg, &UsedMap::of(vg), &[])
-    }
-
-    fn stamp() -> Stamp {
-        Stamp {
-            time: 1,
-            host: "h".into(),
-        }
     }
 
     fn add(vg: &mut Vg, name: &str, pieces: &[Vec<PeRun>]) {

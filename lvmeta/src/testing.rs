@@ -13,6 +13,13 @@ pub fn stamp() -> Stamp {
     }
 }
 
+/// Whether privileged tests must run rather than skip: in CI (`CI=true`), or when
+/// `LVMETA_REQUIRE_PRIVILEGED=1`.
+pub fn privileged_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+        || std::env::var("LVMETA_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
+}
+
 /// VG `vg` with 4 MiB extents, no tags and no leases.
 pub fn vg_spec() -> VgSpec {
     VgSpec {

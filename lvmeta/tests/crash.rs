@@ -13,22 +13,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use lvmeta::dev::{BlockDevice, Fault, FaultyDevice, MemDevice};
-use lvmeta::edit::{self, EditCtx, LvChange, LvSpec, PoolSpec, Stamp, ThinSpec, VgSpec};
+use lvmeta::edit::{self, EditCtx, LvChange, LvSpec, PoolSpec, ThinSpec, VgSpec};
 use lvmeta::layout::PvOptions;
 use lvmeta::model::Vg;
 use lvmeta::session::Session;
+use lvmeta::testing::stamp;
 use lvmeta::Error;
 
 const SIZE: u64 = 12 << 20;
 /// 512 KiB extents keep the devices small.
 const EXTENT: u32 = 1024;
-
-fn stamp() -> Stamp {
-    Stamp {
-        time: 1_800_000_000,
-        host: "crash".into(),
-    }
-}
 
 /// How the PVs of a configuration are made.
 struct Config {

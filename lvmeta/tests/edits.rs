@@ -4,18 +4,12 @@
 use std::sync::Arc;
 
 use lvmeta::dev::{BlockDevice, MemDevice};
-use lvmeta::edit::{self, EditError, LvSpec, NewPv, PoolSpec, SharedVg, Stamp, ThinSpec, VgSpec};
+use lvmeta::edit::{self, EditError, LvSpec, NewPv, PoolSpec, SharedVg, ThinSpec, VgSpec};
 use lvmeta::layout::PvOptions;
 use lvmeta::model::{SegKind, ThinMessage, Vg};
 use lvmeta::session::Session;
+use lvmeta::testing::stamp;
 use lvmeta::Error;
-
-fn stamp() -> Stamp {
-    Stamp {
-        time: 1_800_000_000,
-        host: "t".into(),
-    }
-}
 
 fn spec(name: &str, shared: bool) -> VgSpec {
     VgSpec {

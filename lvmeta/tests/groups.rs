@@ -11,20 +11,14 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use lvmeta::dev::{BlockDevice, Fault, FaultyDevice, MemDevice};
-use lvmeta::edit::{self, EditError, LvSpec, Stamp, VgSpec};
+use lvmeta::edit::{self, EditError, LvSpec, VgSpec};
 use lvmeta::layout::PvOptions;
 use lvmeta::session::Session;
+use lvmeta::testing::stamp;
 use lvmeta::Error;
 
 /// Callers queued behind the first commit.
 const LATE: usize = 7;
-
-fn stamp() -> Stamp {
-    Stamp {
-        time: 1_800_000_000,
-        host: "groups".into(),
-    }
-}
 
 /// A device whose first write waits until [`Gate::open`].
 struct Gate<D> {

@@ -8,17 +8,11 @@ use std::time::Duration;
 
 use lvmeta::activate::Backend;
 use lvmeta::dev::{BlockDevice, MemDevice};
-use lvmeta::edit::{self, LvSpec, SharedVg, Stamp, VgSpec};
+use lvmeta::edit::{self, LvSpec, SharedVg, VgSpec};
 use lvmeta::lease::{layout, FakeLeases, Host, LeaseError, LeaseManager, Mode, VgPlaces};
 use lvmeta::session::Session;
+use lvmeta::testing::stamp;
 use lvmeta::Error;
-
-fn stamp() -> Stamp {
-    Stamp {
-        time: 1_800_000_000,
-        host: "t".into(),
-    }
-}
 
 /// In-memory leases and host 7 using them.
 fn fake_host() -> (Arc<FakeLeases>, Host) {
@@ -813,4 +807,35 @@ fn thin_activation_delivers_the_queue_by_lvm2s_transaction_rule() {
         .expect_err("mismatch");
     assert!(err.to_string().contains("transaction id 7"), "{err}");
     assert!(!busy());
+}
+
+#[test]
+fn leases_on_a_4k_sector_lun_are_aligned_as_lvmlockd_aligns_them() {
+    // lvmlockd puts the leases of a VG whose lease device has 4K sectors 8 MiB apart; every
+    // caller of the session (CSI and the command alike) gets that alignment from the device.
+    let (_fake, host) = fake_host();
+    let s = Session::new(vec![
+        Box::new(MemDevice::new("pv0", 2 << 30, 4096)) as Box<dyn BlockDevice>
+    ])
+    .with_host(host);
+    let spec = VgSpec {
+        shared: Some(SharedVg::for_sector(4096)),
+        ..shared_spec()
+    };
+    s.vgcreate(&spec, &["pv0"]).expect("vgcreate --shared");
+    assert_eq!(s.view("vg").expect("view").lease_align(), 8 << 20);
+    s.lockstart("vg").expect("lockstart");
+    let mut offsets = Vec::new();
+    for name in ["a", "b", "c"] {
+        let vg = create(&s, name).expect("create");
+        let args = vg
+            .lv(name)
+            .and_then(|l| l.lock_args.clone())
+            .expect("a lease");
+        offsets.push(layout::lease_offset(&args).expect("an offset"));
+    }
+    assert!(offsets.iter().all(|o| o % (8 << 20) == 0), "{offsets:?}");
+    let mut unique = offsets.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), 3);
 }

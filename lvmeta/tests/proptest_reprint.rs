@@ -5,6 +5,7 @@
 
 use lvmeta::edit::{self, LvSpec, NewPv, VgSpec};
 use lvmeta::model::{TextCache, Vg};
+use lvmeta::testing::stamp;
 use lvmeta::text::Style;
 use proptest::prelude::*;
 
@@ -34,13 +35,6 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<u8>().prop_map(Op::Many),
         1 => Just(Op::RemoveHalf),
     ]
-}
-
-fn stamp() -> edit::Stamp {
-    edit::Stamp {
-        time: 1_700_000_000,
-        host: "h".into(),
-    }
 }
 
 fn new_vg() -> Vg {

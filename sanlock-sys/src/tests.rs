@@ -7,7 +7,8 @@ use std::process::Command;
 
 use super::*;
 
-/// Must the header checks run (CI), or may they be skipped without a C compiler?
+/// Must the header checks run (CI), or may they be skipped without a C compiler? (The rule
+/// of `lvmeta::testing::privileged_required`, written again: sanlock-sys sits below lvmeta.)
 fn required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
         || std::env::var("LVMETA_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")

@@ -2,7 +2,6 @@
 //! process (Controller and Node on one socket) on a loop-device LUN, and the kubelet's side
 //! of the calls (directories, stage, publish, unpublish, unstage).
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -11,7 +10,6 @@ use std::time::{Duration, Instant};
 use csi_shim::csi::controller_client::ControllerClient;
 use csi_shim::csi::identity_client::IdentityClient;
 use csi_shim::csi::node_client::NodeClient;
-use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
 use csi_shim::csi::*;
 use tonic::transport::Channel;
 
@@ -206,21 +204,7 @@ pub async fn restart_shim(h: &mut NodeHost, dir: &Path, lun: &str, host_id: u32)
     h.identity = IdentityClient::new(channel);
 }
 
-/// A volume capability: block (`fs` None) or a filesystem.
-pub fn cap(access: volume_capability::access_mode::Mode, fs: Option<&str>) -> VolumeCapability {
-    VolumeCapability {
-        access_mode: Some(AccessMode {
-            mode: access as i32,
-        }),
-        access_type: Some(match fs {
-            None => AccessType::Block(BlockVolume {}),
-            Some(f) => AccessType::Mount(MountVolume {
-                fs_type: f.into(),
-                ..Default::default()
-            }),
-        }),
-    }
-}
+pub use csi_shim::testing::cap;
 
 /// The CreateVolume request for `name` in VG `vg` with `mode` (linear or thin), `bytes`,
 /// capability `c` and, when given, a snapshot or volume to copy.
@@ -232,18 +216,8 @@ pub fn create_request(
     source: Option<volume_content_source::Type>,
 ) -> CreateVolumeRequest {
     CreateVolumeRequest {
-        name: name.into(),
-        capacity_range: Some(CapacityRange {
-            required_bytes: bytes,
-            limit_bytes: 0,
-        }),
-        volume_capabilities: vec![c.clone()],
-        parameters: HashMap::from([
-            ("vg".to_owned(), "vg".to_owned()),
-            ("mode".to_owned(), mode.to_owned()),
-        ]),
         volume_content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
-        ..Default::default()
+        ..csi_shim::testing::create_request(name, mode, bytes, vec![c.clone()])
     }
 }
 
@@ -284,12 +258,7 @@ pub fn paths(h: &NodeHost, id: &str, pod: &str) -> (String, String) {
 pub async fn stage(h: &mut NodeHost, id: &str, c: &VolumeCapability) -> Result<(), tonic::Status> {
     let (staging, _) = paths(h, id, "");
     h.node
-        .node_stage_volume(NodeStageVolumeRequest {
-            volume_id: id.into(),
-            staging_target_path: staging,
-            volume_capability: Some(c.clone()),
-            ..Default::default()
-        })
+        .node_stage_volume(csi_shim::testing::stage_request(id, &staging, c.clone()))
         .await
         .map(drop)
 }
@@ -298,13 +267,12 @@ pub async fn stage(h: &mut NodeHost, id: &str, c: &VolumeCapability) -> Result<(
 pub async fn publish(h: &mut NodeHost, id: &str, pod: &str, c: &VolumeCapability) -> PathBuf {
     let (staging, target) = paths(h, id, pod);
     h.node
-        .node_publish_volume(NodePublishVolumeRequest {
-            volume_id: id.into(),
-            staging_target_path: staging,
-            target_path: target.clone(),
-            volume_capability: Some(c.clone()),
-            ..Default::default()
-        })
+        .node_publish_volume(csi_shim::testing::publish_request(
+            id,
+            &staging,
+            &target,
+            c.clone(),
+        ))
         .await
         .expect("NodePublishVolume");
     PathBuf::from(target)

@@ -332,12 +332,7 @@ impl Guest {
     pub async fn stage(&mut self, vol: &str, c: &VolumeCapability) -> Result<(), tonic::Status> {
         let (staging, _) = self.paths(vol, "p");
         self.node
-            .node_stage_volume(NodeStageVolumeRequest {
-                volume_id: vol.into(),
-                staging_target_path: staging,
-                volume_capability: Some(c.clone()),
-                ..Default::default()
-            })
+            .node_stage_volume(csi_shim::testing::stage_request(vol, &staging, c.clone()))
             .await
             .map(drop)
     }
@@ -346,13 +341,12 @@ impl Guest {
     pub async fn publish(&mut self, vol: &str, c: &VolumeCapability) -> String {
         let (staging, target) = self.paths(vol, "p");
         self.node
-            .node_publish_volume(NodePublishVolumeRequest {
-                volume_id: vol.into(),
-                staging_target_path: staging,
-                target_path: target.clone(),
-                volume_capability: Some(c.clone()),
-                ..Default::default()
-            })
+            .node_publish_volume(csi_shim::testing::publish_request(
+                vol,
+                &staging,
+                &target,
+                c.clone(),
+            ))
             .await
             .unwrap_or_else(|e| panic!("publish {vol} on host {}: {e}", self.id));
         target

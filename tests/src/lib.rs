@@ -337,7 +337,7 @@ pub fn check_fixture(fx: &Fixture, scan: &Scan) {
 /// The `lvmeta` binary of this workspace (built by `cargo test --workspace`; built here if a
 /// narrower `cargo test -p` left it out).
 pub fn lvmeta_bin() -> PathBuf {
-    workspace_bin("lvmeta", "lvmeta")
+    workspace_bin("lvmeta-cli", "lvmeta")
 }
 
 /// Binary `name` of workspace package `package`, next to the test binaries; built if missing.
@@ -365,11 +365,7 @@ pub fn workspace_bin(package: &str, name: &str) -> PathBuf {
     bin
 }
 
-/// Whether privileged tests must run (CI, or `LVMETA_REQUIRE_PRIVILEGED=1`).
-pub fn privileged_required() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("LVMETA_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
-}
+pub use lvmeta::testing::privileged_required;
 
 /// Checks the prerequisites of a privileged test. `Ok(false)`: skip (a message was printed);
 /// panics when they are missing and [`privileged_required`].
@@ -583,20 +579,17 @@ pub fn synthetic_vg_text(lvs: usize) -> String {
     vg.to_text(Style::Raw, "lvmeta synthetic")
 }
 
-/// The creation stamp of the benchmarks' LVs.
-pub fn bench_stamp() -> lvmeta::edit::Stamp {
-    lvmeta::edit::Stamp {
-        time: 1_800_000_000,
-        host: "bench".into(),
-    }
-}
-
 /// One LV create + remove through the library (two commits): the step the commit and lease
 /// benchmarks time.
 pub fn create_remove_lv(s: &lvmeta::session::Session, vg: &str, extents: u32) {
     use lvmeta::edit::{self, LvSpec};
     s.update(vg, "lvcreate", |v, ctx| {
-        edit::lv::create(v, ctx, &LvSpec::linear("bench", extents, bench_stamp())).map(|x| x.0)
+        edit::lv::create(
+            v,
+            ctx,
+            &LvSpec::linear("bench", extents, lvmeta::testing::stamp()),
+        )
+        .map(|x| x.0)
     })
     .expect("create");
     s.update(vg, "lvremove", |v, ctx| {

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 use csi_shim::csi::controller_client::ControllerClient;
 use csi_shim::csi::node_client::NodeClient;
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
-use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
 use csi_shim::csi::*;
 use csi_shim::driver::Driver;
 use csi_shim::node::{Node, NodeConfig};
+use csi_shim::testing::cap;
 use csi_shim::volume::Volumes;
 use lvmeta::activate::Piece;
 use lvmeta::dev::{BlockDevice, FileDevice};
@@ -169,7 +169,7 @@ impl Harness {
                 required_bytes: (mib * MIB) as i64,
                 limit_bytes: 0,
             }),
-            volume_capabilities: vec![cap(Some("ext4"))],
+            volume_capabilities: vec![cap(Access::SingleNodeWriter, Some("ext4"))],
             parameters: HashMap::from([
                 ("vg".to_owned(), "vg".to_owned()),
                 ("mode".to_owned(), mode.to_owned()),
@@ -203,12 +203,11 @@ impl Harness {
         fs: Option<&str>,
     ) -> Result<(), tonic::Status> {
         self.node
-            .node_stage_volume(NodeStageVolumeRequest {
-                volume_id: id.into(),
-                staging_target_path: staging.display().to_string(),
-                volume_capability: Some(cap(fs)),
-                ..Default::default()
-            })
+            .node_stage_volume(csi_shim::testing::stage_request(
+                id,
+                &staging.display().to_string(),
+                cap(Access::SingleNodeWriter, fs),
+            ))
             .await
             .map(drop)
     }
@@ -231,13 +230,12 @@ impl Harness {
         fs: Option<&str>,
     ) -> Result<(), tonic::Status> {
         self.node
-            .node_publish_volume(NodePublishVolumeRequest {
-                volume_id: id.into(),
-                staging_target_path: staging.display().to_string(),
-                target_path: target.display().to_string(),
-                volume_capability: Some(cap(fs)),
-                ..Default::default()
-            })
+            .node_publish_volume(csi_shim::testing::publish_request(
+                id,
+                &staging.display().to_string(),
+                &target.display().to_string(),
+                cap(Access::SingleNodeWriter, fs),
+            ))
             .await
             .map(drop)
     }
@@ -266,21 +264,6 @@ impl Harness {
     async fn release(&mut self, id: &str, staging: &Path, target: &Path) {
         self.unpublish(id, target).await.expect("unpublish");
         self.unstage(id, staging).await.expect("unstage");
-    }
-}
-
-fn cap(fs: Option<&str>) -> VolumeCapability {
-    VolumeCapability {
-        access_mode: Some(AccessMode {
-            mode: Access::SingleNodeWriter as i32,
-        }),
-        access_type: Some(match fs {
-            Some(f) => AccessType::Mount(MountVolume {
-                fs_type: f.into(),
-                ..Default::default()
-            }),
-            None => AccessType::Block(BlockVolume {}),
-        }),
     }
 }
 

@@ -6,21 +6,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use lvmeta::dev::{BlockDevice, Fault, FaultyDevice, MemDevice};
-use lvmeta::edit::{self, LvSpec, PoolSpec, Stamp, ThinSpec, VgSpec};
+use lvmeta::edit::{self, LvSpec, PoolSpec, ThinSpec, VgSpec};
 use lvmeta::layout::PvOptions;
 use lvmeta::session::Session;
+use lvmeta::testing::stamp;
 use lvmeta::Error;
 use lvmeta_tests::privileged;
 use lvmeta_tests::sandbox::Sandbox;
 
 const SIZE: u64 = 12 << 20;
-
-fn stamp() -> Stamp {
-    Stamp {
-        time: 1_800_000_000,
-        host: "crash".into(),
-    }
-}
 
 fn session(mems: &[Arc<MemDevice>], fault: Fault) -> (Session, Arc<AtomicUsize>) {
     let clock = Arc::new(AtomicUsize::new(0));

@@ -88,7 +88,6 @@ impl Metrics {
         let vols = Volumes::new(backend.session(), name);
         let gauges = || -> Result<(), crate::volume::VolumeError> {
             let view = vols.view()?;
-            let extent = view.extent_bytes();
             let dc = DeviceClass {
                 device_class: name.to_owned(),
             };
@@ -97,10 +96,10 @@ impl Metrics {
             };
             self.vg_size
                 .get_or_create(&dc)
-                .set(gauge(view.extent_count() * extent));
+                .set(gauge(view.bytes_of(view.extent_count()).0));
             self.vg_available
                 .get_or_create(&dc)
-                .set(gauge(view.free_count() * extent));
+                .set(gauge(view.bytes_of(view.free_count()).0));
             self.text
                 .get_or_create(&vg)
                 .set(gauge(view.metadata().used));

@@ -49,6 +49,7 @@ impl<'s> Volumes<'s> {
             lvmeta::names::check_new_lv_name(&self.vg, &Volume::pool_name(name))
                 .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         }
+        size.check()?;
         if let Some((src, vg)) = &copied {
             if mode == Mode::Linear {
                 return self.clone_linear(vg, name, src, size);
@@ -212,9 +213,13 @@ fn plan_new(
     if let Some(v) = existing(&vg, ctx, name, mode, size)? {
         return Ok((vg, Ok(v)));
     }
-    let extents = match size.extents(vg.extent()) {
-        Ok(e) => e,
-        Err(e) => return Ok((vg, Err(e))),
+    let extents = match req.content {
+        Content::Empty => match size.extents(vg.extent()) {
+            Ok(e) => e,
+            Err(e) => return Ok((vg, Err(e))),
+        },
+        // A copy's size follows its source's: `thin_copy` checks it.
+        Content::Snapshot(_) | Content::Volume(_) => 0,
     };
     let tags = vec![format!("{MODE_TAG}{}", mode.as_str())];
     let stamp = req.stamp.clone();
@@ -238,17 +243,8 @@ fn plan_new(
             edit::lv::create(vg, ctx, &spec)?.0
         }
         (Mode::Thin, Content::Empty) => {
-            let pool = PoolSpec {
-                data: LvSpec::linear(&Volume::pool_name(name), extents, stamp.clone()),
-                chunk_size: None,
-                metadata_extents: None,
-                discards: req
-                    .options
-                    .discards
-                    .clone()
-                    .unwrap_or_else(|| "passdown".into()),
-                zero: req.options.zero.unwrap_or(true),
-            };
+            let data = LvSpec::linear(&Volume::pool_name(name), extents, stamp.clone());
+            let pool = PoolSpec::new(data, req.options);
             let (vg, pool_name) = edit::thin::create_pool(vg, ctx, &pool)?;
             let thin = ThinSpec {
                 name: Some(name.to_owned()),

@@ -143,12 +143,7 @@ impl SizeRange {
     /// whole extents, refused when that passes the limit. The one bytes-to-extents
     /// conversion of a volume's size.
     pub fn extents(self, extent: ExtentSize) -> Result<u32, VolumeError> {
-        if self.limit != 0 && self.required > self.limit {
-            return Err(VolumeError::OutOfRange(format!(
-                "required {} bytes is more than the limit of {} bytes",
-                self.required, self.limit
-            )));
-        }
+        self.check()?;
         let want = match self.required {
             0 if self.limit != 0 => self.limit.min(DEFAULT_BYTES),
             0 => DEFAULT_BYTES,
@@ -164,6 +159,17 @@ impl SizeRange {
         extents
             .to_u32()
             .ok_or_else(|| VolumeError::OutOfRange(format!("{want} bytes is too large")))
+    }
+
+    /// OUT_OF_RANGE when no size can meet the range (more required than the limit).
+    pub fn check(self) -> Result<(), VolumeError> {
+        if self.limit != 0 && self.required > self.limit {
+            return Err(VolumeError::OutOfRange(format!(
+                "required {} bytes is more than the limit of {} bytes",
+                self.required, self.limit
+            )));
+        }
+        Ok(())
     }
 
     /// True when `bytes` satisfies this range.
@@ -370,7 +376,7 @@ impl<'s> Volumes<'s> {
         if !vg.metadata().fits(mode.text_bytes()) {
             return Ok(0);
         }
-        let lease = edit::slots::lease_growth(vg.vg(), edit::slots::LEASE_ALIGN);
+        let lease = edit::slots::lease_growth(vg.vg(), vg.lease_align());
         let free = vg.free_count().saturating_sub(u64::from(lease));
         Ok(vg.bytes_of(free).0)
     }

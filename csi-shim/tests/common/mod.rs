@@ -3,14 +3,12 @@
 //! activation backend and fake mounts; and request builders.
 #![allow(dead_code)] // each test file uses its own part of this
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use csi_shim::csi::controller_client::ControllerClient;
 use csi_shim::csi::identity_client::IdentityClient;
 use csi_shim::csi::node_client::NodeClient;
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
-use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
 use csi_shim::csi::*;
 use csi_shim::driver::Driver;
 use csi_shim::mount::Fake;
@@ -153,45 +151,12 @@ pub async fn serve_with(
     }
 }
 
-pub fn cap(access: Access, block: bool) -> VolumeCapability {
-    VolumeCapability {
-        access_mode: Some(AccessMode {
-            mode: access as i32,
-        }),
-        access_type: Some(if block {
-            AccessType::Block(BlockVolume {})
-        } else {
-            AccessType::Mount(MountVolume {
-                fs_type: "ext4".into(),
-                ..Default::default()
-            })
-        }),
-    }
-}
-
-pub fn create(
-    name: &str,
-    mode: &str,
-    bytes: i64,
-    caps: Vec<VolumeCapability>,
-) -> CreateVolumeRequest {
-    CreateVolumeRequest {
-        name: name.into(),
-        capacity_range: Some(CapacityRange {
-            required_bytes: bytes,
-            limit_bytes: 0,
-        }),
-        volume_capabilities: caps,
-        parameters: HashMap::from([
-            ("vg".to_owned(), "vg".to_owned()),
-            ("mode".to_owned(), mode.to_owned()),
-        ]),
-        ..Default::default()
-    }
-}
+// Each test file uses some of these.
+#[allow(unused_imports)]
+pub use csi_shim::testing::{cap, create_request as create, modify_request as modify};
 
 pub fn rwo() -> Vec<VolumeCapability> {
-    vec![cap(Access::SingleNodeWriter, false)]
+    vec![cap(Access::SingleNodeWriter, Some("ext4"))]
 }
 
 /// `path` below the kubelet directory, its parent made as the kubelet makes it.
@@ -204,13 +169,7 @@ pub fn kubelet_path(d: &Harness, path: &str) -> String {
 }
 
 pub fn stage(d: &Harness, id: &str, staging: &str, c: VolumeCapability) -> NodeStageVolumeRequest {
-    kubelet_path(d, staging);
-    NodeStageVolumeRequest {
-        volume_id: id.into(),
-        staging_target_path: d.kubelet.join(staging).display().to_string(),
-        volume_capability: Some(c),
-        ..Default::default()
-    }
+    csi_shim::testing::stage_request(id, &kubelet_path(d, staging), c)
 }
 
 pub fn publish(
@@ -221,32 +180,14 @@ pub fn publish(
     c: VolumeCapability,
 ) -> NodePublishVolumeRequest {
     kubelet_path(d, target);
-    NodePublishVolumeRequest {
-        volume_id: id.into(),
-        staging_target_path: d.kubelet.join(staging).display().to_string(),
-        target_path: d.kubelet.join(target).display().to_string(),
-        volume_capability: Some(c),
-        ..Default::default()
-    }
-}
-
-/// ControllerModifyVolume of `id` with mutable parameters `params`.
-pub fn modify(id: &str, params: &[(&str, &str)]) -> ControllerModifyVolumeRequest {
-    ControllerModifyVolumeRequest {
-        volume_id: id.into(),
-        mutable_parameters: params
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        ..Default::default()
-    }
+    let staging = d.kubelet.join(staging).display().to_string();
+    csi_shim::testing::publish_request(id, &staging, &kubelet_path(d, target), c)
 }
 
 /// A test whose outside tool is missing: a visible skip (straight to stderr, which the
 /// harness does not capture), or a failure when CI=true or LVMETA_REQUIRE_PRIVILEGED=1.
 pub fn skip_or_fail(msg: &str) {
-    let required = std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("LVMETA_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1");
+    let required = lvmeta::testing::privileged_required();
     assert!(!required, "{msg} (CI=true: this test must run)");
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");

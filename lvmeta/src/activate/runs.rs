@@ -73,7 +73,7 @@ pub(crate) fn runs(
                     if last.device == piece.device
                         && last.offset.checked_add(last.len) == Some(piece.offset) =>
                 {
-                    last.len = Bytes(last.len.0 + piece.len.0)
+                    last.len = last.len.saturating_add(piece.len)
                 }
                 _ => pieces.push(piece.clone()),
             }

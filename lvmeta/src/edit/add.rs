@@ -59,7 +59,7 @@ pub(crate) fn create_in(vg: &mut Vg, ctx: &EditCtx, spec: &LvSpec) -> Result<usi
     vg.lvs.push(Arc::new(lv));
     let index = vg.lvs.len() - 1;
     if vg.is_shared() && !spec.internal {
-        assign_lease(vg, ctx, index, spec.lease_align, &[], SPARE_LEASE_SLOTS)?;
+        assign_lease(vg, ctx, index, ctx.lease_align(), &[], SPARE_LEASE_SLOTS)?;
     }
     Ok(index)
 }

@@ -22,6 +22,8 @@ pub struct EditCtx {
     reserved: Reserved,
     /// Who runs the checks of [`super::check`].
     checks: Checks,
+    /// Byte alignment of sanlock leases in `lvmlock` (`None`: 1 MiB).
+    lease_align: Option<u64>,
 }
 
 /// Who checks the VG an edit returns.
@@ -51,7 +53,23 @@ impl EditCtx {
             base: Some(base),
             reserved,
             checks: Checks::ByCaller,
+            lease_align: None,
         }
+    }
+
+    /// The same, with leases aligned as lvmlockd aligns them on the VG's lease device
+    /// (`lease::layout::Geometry`): 1 MiB on 512-byte sectors, 8 MiB on 4K ones.
+    pub fn with_lease_align(self, align: u64) -> Self {
+        Self {
+            lease_align: Some(align),
+            ..self
+        }
+    }
+
+    /// Byte alignment of new leases in `lvmlock`.
+    pub fn lease_align(&self) -> u64 {
+        self.lease_align
+            .unwrap_or(crate::lease::layout::LEASE_ALIGN)
     }
 
     /// Whether [`super::check`] runs every check.

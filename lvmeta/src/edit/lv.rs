@@ -66,7 +66,7 @@ pub fn hold(
     out.lvs.push(Arc::new(lv));
     let index = out.lvs.len() - 1;
     if out.is_shared() && !spec.internal {
-        assign_lease(&mut out, ctx, index, spec.lease_align, avoid_leases, 0)?;
+        assign_lease(&mut out, ctx, index, ctx.lease_align(), avoid_leases, 0)?;
     }
     check(&out, ctx)?;
     Ok((out, name))

@@ -44,7 +44,7 @@ fn free_slots<'a>(
     align: u64,
     used: &'a [u64],
 ) -> impl Iterator<Item = u64> + 'a {
-    let size = vg.lvs[lock_lv].extents() * vg.extent_bytes();
+    let size = vg.bytes_of(vg.lvs[lock_lv].extents()).0;
     (FIRST_LV_SLOT..)
         .map(move |k| k * align)
         .take_while(move |o| o + align <= size)

@@ -36,8 +36,6 @@ pub struct LvSpec {
     pub activation_skip: bool,
     /// Creation time and host.
     pub stamp: Stamp,
-    /// Byte alignment of sanlock leases in `lvmlock` (1 MiB; 8 MiB on 4K-sector devices).
-    pub lease_align: u64,
     /// An LV lvm2 makes itself (sub-LVs, `lvmlock`): reserved names allowed, no lease.
     pub internal: bool,
 }
@@ -55,7 +53,6 @@ impl LvSpec {
             permission: Permission::ReadWrite,
             activation_skip: false,
             stamp,
-            lease_align: crate::lease::layout::LEASE_ALIGN,
             internal: false,
         }
     }

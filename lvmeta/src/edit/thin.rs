@@ -40,6 +40,23 @@ pub struct PoolSpec {
     pub zero: bool,
 }
 
+impl PoolSpec {
+    /// A pool with data LV `data` and `options`, lvm2's defaults for what they leave out
+    /// (zeroing, `passdown`), chunk and metadata sizes estimated.
+    pub fn new(data: LvSpec, options: &PoolOptions) -> Self {
+        Self {
+            data,
+            chunk_size: None,
+            metadata_extents: None,
+            discards: options
+                .discards
+                .clone()
+                .unwrap_or_else(|| "passdown".into()),
+            zero: options.zero.unwrap_or(true),
+        }
+    }
+}
+
 fn check_discards(d: &str) -> Result<(), EditError> {
     if DISCARDS.contains(&d) {
         Ok(())
@@ -246,14 +263,7 @@ pub fn create_pool(vg: Vg, ctx: &EditCtx, spec: &PoolSpec) -> Result<(Vg, String
     out.lvs.push(Arc::new(pool));
     let pi = out.lvs.len() - 1;
     if out.is_shared() {
-        assign_lease(
-            &mut out,
-            ctx,
-            pi,
-            spec.data.lease_align,
-            &[],
-            SPARE_LEASE_SLOTS,
-        )?;
+        assign_lease(&mut out, ctx, pi, ctx.lease_align(), &[], SPARE_LEASE_SLOTS)?;
     }
     check(&out, ctx)?;
     Ok((out, name))

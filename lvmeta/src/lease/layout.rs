@@ -190,7 +190,7 @@ pub fn lv_lease(vg: &Vg, paths: &[Option<String>], lv: &str, g: Geometry) -> Opt
 /// Every LV lease slot of `lvmlock`, free or not (what `vgcreate --shared` fills with
 /// `#unused`).
 pub fn lv_slots(vg: &Vg, paths: &[Option<String>], g: Geometry) -> Vec<ResourceSpec> {
-    let size = vg.lv("lvmlock").map_or(0, |l| l.extents()) * vg.extent_bytes();
+    let size = vg.bytes_of(vg.lv("lvmlock").map_or(0, |l| l.extents())).0;
     (FIRST_LV_SLOT..)
         .map(|k| k * g.align)
         .take_while(|o| o + g.align <= size)

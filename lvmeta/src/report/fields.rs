@@ -249,7 +249,7 @@ pub fn pv_field(scan: &Scan, i: usize, name: &str) -> Option<Cell> {
                 u64::from(pv.pe_count),
                 alloc,
                 svg.vg.extent_bytes(),
-                pv.pe_start * 512,
+                pv.data_start().0,
                 pv.tags.clone(),
                 allocatable,
             )

@@ -234,6 +234,31 @@ impl Session {
         live(backend, &self.placement(vg, lv)?)
     }
 
+    /// lvm2's rule for `lvchange --discards`: the kernel turns a thin pool's discard support
+    /// on or off (to or from `ignore`) only while the pool is inactive, so that change of
+    /// pool `pool` is refused while the pool is live on this host through `backend`. (A pool
+    /// active on another host is refused by its lease.)
+    pub fn check_discard_switch(
+        &self,
+        vg: &str,
+        pool: &str,
+        opts: &edit::thin::PoolOptions,
+        backend: &dyn Backend,
+    ) -> Result<(), Error> {
+        let v = self.vg(vg)?;
+        let Some(p) = v.lv(pool).and_then(|l| l.pool()) else {
+            return Ok(());
+        };
+        if !opts.switches_discard_support(p) || !self.live(vg, pool, backend)? {
+            return Ok(());
+        }
+        Err(edit::refused(
+            format!("{vg}/{pool}"),
+            "Cannot change support for discards while the pool volume is active",
+        )
+        .into())
+    }
+
     /// Refreshes an active LV as `lvchange --refresh` does: [`Session::refresh_devices`],
     /// then [`Session::clear_delivered`] (a commit, when a thin pool's queue was delivered).
     pub fn refresh(&self, vg: &str, lv: &str, backend: &dyn Backend) -> Result<Placement, Error> {

@@ -135,7 +135,8 @@ impl Session {
             });
         }
         let sector = scan.pvs[i].label.sector;
-        write(dev, sector * 512, &[0u8; 512])?;
+        let size = crate::label::SECTOR;
+        write(dev, sector * size as u64, &[0u8; crate::label::SECTOR])?;
         flush(dev)?;
         self.invalidate_hints()?;
         tracing::info!(device, "pvremove");

@@ -107,6 +107,8 @@ pub(super) struct Bench {
     seen: Vec<(u64, lease::SeenFree)>,
     /// What the group's edits freed: not handed out again before the commit.
     reserved: edit::Reserved,
+    /// Byte alignment of new leases, as lvmlockd aligns them on the VG's lease device.
+    lease_align: u64,
     /// The lowest seqno the group's version may have, less one (a restored backup's).
     seqno_floor: Option<u32>,
     /// Every label and area of the VG holds its newest version: an edit that changes
@@ -319,6 +321,7 @@ impl Session {
             _ => Indexed::of(vg),
         };
         let copies_agree = copies_agree(&scan, name);
+        let lease_align = places(&scan, sv).geometry.align;
         let bench = Bench {
             copies_agree,
             scan,
@@ -334,6 +337,7 @@ impl Session {
             },
             seen: Vec::new(),
             reserved: edit::Reserved::default(),
+            lease_align,
             seqno_floor: None,
             room,
         };
@@ -360,7 +364,8 @@ impl Session {
             .map(|n| ((*n).to_owned(), base.vg().lv(n).map(|l| l.id)))
             .collect();
         // Lease slots and extents earlier changes of the group freed are not handed out.
-        let ctx = EditCtx::in_group(base.clone(), b.reserved.clone());
+        let ctx =
+            EditCtx::in_group(base.clone(), b.reserved.clone()).with_lease_align(b.lease_align);
         let (out, value) = edit(base.vg().clone(), &ctx)?.split();
         // Nothing changed (a retry of a change already made): nothing to check or write.
         // The caller still waits for the group's outcome: its answer may rest on an earlier
@@ -433,10 +438,14 @@ impl Session {
             .index()
             .change(base.vg(), &out, &delta.removed, &delta.changed);
         drop(delta);
+        // The edit's context and this function's handle hold the base too: with them gone
+        // `make_mut` changes it in place (else it would copy the whole VG and its index,
+        // once per edit of a group).
+        drop(ctx);
         drop(base);
         b.edits += 1;
         b.seqno_floor = b.seqno_floor.max(how.seqno_floor);
-        // The edit's clone of the base is gone: no copy here.
+        debug_assert_eq!(Arc::strong_count(&b.base), 1, "the group's base is shared");
         Arc::make_mut(&mut b.base).advance(out, index);
         Ok(value)
     }

@@ -11,11 +11,11 @@ use csi_shim::csi::controller_client::ControllerClient;
 use csi_shim::csi::identity_client::IdentityClient;
 use csi_shim::csi::node_client::NodeClient;
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
-use csi_shim::csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
 use csi_shim::csi::volume_content_source::{SnapshotSource, Type as Source};
 use csi_shim::csi::*;
 use csi_shim::driver::Driver;
 use csi_shim::node::{Node, NodeConfig};
+use csi_shim::testing::cap;
 use lvmeta::activate::loopdev;
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::edit::{SharedVg, VgSpec};
@@ -24,22 +24,6 @@ use lvmeta_tests::lab::{private_lvm_conf, start_sanlock};
 use tonic::transport::Channel;
 
 use crate::{blocking, on_path, Lab, Options, Steps, HOST_ID, MIB, PAYLOAD, VG};
-
-/// A capability: single-node writer, block or a filesystem.
-fn cap(fs: Option<&str>) -> VolumeCapability {
-    VolumeCapability {
-        access_mode: Some(AccessMode {
-            mode: Access::SingleNodeWriter as i32,
-        }),
-        access_type: Some(match fs {
-            None => AccessType::Block(BlockVolume {}),
-            Some(f) => AccessType::Mount(MountVolume {
-                fs_type: f.into(),
-                ..Default::default()
-            }),
-        }),
-    }
-}
 
 fn create_request(name: &str, mode: &str, bytes: u64, c: &VolumeCapability) -> CreateVolumeRequest {
     CreateVolumeRequest {
@@ -272,7 +256,7 @@ async fn serve(lab: &mut Lab, session: Session) -> Result<Clients, String> {
 
 /// The volume scenario, all through the socket.
 async fn volumes(lab: &Lab, steps: &mut Steps, c: &mut Clients) -> Result<(), String> {
-    let block = cap(None);
+    let block = cap(Access::SingleNodeWriter, None);
     // xfs where it is installed (it grows online with fewer privileges than ext4's
     // resize2fs, which needs CAP_SYS_RESOURCE), in its smallest size; ext4 otherwise.
     let (fs_type, small, big) = if on_path("mkfs.xfs") {
@@ -280,7 +264,7 @@ async fn volumes(lab: &Lab, steps: &mut Steps, c: &mut Clients) -> Result<(), St
     } else {
         ("ext4", 64 * MIB, 128 * MIB)
     };
-    let fs_cap = cap(Some(fs_type));
+    let fs_cap = cap(Access::SingleNodeWriter, Some(fs_type));
     let id = |r: tonic::Response<CreateVolumeResponse>| {
         r.into_inner()
             .volume
@@ -350,12 +334,11 @@ async fn volumes(lab: &Lab, steps: &mut Steps, c: &mut Clients) -> Result<(), St
             "NodeStageVolume demo-thin",
             async {
                 let p = Paths::of(&lab.kubelet(), "demo-thin");
-                let r = c.node.node_stage_volume(NodeStageVolumeRequest {
-                    volume_id: thin.clone(),
-                    staging_target_path: p.staging.display().to_string(),
-                    volume_capability: Some(block.clone()),
-                    ..Default::default()
-                });
+                let r = c.node.node_stage_volume(csi_shim::testing::stage_request(
+                    &thin,
+                    &p.staging.display().to_string(),
+                    block.clone(),
+                ));
                 match r.await {
                     Ok(_) => Ok("staged (this kernel has device-mapper)".to_owned()),
                     Err(s) if s.code() == tonic::Code::FailedPrecondition => {
@@ -561,12 +544,11 @@ async fn delete(c: &mut Clients, id: &str) -> Result<(), String> {
 
 async fn stage(c: &mut Clients, id: &str, p: &Paths, cap: &VolumeCapability) -> Result<(), String> {
     c.node
-        .node_stage_volume(NodeStageVolumeRequest {
-            volume_id: id.into(),
-            staging_target_path: p.staging.display().to_string(),
-            volume_capability: Some(cap.clone()),
-            ..Default::default()
-        })
+        .node_stage_volume(csi_shim::testing::stage_request(
+            id,
+            &p.staging.display().to_string(),
+            cap.clone(),
+        ))
         .await
         .map(drop)
         .map_err(grpc("NodeStageVolume"))
@@ -579,13 +561,12 @@ async fn publish(
     cap: &VolumeCapability,
 ) -> Result<(), String> {
     c.node
-        .node_publish_volume(NodePublishVolumeRequest {
-            volume_id: id.into(),
-            staging_target_path: p.staging.display().to_string(),
-            target_path: p.target.display().to_string(),
-            volume_capability: Some(cap.clone()),
-            ..Default::default()
-        })
+        .node_publish_volume(csi_shim::testing::publish_request(
+            id,
+            &p.staging.display().to_string(),
+            &p.target.display().to_string(),
+            cap.clone(),
+        ))
         .await
         .map(drop)
         .map_err(grpc("NodePublishVolume"))

@@ -1,18 +1,131 @@
-//! What the writing verbs share: sizes and yes/no options parsed as lvm2 does, names,
-//! the session over the devices, extents and PV lists.
+//! What the verbs share: the device, locking and writing options, sizes and yes/no options
+//! parsed as lvm2 does, names, the session over the devices, extents and PV lists.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
 
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::edit::Permission;
 use lvmeta::model::Vg;
+use lvmeta::scan::{self, Scan};
 use lvmeta::session::Session;
 use lvmeta::units::Bytes;
 
-use super::super::{failed, system_block_devices, EINVALID_CMD_LINE};
-use super::{LockArgs, WriteArgs};
+use crate::{ECMD_FAILED, EINVALID_CMD_LINE};
 
-pub(super) fn usage(msg: impl Into<String>) -> (u8, String) {
+/// Which devices to look at.
+#[derive(Args, Clone)]
+pub struct DeviceArgs {
+    /// Only these devices or image files (comma separated or repeated); default: every block
+    /// device of this machine.
+    #[arg(long = "devices", value_delimiter = ',')]
+    pub devices: Vec<PathBuf>,
+}
+
+/// Opens the given devices (or every block device) read-only, saying why one that was named
+/// does not open.
+pub fn open_devices(args: &DeviceArgs) -> Vec<Box<dyn BlockDevice>> {
+    let explicit = !args.devices.is_empty();
+    let paths = if explicit {
+        args.devices.clone()
+    } else {
+        system_block_devices()
+    };
+    let mut devs: Vec<Box<dyn BlockDevice>> = Vec::new();
+    for p in &paths {
+        match FileDevice::open(p) {
+            Ok(d) if d.size() > 0 => devs.push(Box::new(d)),
+            Ok(_) => {}
+            Err(e) if explicit => eprintln!("  WARNING: {e}"),
+            Err(e) => tracing::debug!(device = %p.display(), error = %e, "skipping device"),
+        }
+    }
+    devs
+}
+
+/// Opens and scans the given devices (or every block device), prints the warnings.
+pub fn scan_devices(args: &DeviceArgs) -> Scan {
+    let devs = open_devices(args);
+    let refs: Vec<&dyn BlockDevice> = devs.iter().map(|d| d.as_ref()).collect();
+    let scan = scan::scan(&refs);
+    print_warnings(&scan);
+    scan
+}
+
+/// Prints a scan's warnings as lvm2 does.
+pub fn print_warnings(scan: &Scan) {
+    for w in &scan.warnings {
+        eprintln!("  WARNING: {w}");
+    }
+}
+
+/// `/dev/<name>` for every block device the kernel lists.
+pub fn system_block_devices() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir("/sys/class/block")
+        .map(|d| {
+            d.flatten()
+                .map(|e| Path::new("/dev").join(e.file_name()))
+                .filter(|p| p.exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// How this host takes leases in shared VGs (writing verbs and reports).
+#[derive(Args, Clone)]
+pub struct LockArgs {
+    /// This host's id in shared VGs' lockspaces (default: lvmlocal.conf `local/host_id`).
+    #[arg(long = "host-id", env = "LVMETA_HOST_ID")]
+    pub host_id: Option<u64>,
+    /// Seconds to wait for a lease held by another host.
+    #[arg(long = "lock-wait", default_value_t = 60)]
+    pub lock_wait: u64,
+    /// io_timeout of lockspaces this host creates or joins (sanlock's default: 10).
+    #[arg(long = "io-timeout", default_value_t = 10)]
+    pub io_timeout: u32,
+}
+
+impl LockArgs {
+    /// This host's lease manager, when a host id is given (or in lvmlocal.conf).
+    pub fn host(&self) -> Result<Option<lvmeta::lease::Host>, (u8, String)> {
+        self.host_id
+            .or_else(lvmeta::lease::lvmlocal_host_id)
+            .map(|id| lease_host(id, self))
+            .transpose()
+    }
+}
+
+/// Options every writing verb shares.
+#[derive(Args, Clone)]
+pub struct WriteArgs {
+    #[command(flatten)]
+    pub dev: DeviceArgs,
+    /// Directory of lvm2's lock files (lvm.conf `global/locking_dir`).
+    #[arg(long = "lockingdir", env = "LVMETA_LOCKING_DIR", default_value = lvmeta::lockfile::DEFAULT_LOCK_DIR)]
+    pub locking_dir: PathBuf,
+    /// lvm2's run directory, where `newhints` tells lvm2 to rescan for PVs.
+    #[arg(long = "rundir", env = "LVMETA_RUN_DIR", default_value = "/run/lvm")]
+    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub lock: LockArgs,
+    /// Change shared VGs without taking leases (only safe when no other host uses them).
+    #[arg(long = "nolocking")]
+    pub nolocking: bool,
+    /// Answer yes to every question (lvmeta never asks; accepted for lvm2 compatibility).
+    #[arg(short = 'y', long = "yes")]
+    pub yes: bool,
+}
+
+/// A failed command: lvm2's exit code 5 and the error.
+pub fn failed(e: impl std::fmt::Display) -> (u8, String) {
+    (ECMD_FAILED, e.to_string())
+}
+
+/// A bad command line: lvm2's exit code 3 and why.
+pub fn usage(msg: impl Into<String>) -> (u8, String) {
     (EINVALID_CMD_LINE, msg.into())
 }
 
@@ -52,11 +165,7 @@ pub fn parse_size(s: &str, default_unit: char) -> Result<Bytes, String> {
 }
 
 /// Size option `opt`, if given.
-pub(super) fn size_arg(
-    s: &Option<String>,
-    opt: &str,
-    unit: char,
-) -> Result<Option<Bytes>, (u8, String)> {
+pub fn size_arg(s: &Option<String>, opt: &str, unit: char) -> Result<Option<Bytes>, (u8, String)> {
     s.as_deref()
         .map(|v| parse_size(v, unit).map_err(|e| usage(format!("{opt}: {e}"))))
         .transpose()
@@ -64,17 +173,13 @@ pub(super) fn size_arg(
 
 /// Size option `opt` in the 512-byte sectors lvm2 keeps it in (`-I`, `--chunksize`, `-s`),
 /// rounded down, if given.
-pub(super) fn sectors_arg(
-    s: &Option<String>,
-    opt: &str,
-    unit: char,
-) -> Result<Option<u32>, (u8, String)> {
+pub fn sectors_arg(s: &Option<String>, opt: &str, unit: char) -> Result<Option<u32>, (u8, String)> {
     size_arg(s, opt, unit)?
         .map(|b| u32::try_from(b.sectors_floor().0).map_err(|_| usage(format!("{opt}: too large"))))
         .transpose()
 }
 
-pub(super) fn yes_no(v: &Option<String>, opt: &str) -> Result<Option<bool>, (u8, String)> {
+pub fn yes_no(v: &Option<String>, opt: &str) -> Result<Option<bool>, (u8, String)> {
     match v.as_deref() {
         None => Ok(None),
         Some("y" | "yes") => Ok(Some(true)),
@@ -83,7 +188,7 @@ pub(super) fn yes_no(v: &Option<String>, opt: &str) -> Result<Option<bool>, (u8,
     }
 }
 
-pub(super) fn permission(v: &Option<String>) -> Result<Option<Permission>, (u8, String)> {
+pub fn permission(v: &Option<String>) -> Result<Option<Permission>, (u8, String)> {
     match v.as_deref() {
         None => Ok(None),
         Some("rw") => Ok(Some(Permission::ReadWrite)),
@@ -94,7 +199,7 @@ pub(super) fn permission(v: &Option<String>) -> Result<Option<Permission>, (u8, 
 
 /// Opens the session: `--devices` (plus any device named on the command line), or every
 /// block device that opens read-write.
-pub(super) fn session(w: &WriteArgs, extra: &[PathBuf]) -> Result<Session, (u8, String)> {
+pub fn session(w: &WriteArgs, extra: &[PathBuf]) -> Result<Session, (u8, String)> {
     let explicit = !w.dev.devices.is_empty();
     let mut paths = if explicit {
         w.dev.devices.clone()
@@ -131,7 +236,7 @@ pub(super) fn session(w: &WriteArgs, extra: &[PathBuf]) -> Result<Session, (u8, 
 }
 
 #[cfg(feature = "sanlock")]
-pub(super) fn lease_host(host_id: u64, w: &LockArgs) -> Result<lvmeta::lease::Host, (u8, String)> {
+pub fn lease_host(host_id: u64, w: &LockArgs) -> Result<lvmeta::lease::Host, (u8, String)> {
     if !(1..=2000).contains(&host_id) {
         return Err(usage(format!("--host-id {host_id}: must be 1..2000")));
     }
@@ -144,32 +249,29 @@ pub(super) fn lease_host(host_id: u64, w: &LockArgs) -> Result<lvmeta::lease::Ho
 }
 
 #[cfg(not(feature = "sanlock"))]
-pub(super) fn lease_host(
-    _host_id: u64,
-    _w: &LockArgs,
-) -> Result<lvmeta::lease::Host, (u8, String)> {
+pub fn lease_host(_host_id: u64, _w: &LockArgs) -> Result<lvmeta::lease::Host, (u8, String)> {
     Err(usage(
         "this lvmeta was built without the sanlock feature: shared VGs need --nolocking",
     ))
 }
 
-pub(super) fn names(paths: &[PathBuf]) -> Vec<String> {
+pub fn names(paths: &[PathBuf]) -> Vec<String> {
     paths.iter().map(|p| p.display().to_string()).collect()
 }
 
-pub(super) fn refs(v: &[String]) -> Vec<&str> {
+pub fn refs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
 /// `VG/LV` into its parts.
-pub(super) fn vg_lv(s: &str) -> Result<(&str, &str), (u8, String)> {
+pub fn vg_lv(s: &str) -> Result<(&str, &str), (u8, String)> {
     s.split_once('/')
         .map(|(v, l)| (v.trim_start_matches("/dev/"), l))
         .ok_or_else(|| usage(format!("{s:?}: expected VG/LV")))
 }
 
 /// Extents for `-L`/`-l`: sizes round up to whole extents.
-pub(super) fn extents_of(
+pub fn extents_of(
     vg: &Vg,
     size: Option<Bytes>,
     extents: Option<&str>,
@@ -196,49 +298,16 @@ pub(super) fn extents_of(
     u32::try_from(n).map_err(|_| usage("size is too large"))
 }
 
-/// PV indices of the VG for device names given after the LV.
-pub(super) fn pv_list(
-    vg: &Vg,
-    s: &Session,
-    devs: &[String],
-) -> Result<Option<Vec<usize>>, (u8, String)> {
+/// PV indices of the VG for device names given after the LV (`None`: any PV).
+pub fn pv_list(vg: &Vg, s: &Session, devs: &[String]) -> Result<Option<Vec<usize>>, (u8, String)> {
     if devs.is_empty() {
         return Ok(None);
     }
-    let scan = s.scan();
-    devs.iter()
-        .map(|d| {
-            let label = scan
-                .pvs
-                .iter()
-                .find(|p| p.device == *d)
-                .ok_or_else(|| failed(format!("{d}: not a PV")))?;
-            vg.pvs
-                .iter()
-                .position(|p| p.id == label.label.pv_uuid)
-                .ok_or_else(|| failed(format!("{d}: not a PV of volume group \"{}\"", vg.name)))
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
+    s.pv_indexes(vg, &refs(devs)).map(Some).map_err(failed)
 }
 
-pub(super) fn current(s: &Session, vg: &str) -> Result<Vg, (u8, String)> {
+pub fn current(s: &Session, vg: &str) -> Result<Vg, (u8, String)> {
     s.scan().vg(vg).map(|v| v.vg.clone()).map_err(failed)
-}
-
-/// Lease alignment of the VG's lvmlock device: 1 MiB for 512-byte sectors, else 8 MiB.
-pub(super) fn lease_align(s: &Session, vg: &Vg) -> u64 {
-    let scan = s.scan();
-    let big = vg.pvs.iter().any(|p| {
-        scan.pvs
-            .iter()
-            .any(|d| d.label.pv_uuid == p.id && d.sector_size > 512)
-    });
-    if big {
-        8 << 20
-    } else {
-        1 << 20
-    }
 }
 
 #[cfg(test)]

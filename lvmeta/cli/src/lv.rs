@@ -1,0 +1,285 @@
+//! `lvremove`, `lvrename`, `lvchange` (activation included) and `lvextend`, `lvreduce`,
+//! `lvresize`.
+
+use clap::Args;
+
+use lvmeta::edit::thin::PoolOptions;
+use lvmeta::edit::{self, LvChange};
+use lvmeta::session::Session;
+
+use crate::args::{
+    current, extents_of, failed, parse_size, permission, pv_list, session, usage, vg_lv, yes_no,
+    WriteArgs,
+};
+use crate::CmdResult;
+
+/// `lvextend`/`lvreduce`/`lvresize` options.
+#[derive(Args, Clone)]
+pub struct ResizeArgs {
+    #[command(flatten)]
+    w: WriteArgs,
+    /// New size or `+SIZE`/`-SIZE`.
+    #[arg(short = 'L', long = "size", allow_hyphen_values = true)]
+    size: Option<String>,
+    /// New size in extents (`+N`, `-N`, `N%FREE`, `N%VG`).
+    #[arg(short = 'l', long = "extents", allow_hyphen_values = true)]
+    extents: Option<String>,
+    /// Allow shrinking.
+    #[arg(short = 'f', long = "force", action = clap::ArgAction::Count)]
+    force: u8,
+    /// VG/LV, then PVs to allocate from.
+    #[arg(required = true)]
+    args: Vec<String>,
+}
+
+/// After a change to thin pool `pool` (its thin LVs or its settings): when the pool is active
+/// on this host (a VG without leases, or its lease free), reloads its table and sends it the
+/// queued messages now, as lvm2 does; otherwise they wait for the pool's next activation. A
+/// failure is a warning: the change is committed, and the next activation delivers it.
+pub fn deliver_if_active(s: &Session, vg: &str, pool: &str) {
+    let Some(backend) = lvmeta::activate::best() else {
+        return;
+    };
+    // The delivered queue is cleared by a commit (lvm2's update_pool_lv).
+    if let Err(e) = s.refresh(vg, pool, backend.as_ref()) {
+        eprintln!("  WARNING: thin pool {vg}/{pool} did not take its messages now: {e}");
+    }
+}
+
+impl ResizeArgs {
+    /// `lvextend` (`grow` true), `lvreduce` (false) or `lvresize` (`None`).
+    pub fn run(&self, grow: Option<bool>) -> CmdResult {
+        let a = self;
+        let (target, pv_names) = a.args.split_first().ok_or_else(|| usage("VG/LV needed"))?;
+        let (vg, lv) = vg_lv(target)?;
+        let s = session(&a.w, &[])?;
+        let cur = current(&s, vg)?;
+        let now = cur
+            .lv(lv)
+            .map(|l| u32::try_from(l.extents()).unwrap_or(u32::MAX))
+            .ok_or_else(|| {
+                failed(lvmeta::Error::LvNotFound {
+                    vg: vg.into(),
+                    lv: lv.into(),
+                })
+            })?;
+        let (sign, size, ext) = match (&a.size, &a.extents) {
+            (Some(sz), None) => {
+                let (sign, rest) = split_sign(sz);
+                (
+                    sign,
+                    Some(parse_size(rest, 'm').map_err(|e| usage(format!("-L: {e}")))?),
+                    None,
+                )
+            }
+            (None, Some(e)) => {
+                let (sign, rest) = split_sign(e);
+                (sign, None, Some(rest))
+            }
+            _ => return Err(usage("exactly one of -L and -l is needed")),
+        };
+        let n = extents_of(&cur, size, ext)?;
+        let target_extents = match sign {
+            Some('+') => now
+                .checked_add(n)
+                .ok_or_else(|| usage("size is too large"))?,
+            Some(_) => now
+                .checked_sub(n)
+                .ok_or_else(|| usage("cannot shrink below 0"))?,
+            None => n,
+        };
+        match grow {
+            Some(true) if target_extents < now => {
+                return Err(usage("lvextend cannot shrink; use lvreduce"))
+            }
+            Some(false) if target_extents > now => {
+                return Err(usage("lvreduce cannot grow; use lvextend"))
+            }
+            _ => {}
+        }
+        let pvs = pv_list(&cur, &s, pv_names)?;
+        s.update(vg, "lvresize", |v, ctx| {
+            edit::lv::resize(v, ctx, lv, target_extents, pvs.as_deref(), a.force > 0)
+        })
+        .map_err(failed)?;
+        println!("  Logical volume {vg}/{lv} successfully resized.");
+        Ok(())
+    }
+}
+
+fn split_sign(s: &str) -> (Option<char>, &str) {
+    match s.chars().next() {
+        Some(c @ ('+' | '-')) => (Some(c), &s[1..]),
+        _ => (None, s),
+    }
+}
+
+/// `lvremove`'s options.
+#[derive(Args, Clone)]
+pub struct LvremoveArgs {
+    #[command(flatten)]
+    w: WriteArgs,
+    /// Remove a thin pool with its thin LVs.
+    #[arg(short = 'f', long = "force", action = clap::ArgAction::Count)]
+    force: u8,
+    /// VG/LV names.
+    #[arg(required = true)]
+    lvs: Vec<String>,
+}
+
+impl LvremoveArgs {
+    /// Removes each LV (a thin LV's pool takes its message now when it is active here).
+    pub fn run(&self) -> CmdResult {
+        let s = session(&self.w, &[])?;
+        for name in &self.lvs {
+            let (vg, lv) = vg_lv(name)?;
+            let pool = s
+                .vg(vg)
+                .ok()
+                .and_then(|v| v.lv(lv).and_then(|l| l.thin_pool().map(str::to_owned)));
+            s.update(vg, "lvremove", |v, ctx| {
+                edit::lv::remove(v, ctx, lv, self.force > 0)
+            })
+            .map_err(failed)?;
+            println!("  Logical volume \"{lv}\" successfully removed.");
+            if let Some(pool) = pool {
+                deliver_if_active(&s, vg, &pool);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `lvrename`'s options.
+#[derive(Args, Clone)]
+pub struct LvrenameArgs {
+    #[command(flatten)]
+    w: WriteArgs,
+    /// Names.
+    #[arg(num_args = 2..=3, required = true)]
+    names: Vec<String>,
+}
+
+impl LvrenameArgs {
+    /// Renames `VG/OLD NEW` or `VG OLD NEW`.
+    pub fn run(&self) -> CmdResult {
+        let (vg, from, to) = match self.names.as_slice() {
+            [a, b] => {
+                let (vg, from) = vg_lv(a)?;
+                let to = b.rsplit('/').next().unwrap_or(b);
+                (vg.to_owned(), from.to_owned(), to.to_owned())
+            }
+            [v, a, b] => (v.clone(), a.clone(), b.clone()),
+            _ => return Err(usage("lvrename VG/OLD NEW or VG OLD NEW")),
+        };
+        let s = session(&self.w, &[])?;
+        s.update(&vg, "lvrename", |v, ctx| {
+            edit::lv::rename(v, ctx, &from, &to)
+        })
+        .map_err(failed)?;
+        println!("  Renamed \"{from}\" to \"{to}\" in volume group \"{vg}\"");
+        Ok(())
+    }
+}
+
+/// `lvchange`'s options.
+#[derive(Args, Clone)]
+pub struct LvchangeArgs {
+    #[command(flatten)]
+    w: WriteArgs,
+    /// y or ey (exclusive), sy (shared), n (deactivate). In a shared VG the LV's lease
+    /// stays held by this host (as a sanlock orphan) while the LV is active.
+    #[arg(short = 'a', long = "activate")]
+    activate: Option<String>,
+    /// Tags to add.
+    #[arg(long = "addtag")]
+    add: Vec<String>,
+    /// Tags to remove.
+    #[arg(long = "deltag")]
+    del: Vec<String>,
+    /// r or rw.
+    #[arg(short = 'p', long = "permission")]
+    permission: Option<String>,
+    /// y or n.
+    #[arg(short = 'k', long = "setactivationskip")]
+    skip: Option<String>,
+    /// y or n: a thin pool zeroes new chunks before their first use.
+    #[arg(short = 'Z', long = "zero")]
+    zero: Option<String>,
+    /// passdown, nopassdown or ignore: what a thin pool does with discards. To or from
+    /// ignore only while the pool is inactive.
+    #[arg(long = "discards")]
+    discards: Option<String>,
+    /// VG/LV names.
+    #[arg(required = true)]
+    lvs: Vec<String>,
+}
+
+impl LvchangeArgs {
+    /// Changes each LV's settings, then activates or deactivates them.
+    pub fn run(&self) -> CmdResult {
+        let change = LvChange {
+            add_tags: self.add.clone(),
+            del_tags: self.del.clone(),
+            permission: permission(&self.permission)?,
+            activation_skip: yes_no(&self.skip, "--setactivationskip")?,
+        };
+        let pool = PoolOptions {
+            zero: yes_no(&self.zero, "-Z")?,
+            discards: self.discards.clone(),
+        };
+        let shared = match self.activate.as_deref() {
+            None | Some("n") => false,
+            Some("y" | "ey") => false,
+            Some("sy") => true,
+            Some(other) => return Err(usage(format!("-a {other}: y, ey, sy or n"))),
+        };
+        let s = session(&self.w, &[])?;
+        if change != LvChange::default() || !pool.is_empty() || self.activate.is_none() {
+            for name in &self.lvs {
+                let (vg, lv) = vg_lv(name)?;
+                if let (false, Some(backend)) = (pool.is_empty(), lvmeta::activate::best()) {
+                    s.check_discard_switch(vg, lv, &pool, backend.as_ref())
+                        .map_err(failed)?;
+                }
+                s.update(vg, "lvchange", |v, ctx| {
+                    let v = edit::lv::change(v, ctx, lv, &change)?;
+                    if pool.is_empty() {
+                        return Ok(v);
+                    }
+                    edit::thin::change_pool(v, ctx, lv, &pool)
+                })
+                .map_err(failed)?;
+                println!("  Logical volume {vg}/{lv} changed.");
+                if !pool.is_empty() {
+                    // The pool's table carries these settings: reload it where it is up.
+                    deliver_if_active(&s, vg, lv);
+                }
+            }
+        }
+        let Some(act) = &self.activate else {
+            return Ok(());
+        };
+        let backend = lvmeta::activate::best().ok_or_else(|| {
+            failed("no activation backend: neither /dev/mapper/control nor /dev/loop-control")
+        })?;
+        for name in &self.lvs {
+            let (vg, lv) = vg_lv(name)?;
+            if act == "n" {
+                s.deactivate(vg, lv, backend.as_ref()).map_err(failed)?;
+                continue;
+            }
+            // lvm2's update_pool_lv: a thin pool's delivered queue is cleared, a commit.
+            let a = s
+                .activate(vg, lv, shared, false, backend.as_ref())
+                .map_err(failed)?;
+            println!(
+                "  Logical volume {vg}/{lv} is active at {}.",
+                a.device.display()
+            );
+            // The LV stays active after this process: so does its lease.
+            a.keep_lease();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,222 @@
+//! `lvcreate`: linear, striped, thin pools, thin LVs and thin snapshots.
+
+use clap::Args;
+
+use lvmeta::edit::thin::PoolOptions;
+use lvmeta::edit::{self, LvSpec, PoolSpec, Stamp, ThinSpec};
+use lvmeta::session::Session;
+
+use crate::args::{
+    current, extents_of, failed, permission, pv_list, sectors_arg, session, size_arg, usage, vg_lv,
+    yes_no, WriteArgs,
+};
+use crate::lv::deliver_if_active;
+use crate::CmdResult;
+
+/// `lvcreate`'s options.
+#[derive(Args, Clone)]
+pub struct LvcreateArgs {
+    #[command(flatten)]
+    w: WriteArgs,
+    /// LV name.
+    #[arg(short = 'n', long = "name")]
+    name: Option<String>,
+    /// Size (default unit MiB; suffixes b s k m g t p e).
+    #[arg(short = 'L', long = "size")]
+    size: Option<String>,
+    /// Size in extents, or N%FREE, N%VG.
+    #[arg(short = 'l', long = "extents")]
+    extents: Option<String>,
+    /// Stripes.
+    #[arg(short = 'i', long = "stripes")]
+    stripes: Option<u32>,
+    /// Stripe size.
+    #[arg(short = 'I', long = "stripesize")]
+    stripe_size: Option<String>,
+    /// linear, striped, thin-pool, thin, snapshot.
+    #[arg(long = "type")]
+    segtype: Option<String>,
+    /// Virtual size of a thin LV.
+    #[arg(short = 'V', long = "virtualsize")]
+    virtual_size: Option<String>,
+    /// The pool of a thin LV (`POOL` or `VG/POOL`).
+    #[arg(long = "thinpool")]
+    thinpool: Option<String>,
+    /// Thin LV or pool (`-T VG/POOL`).
+    #[arg(short = 'T', long = "thin")]
+    thin: bool,
+    /// Snapshot (of a thin LV).
+    #[arg(short = 's', long = "snapshot")]
+    snapshot: bool,
+    /// Tags.
+    #[arg(long = "addtag")]
+    tags: Vec<String>,
+    /// r or rw.
+    #[arg(short = 'p', long = "permission")]
+    permission: Option<String>,
+    /// Skip activation: y or n.
+    #[arg(short = 'k', long = "setactivationskip")]
+    skip: Option<String>,
+    /// Pool chunk size.
+    #[arg(short = 'c', long = "chunksize")]
+    chunk_size: Option<String>,
+    /// Pool metadata size.
+    #[arg(long = "poolmetadatasize")]
+    pool_metadata_size: Option<String>,
+    /// passdown, nopassdown, ignore.
+    #[arg(long = "discards")]
+    discards: Option<String>,
+    /// y or n: zero new pool blocks (thin pools); other LVs are never zeroed here.
+    #[arg(short = 'Z', long = "zero")]
+    zero: Option<String>,
+    /// Only n: lvcreate does not activate (lvchange -ay does).
+    #[arg(short = 'a', long = "activate")]
+    activate: Option<String>,
+    /// VG, VG/POOL or VG/ORIGIN, then PVs to allocate from.
+    #[arg(required = true)]
+    args: Vec<String>,
+}
+
+impl LvcreateArgs {
+    /// Creates the LV lvm2 would, and says so as lvm2 does.
+    pub fn run(&self) -> CmdResult {
+        let a = self;
+        if let Some(act) = a.activate.as_deref() {
+            if !matches!(act, "n" | "no") {
+                return Err(usage(
+                    "-a: lvcreate does not activate; create with -an, then lvchange -ay",
+                ));
+            }
+        }
+        let (target, pv_names) = a.args.split_first().ok_or_else(|| usage("VG needed"))?;
+        let s = session(&a.w, &[])?;
+        let stamp = Stamp::now();
+        let segtype = a.segtype.as_deref();
+        let thin_like = a.virtual_size.is_some() || a.thinpool.is_some() || segtype == Some("thin");
+        let perm = permission(&a.permission)?.unwrap_or_default();
+        let skip = yes_no(&a.skip, "--setactivationskip")?;
+        // Thin snapshot: lvcreate -s VG/ORIGIN [-n NAME].
+        if a.snapshot || segtype == Some("snapshot") {
+            let (vg, origin) = vg_lv(target)?;
+            let cur = current(&s, vg)?;
+            let pool = match cur
+                .lv(origin)
+                .and_then(|l| l.segments.first())
+                .map(|s| &s.kind)
+            {
+                Some(lvmeta::model::SegKind::Thin(t)) => t.thin_pool.clone(),
+                _ => {
+                    return Err(failed(format!(
+                        "{vg}/{origin}: lvmeta makes snapshots of thin LVs only"
+                    )))
+                }
+            };
+            let spec = ThinSpec {
+                name: a.name.clone(),
+                pool,
+                extents: 0,
+                origin: Some(origin.to_owned()),
+                tags: a.tags.clone(),
+                activation_skip: skip,
+                stamp,
+            };
+            return create_thin(&s, vg, &spec);
+        }
+        let (vg, in_target) = match target.split_once('/') {
+            Some((v, l)) => (v, Some(l)),
+            None => (target.as_str(), None),
+        };
+        let cur = current(&s, vg)?;
+        let pvs = pv_list(&cur, &s, pv_names)?;
+        if thin_like && segtype != Some("thin-pool") {
+            let pool = match (&a.thinpool, in_target) {
+                (Some(p), _) => p.rsplit('/').next().unwrap_or(p).to_owned(),
+                (None, Some(p)) if a.thin => p.to_owned(),
+                _ => return Err(usage("a thin LV needs --thinpool POOL (or -T VG/POOL)")),
+            };
+            let bytes =
+                size_arg(&a.virtual_size, "-V", 'm')?.ok_or_else(|| usage("-V SIZE is needed"))?;
+            let spec = ThinSpec {
+                name: a.name.clone(),
+                pool,
+                extents: extents_of(&cur, Some(bytes), None)?,
+                origin: None,
+                tags: a.tags.clone(),
+                activation_skip: skip,
+                stamp,
+            };
+            return create_thin(&s, vg, &spec);
+        }
+        let stripes = a.stripes.unwrap_or(1);
+        let mut extents = extents_of(&cur, size_arg(&a.size, "-L", 'm')?, a.extents.as_deref())?;
+        if extents % stripes != 0 {
+            extents += stripes - extents % stripes;
+        }
+        let stripe_size = sectors_arg(&a.stripe_size, "-I", 'k')?;
+        let name = if segtype == Some("thin-pool") || (a.thin && in_target.is_some()) {
+            a.name.clone().or(in_target.map(str::to_owned))
+        } else {
+            a.name.clone()
+        };
+        let spec = LvSpec {
+            name,
+            extents,
+            stripes,
+            stripe_size,
+            pvs,
+            tags: a.tags.clone(),
+            permission: perm,
+            activation_skip: skip.unwrap_or(false),
+            stamp,
+            internal: false,
+        };
+        let made = match segtype {
+            Some("thin-pool") => {
+                let options = PoolOptions {
+                    zero: yes_no(&a.zero, "-Z")?,
+                    discards: a.discards.clone(),
+                };
+                let pool = PoolSpec {
+                    chunk_size: sectors_arg(&a.chunk_size, "--chunksize", 'k')?,
+                    metadata_extents: size_arg(&a.pool_metadata_size, "--poolmetadatasize", 'm')?
+                        .map(|b| extents_of(&cur, Some(b), None))
+                        .transpose()?,
+                    ..PoolSpec::new(spec, &options)
+                };
+                s.update(vg, "lvcreate", |v, ctx| {
+                    edit::thin::create_pool(v, ctx, &pool)
+                })
+                .map_err(failed)?
+            }
+            None | Some("linear" | "striped") => {
+                if segtype == Some("linear") && stripes > 1 {
+                    return Err(usage("--type linear with -i > 1"));
+                }
+                s.update(vg, "lvcreate", |v, ctx| edit::lv::create(v, ctx, &spec))
+                    .map_err(failed)?
+            }
+            Some(t) => {
+                return Err(usage(format!(
+                    "--type {t}: lvmeta creates linear, striped, thin-pool and thin LVs"
+                )))
+            }
+        };
+        if stripes > 1 && a.stripe_size.is_none() {
+            println!("  Using default stripesize 64.00 KiB.");
+        }
+        println!("  Logical volume \"{made}\" created.");
+        Ok(())
+    }
+}
+
+/// Creates a thin LV or thin snapshot and says so as lvm2 does.
+fn create_thin(s: &Session, vg: &str, spec: &ThinSpec) -> CmdResult {
+    let made = s
+        .update(vg, "lvcreate", |v, ctx| {
+            edit::thin::create_thin(v, ctx, spec)
+        })
+        .map_err(failed)?;
+    println!("  Logical volume \"{made}\" created.");
+    deliver_if_active(s, vg, &spec.pool);
+    Ok(())
+}
