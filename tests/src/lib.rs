@@ -340,7 +340,8 @@ pub fn lvmeta_bin() -> PathBuf {
     workspace_bin("lvmeta-cli", "lvmeta")
 }
 
-/// Binary `name` of workspace package `package`, next to the test binaries; built if missing.
+/// Binary `name` of workspace package `package`, next to the test binaries: built if missing,
+/// and in a benchmark (target/release) built or found up to date every time.
 pub fn workspace_bin(package: &str, name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe
@@ -349,9 +350,10 @@ pub fn workspace_bin(package: &str, name: &str) -> PathBuf {
         .expect("target dir")
         .to_owned();
     let bin = dir.join(name);
-    if !bin.exists() {
-        // Benchmarks run from target/release: build the binary in the same profile.
-        let release = dir.file_name().is_some_and(|d| d == "release");
+    // Benchmarks run from target/release: the binary is built (or found up to date) in the
+    // same profile every time, never taken stale from an earlier build.
+    let release = dir.file_name().is_some_and(|d| d == "release");
+    if release || !bin.exists() {
         let status = Command::new(env!("CARGO"))
             .args(["build", "-p", package, "--bin", name])
             .args(release.then_some("--release"))

@@ -56,7 +56,7 @@ fn rel(p: &Path) -> String {
     p.strip_prefix(root()).unwrap_or(p).display().to_string()
 }
 
-const CRATES: &[&str] = &["lvmeta", "csi-shim", "sanlock-sys"];
+const CRATES: &[&str] = &["lvmeta", "lvmeta/cli", "csi-shim", "sanlock-sys"];
 
 fn sizes(found: &mut BTreeSet<String>) {
     for k in CRATES {

@@ -360,15 +360,7 @@ pub(super) fn snapshot_spec(
     src: &str,
     stamp: Stamp,
 ) -> Result<ThinSpec, EditError> {
-    Ok(ThinSpec {
-        name: Some(name.to_owned()),
-        pool: pool_of(vg, src).ok_or_else(|| edit::refused(src, "is not a thin LV"))?,
-        extents: 0,
-        origin: Some(src.to_owned()),
-        tags: Vec::new(),
-        activation_skip: None,
-        stamp,
-    })
+    ThinSpec::snapshot_of(vg, src, Some(name.to_owned()), stamp)
 }
 
 /// The thin LV `thin` makes, its pool first grown by `grow` extents (what the new LV may

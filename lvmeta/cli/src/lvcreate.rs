@@ -99,26 +99,10 @@ impl LvcreateArgs {
         if a.snapshot || segtype == Some("snapshot") {
             let (vg, origin) = vg_lv(target)?;
             let cur = current(&s, vg)?;
-            let pool = match cur
-                .lv(origin)
-                .and_then(|l| l.segments.first())
-                .map(|s| &s.kind)
-            {
-                Some(lvmeta::model::SegKind::Thin(t)) => t.thin_pool.clone(),
-                _ => {
-                    return Err(failed(format!(
-                        "{vg}/{origin}: lvmeta makes snapshots of thin LVs only"
-                    )))
-                }
-            };
             let spec = ThinSpec {
-                name: a.name.clone(),
-                pool,
-                extents: 0,
-                origin: Some(origin.to_owned()),
                 tags: a.tags.clone(),
                 activation_skip: skip,
-                stamp,
+                ..ThinSpec::snapshot_of(&cur, origin, a.name.clone(), stamp).map_err(failed)?
             };
             return create_thin(&s, vg, &spec);
         }

@@ -153,6 +153,40 @@ pub struct ThinSpec {
     pub stamp: Stamp,
 }
 
+impl ThinSpec {
+    /// A thin snapshot of thin LV `origin` of `vg` in the origin's pool (`lvcreate -s`):
+    /// named `name` (`None`: the next `lvol<N>`), no tags, lvm2's activation skip.
+    pub fn snapshot_of(
+        vg: &Vg,
+        origin: &str,
+        name: Option<String>,
+        stamp: Stamp,
+    ) -> Result<Self, EditError> {
+        let pool = match vg
+            .lv(origin)
+            .and_then(|l| l.segments.first())
+            .map(|s| &s.kind)
+        {
+            Some(SegKind::Thin(t)) => t.thin_pool.clone(),
+            _ => {
+                return Err(refused(
+                    format!("{}/{origin}", vg.name),
+                    "lvmeta makes snapshots of thin LVs only",
+                ))
+            }
+        };
+        Ok(Self {
+            name,
+            pool,
+            extents: 0,
+            origin: Some(origin.to_owned()),
+            tags: Vec::new(),
+            activation_skip: None,
+            stamp,
+        })
+    }
+}
+
 /// lvm2's metadata size estimate, in sectors: 64 bytes per chunk, at least 2 MiB.
 fn estimate_metadata(data_sectors: u64, chunk: u32) -> u64 {
     (data_sectors / (u64::from(chunk) * 8)).max(MIN_METADATA)

@@ -2,6 +2,7 @@
 
 use crate::model::{Area, Lv, SegKind, Segment, ThinPool, Vg};
 use crate::scan::{Scan, ScannedVg};
+use crate::units::Sectors;
 
 /// Which object a field describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,7 +336,9 @@ pub fn lv_field(
             _ => 0,
         }),
         "stripe_size" => Cell::Size(match &seg.kind {
-            SegKind::Striped(s) if s.areas.len() > 1 => u64::from(s.stripe_size.unwrap_or(0)) * 512,
+            SegKind::Striped(s) if s.areas.len() > 1 => {
+                Sectors(u64::from(s.stripe_size.unwrap_or(0))).bytes().0
+            }
             _ => 0,
         }),
         "discards" => Cell::Str(

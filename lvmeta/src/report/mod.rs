@@ -53,11 +53,12 @@ impl Units {
                 }
             }
             's' | 'S' => {
+                let sectors = crate::units::Bytes(bytes).sectors_floor().0;
                 return if self.suffix {
-                    format!("{}S", bytes / 512)
+                    format!("{sectors}S")
                 } else {
-                    (bytes / 512).to_string()
-                }
+                    sectors.to_string()
+                };
             }
             'h' | 'H' => {
                 let base: u64 = if self.unit == 'h' { 1024 } else { 1000 };

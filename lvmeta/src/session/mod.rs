@@ -208,41 +208,6 @@ impl Session {
         self.devices.iter().map(|d| d.as_ref()).collect()
     }
 
-    /// The largest logical sector size of the named devices (512 when none is open here):
-    /// what a shared VG's lease sizes follow.
-    pub fn sector_size(&self, devices: &[&str]) -> u32 {
-        self.devices
-            .iter()
-            .filter(|d| devices.contains(&d.name()))
-            .map(|d| d.logical_sector_size())
-            .max()
-            .unwrap_or(512)
-    }
-
-    /// The indexes in `vg.pvs` of the PVs on `devices` (the PVs an allocation may use);
-    /// an error names a device that holds no PV, or a PV of another VG.
-    pub fn pv_indexes(&self, vg: &Vg, devices: &[&str]) -> Result<Vec<usize>, Error> {
-        let scan = self.current();
-        devices
-            .iter()
-            .map(|&d| {
-                let bad = |why: String| Error::Device {
-                    device: d.to_owned(),
-                    why,
-                };
-                let label = scan
-                    .pvs
-                    .iter()
-                    .find(|p| p.device == d)
-                    .ok_or_else(|| bad("not a PV".into()))?;
-                vg.pvs
-                    .iter()
-                    .position(|p| p.id == label.label.pv_uuid)
-                    .ok_or_else(|| bad(format!("not a PV of volume group \"{}\"", vg.name)))
-            })
-            .collect()
-    }
-
     /// Scans every device.
     pub fn scan(&self) -> Scan {
         self.forget();
@@ -443,7 +408,7 @@ impl VgView {
 
     /// Byte alignment of the VG's leases on its lease device, as lvmlockd aligns them.
     pub fn lease_align(&self) -> u64 {
-        places(&self.scan, self.scanned()).geometry.align
+        lease_align(&self.scan, self.scanned())
     }
 
     /// The VG.
@@ -518,6 +483,15 @@ fn places(scan: &Scan, sv: &ScannedVg) -> lease::VgPlaces {
     lease::VgPlaces {
         paths,
         geometry: lease::Geometry::for_sector(sector),
+    }
+}
+
+/// Byte alignment of a VG's leases on its lease device (a VG without leases: lvmlockd's
+/// default, and no look for `lvmlock` among its LVs).
+fn lease_align(scan: &Scan, sv: &ScannedVg) -> u64 {
+    match sv.vg.is_shared() {
+        true => places(scan, sv).geometry.align,
+        false => lease::layout::LEASE_ALIGN,
     }
 }
 

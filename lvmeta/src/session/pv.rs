@@ -16,6 +16,41 @@ use crate::uuid::Uuid;
 use crate::Error;
 
 impl Session {
+    /// The largest logical sector size of the named devices (512 when none is open here):
+    /// what a shared VG's lease sizes follow.
+    pub fn sector_size(&self, devices: &[&str]) -> u32 {
+        self.devices
+            .iter()
+            .filter(|d| devices.contains(&d.name()))
+            .map(|d| d.logical_sector_size())
+            .max()
+            .unwrap_or(512)
+    }
+
+    /// The indexes in `vg.pvs` of the PVs on `devices` (the PVs an allocation may use);
+    /// an error names a device that holds no PV, or a PV of another VG.
+    pub fn pv_indexes(&self, vg: &Vg, devices: &[&str]) -> Result<Vec<usize>, Error> {
+        let scan = self.current();
+        devices
+            .iter()
+            .map(|&d| {
+                let bad = |why: String| Error::Device {
+                    device: d.to_owned(),
+                    why,
+                };
+                let label = scan
+                    .pvs
+                    .iter()
+                    .find(|p| p.device == d)
+                    .ok_or_else(|| bad("not a PV".into()))?;
+                vg.pvs
+                    .iter()
+                    .position(|p| p.id == label.label.pv_uuid)
+                    .ok_or_else(|| bad(format!("not a PV of volume group \"{}\"", vg.name)))
+            })
+            .collect()
+    }
+
     /// lvm2's global file lock, then, where a shared VG whose lockspace this host has joined
     /// holds the enabled global lease, that lease exclusively (lvmlockd's `lockd_global` for
     /// the commands that change PVs and the VG namespace).

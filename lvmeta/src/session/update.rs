@@ -18,7 +18,7 @@ use std::sync::Arc;
 use super::group::{Outcome, Turn};
 use super::guard::{Guard, HeldLeases, VgHold};
 use super::write::next_version;
-use super::{copies_agree, members, places, writable, Session};
+use super::{copies_agree, lease_align, members, places, writable, Session};
 use crate::edit::{self, EditCtx, EditError};
 use crate::lease;
 use crate::lockfile::{FileLock, Resource};
@@ -321,7 +321,7 @@ impl Session {
             _ => Indexed::of(vg),
         };
         let copies_agree = copies_agree(&scan, name);
-        let lease_align = places(&scan, sv).geometry.align;
+        let lease_align = lease_align(&scan, sv);
         let bench = Bench {
             copies_agree,
             scan,
