@@ -24,6 +24,7 @@ pub mod listing;
 pub mod malloc;
 pub mod metrics;
 pub mod mount;
+pub mod nbd;
 pub mod node;
 pub mod params;
 pub mod server;
