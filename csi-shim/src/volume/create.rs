@@ -343,7 +343,7 @@ pub(super) fn thin_copy(
     let copy = ThinSpec {
         tags,
         activation_skip: Some(false),
-        ..snapshot_spec(&vg, name, src, stamp)?
+        ..ThinSpec::snapshot_of(&vg, src, Some(name.to_owned()), stamp)?
     };
     let vg = snapshot_in_pool(vg, ctx, want, &copy)?;
     if want > src_extents {
@@ -351,16 +351,6 @@ pub(super) fn thin_copy(
         return edit::lv::resize(vg, ctx, name, to, None, false);
     }
     Ok(vg)
-}
-
-/// A thin snapshot `name` of thin LV `src` of `vg`, in `src`'s pool (no tags).
-pub(super) fn snapshot_spec(
-    vg: &Vg,
-    name: &str,
-    src: &str,
-    stamp: Stamp,
-) -> Result<ThinSpec, EditError> {
-    ThinSpec::snapshot_of(vg, src, Some(name.to_owned()), stamp)
 }
 
 /// The thin LV `thin` makes, its pool first grown by `grow` extents (what the new LV may

@@ -1,6 +1,6 @@
 //! Snapshots: thin snapshots of thin volumes, listed, found, made and deleted.
 
-use super::create::{snapshot_in_pool, snapshot_spec};
+use super::create::snapshot_in_pool;
 use super::delete::remove_thin;
 use super::*;
 
@@ -61,7 +61,7 @@ impl<'s> Volumes<'s> {
             let snap = ThinSpec {
                 tags: vec![format!("{SNAPSHOT_TAG}{source}")],
                 activation_skip: Some(true),
-                ..snapshot_spec(&vg, name, source, stamp)?
+                ..ThinSpec::snapshot_of(&vg, source, Some(name.to_owned()), stamp)?
             };
             let vg = snapshot_in_pool(vg, ctx, more, &snap)?;
             let s = snapshot_of(&vg, name).ok_or_else(|| {
