@@ -18,40 +18,32 @@ pub fn request(data: &[u8]) {
 /// `vol`: it must end (an error is fine) without a panic, and answer only whole messages.
 pub fn nbd(data: &[u8]) {
     use std::io::{Read, Write};
-    use std::sync::Arc;
+    use std::os::unix::net::UnixStream;
 
-    /// The client's bytes in, the server's out.
-    struct Wire<'a> {
-        input: &'a [u8],
-        output: Vec<u8>,
-    }
-    impl Read for Wire<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            self.input.read(buf)
-        }
-    }
-    impl Write for Wire<'_> {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.output.extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    let export = Arc::new(crate::nbd::Export {
-        dev: Box::new(lvmeta::dev::MemDevice::new("vol", 1 << 20, 512)),
-        read_only: data.first().is_some_and(|b| b & 1 == 1),
-    });
+    let export = crate::nbd::Export::new(
+        Box::new(lvmeta::dev::MemDevice::new("vol", 1 << 20, 512)),
+        data.first().is_some_and(|b| b & 1 == 1),
+        4,
+    );
     let find = move |name: &[u8]| (name == b"vol").then(|| export.clone());
-    let mut wire = Wire {
-        input: data.get(1..).unwrap_or_default(),
-        output: Vec::new(),
-    };
-    let _ = crate::nbd::server::serve(&mut wire, &find);
+    let (server, mut client) = UnixStream::pair().expect("socket pair");
+    let input = data.get(1..).unwrap_or_default().to_vec();
+    // The client's bytes in, then its half closed; the server's bytes out until it ends.
+    let peer = std::thread::spawn(move || {
+        let mut reader = client.try_clone().expect("clone");
+        let drain = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let _ = reader.read_to_end(&mut out);
+            out
+        });
+        let _ = client.write_all(&input);
+        let _ = client.shutdown(std::net::Shutdown::Write);
+        drain.join().expect("drain")
+    });
+    let _ = crate::nbd::serve(server, &find);
+    let output = peer.join().expect("peer");
     assert!(
-        wire.output.starts_with(b"NBDMAGICIHAVEOPT"),
+        output.starts_with(b"NBDMAGICIHAVEOPT"),
         "the greeting comes first"
     );
 }

@@ -77,6 +77,8 @@ pub mod rep {
     pub const ERR_INVALID: u32 = (1 << 31) + 3;
     /// No such export.
     pub const ERR_UNKNOWN: u32 = (1 << 31) + 6;
+    /// The export is going away (handed over, fenced): try again later.
+    pub const ERR_SHUTDOWN: u32 = (1 << 31) + 7;
 }
 
 /// Information types of `REP_INFO`.
@@ -137,6 +139,63 @@ pub fn client_flags(raw: [u8; 4]) -> Result<bool, ProtoError> {
         return Err(ProtoError::ClientFlags(f));
     }
     Ok(f & u32::from(FLAG_NO_ZEROES) != 0)
+}
+
+/// The handshake flags of a server's greeting; refused unless it speaks fixed newstyle.
+pub fn parse_greeting(raw: [u8; 18]) -> Result<u16, ProtoError> {
+    let magic = u64::from_be_bytes(be(&raw[..8]));
+    let opt = u64::from_be_bytes(be(&raw[8..16]));
+    if magic != NBDMAGIC || opt != IHAVEOPT {
+        return Err(ProtoError::Magic {
+            what: "greeting",
+            found: if magic != NBDMAGIC { magic } else { opt },
+            want: if magic != NBDMAGIC {
+                NBDMAGIC
+            } else {
+                IHAVEOPT
+            },
+        });
+    }
+    let flags = u16::from_be_bytes(be(&raw[16..]));
+    if flags & FLAG_FIXED_NEWSTYLE == 0 {
+        return Err(ProtoError::ClientFlags(u32::from(flags)));
+    }
+    Ok(flags)
+}
+
+/// An option reply's header: the option, the reply type and the data length (bounded).
+pub fn parse_option_reply(raw: [u8; 20]) -> Result<(u32, u32, u32), ProtoError> {
+    let magic = u64::from_be_bytes(be(&raw[..8]));
+    if magic != REPLY_MAGIC {
+        return Err(ProtoError::Magic {
+            what: "option reply",
+            found: magic,
+            want: REPLY_MAGIC,
+        });
+    }
+    let option = u32::from_be_bytes(be(&raw[8..12]));
+    let kind = u32::from_be_bytes(be(&raw[12..16]));
+    let len = u32::from_be_bytes(be(&raw[16..]));
+    if len > MAX_OPTION_DATA {
+        return Err(ProtoError::OptionTooLarge { option, len });
+    }
+    Ok((option, kind, len))
+}
+
+/// A simple reply's errno and cookie.
+pub fn parse_simple_reply(raw: [u8; 16]) -> Result<(u32, u64), ProtoError> {
+    let magic = u32::from_be_bytes(be(&raw[..4]));
+    if magic != SIMPLE_REPLY_MAGIC {
+        return Err(ProtoError::Magic {
+            what: "reply",
+            found: u64::from(magic),
+            want: u64::from(SIMPLE_REPLY_MAGIC),
+        });
+    }
+    Ok((
+        u32::from_be_bytes(be(&raw[4..8])),
+        u64::from_be_bytes(be(&raw[8..])),
+    ))
 }
 
 /// The server's greeting: magic, `IHAVEOPT`, handshake flags.

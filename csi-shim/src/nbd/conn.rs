@@ -1,0 +1,539 @@
+//! One NBD connection served: the handshake, then transmission, pipelined.
+//!
+//! - The connection's thread reads requests in order; each runs on the server's shared
+//!   workers; a writer thread per connection sends the replies as they complete (the
+//!   protocol matches them by cookie, in any order).
+//! - Bytes and requests in flight are taken from [`Budget`]s before a payload is read or a
+//!   request queued, so what a client costs is bounded whatever it sends.
+//! - A request the export cannot serve is answered with its errno; the connection ends only
+//!   on a protocol error, a failed socket, `DISC` (after the replies of earlier requests), or
+//!   the export's closing (without replies: the client requeues them).
+//! - Data are never cached here: FLUSH and FUA ask the device to make replied writes stable.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lvmeta::dev::AlignedBuf;
+
+use super::handshake::{handshake, read_array, Find, ServeError};
+use super::limits::{node_budget, Budget, Limits, Permit};
+use super::proto::{self, errno, Command, Request};
+use super::Export;
+
+/// A connected socket the server can split into a reading and a writing half, and end.
+pub trait Wire: Read + Write + Send + 'static {
+    /// Another handle on the same socket.
+    fn split(&self) -> io::Result<Self>
+    where
+        Self: Sized;
+    /// Ends the connection both ways (blocked reads and writes return).
+    fn end(&self);
+    /// Read and write timeouts (None: none).
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()>;
+    /// The peer's address, if it has one.
+    fn peer_ip(&self) -> Option<IpAddr>;
+}
+
+/// Both socket kinds are wires; only TCP has a peer address.
+macro_rules! wire_for {
+    ($t:ty, $peer:expr) => {
+        impl Wire for $t {
+            fn split(&self) -> io::Result<Self> {
+                self.try_clone()
+            }
+            fn end(&self) {
+                // Already ended or reset: nothing left to end.
+                let _ = self.shutdown(Shutdown::Both);
+            }
+            fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+                self.set_read_timeout(t)?;
+                self.set_write_timeout(t)
+            }
+            fn peer_ip(&self) -> Option<IpAddr> {
+                $peer(self)
+            }
+        }
+    };
+}
+
+wire_for!(TcpStream, |s: &TcpStream| s
+    .peer_addr()
+    .ok()
+    .map(|a| a.ip()));
+wire_for!(UnixStream, |_: &UnixStream| None);
+
+/// A unit of device work for the shared workers.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// What the connections of one node share: limits, the bytes budget, the I/O workers.
+pub struct Server {
+    limits: Limits,
+    budget: Arc<Budget>,
+    jobs: Mutex<Sender<Job>>,
+}
+
+impl Server {
+    /// A server with `limits`, its workers started.
+    pub fn new(limits: Limits) -> io::Result<Arc<Self>> {
+        let (tx, rx) = channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..limits.workers.max(1) {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("nbd-io-{i}"))
+                .spawn(move || work(&rx))?;
+        }
+        Ok(Arc::new(Self {
+            budget: node_budget(&limits),
+            limits,
+            jobs: Mutex::new(tx),
+        }))
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Payload bytes in flight on the node now.
+    pub fn bytes_in_flight(&self) -> u64 {
+        self.budget.used()
+    }
+
+    /// Serves one connection: the handshake within the limits' deadline, then requests
+    /// until the client disconnects, the socket fails or the export closes.
+    pub fn serve<W: Wire>(&self, mut wire: W, find: &Find<'_>) -> Result<(), ServeError> {
+        let deadline = Instant::now() + self.limits.handshake;
+        let chosen = handshake(
+            &mut Deadline {
+                wire: &mut wire,
+                deadline,
+            },
+            find,
+        )?;
+        wire.set_timeouts(None)?;
+        let Some(export) = chosen else {
+            return Ok(());
+        };
+        let ender = wire.split()?;
+        let Some(id) = export.attach(Box::new(move || ender.end())) else {
+            // Closed or full since the handshake looked: dropped, nothing was sent.
+            return Ok(());
+        };
+        let done = self.transmit(wire, &export);
+        export.detach(id);
+        done
+    }
+
+    fn transmit<W: Wire>(&self, mut reader: W, export: &Arc<Export>) -> Result<(), ServeError> {
+        let (replies, queue) = channel::<Reply>();
+        let writer = reader.split()?;
+        let closing = export.clone();
+        let sender = std::thread::Builder::new()
+            .name("nbd-reply".into())
+            .spawn(move || send_replies(writer, &queue, &closing))?;
+        let read = self.read_requests(&mut reader, export, &replies);
+        // The writer ends once every queued request has replied (or been dropped).
+        drop(replies);
+        if sender.join().is_err() {
+            tracing::error!("NBD reply thread panicked");
+        }
+        read
+    }
+
+    /// Reads requests until `DISC` or an error, queueing each on the workers.
+    fn read_requests<W: Wire>(
+        &self,
+        reader: &mut W,
+        export: &Arc<Export>,
+        replies: &Sender<Reply>,
+    ) -> Result<(), ServeError> {
+        let size = export.dev.size();
+        let in_flight = Budget::new(self.limits.max_in_flight);
+        loop {
+            let req = Request::parse(read_array(reader)?)?;
+            if req.command == Command::Disconnect {
+                return Ok(());
+            }
+            let checked = req.check(size, export.read_only);
+            let count = in_flight.take(1);
+            let data_len = match req.command {
+                Command::Write => req.len,
+                Command::Read if checked.is_ok() => req.len,
+                _ => 0,
+            };
+            // Bounded before anything is allocated: a payload too large to read is a
+            // protocol error (the stream cannot be resynchronised).
+            if data_len > proto::MAX_PAYLOAD {
+                return Err(ServeError::Io(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("a {:?} of {} bytes", req.command, req.len),
+                )));
+            }
+            let bytes = self.budget.take(u64::from(data_len));
+            let mut data = AlignedBuf::new(data_len as usize);
+            if req.command == Command::Write {
+                reader.read_exact(data.as_mut_slice())?;
+            }
+            let work = Work {
+                export: export.clone(),
+                req,
+                checked,
+                data,
+                permits: (count, bytes),
+                replies: replies.clone(),
+            };
+            self.submit(Box::new(move || work.run()));
+        }
+    }
+
+    fn submit(&self, job: Job) {
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = jobs.send(job) {
+            // Workers gone (only while the process ends): run it here.
+            (e.0)();
+        }
+    }
+}
+
+/// A worker's loop: run jobs until the server goes.
+fn work(rx: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+            Ok(job) => job,
+            Err(_) => return,
+        };
+        job();
+    }
+}
+
+/// A request on its way: run it, queue its reply.
+struct Work {
+    export: Arc<Export>,
+    req: Request,
+    checked: Result<(), u32>,
+    data: AlignedBuf,
+    permits: (Permit, Permit),
+    replies: Sender<Reply>,
+}
+
+impl Work {
+    fn run(mut self) {
+        // A closed export touches the device no more and answers nothing.
+        if self.export.is_closed() {
+            return;
+        }
+        let done = self
+            .checked
+            .and_then(|()| run(&self.export, &self.req, &mut self.data));
+        let error = done.err().unwrap_or(0);
+        let with_data = error == 0 && self.req.command == Command::Read;
+        let reply = Reply {
+            head: proto::simple_reply(error, self.req.cookie),
+            data: with_data.then_some(self.data),
+            _permits: self.permits,
+        };
+        // The writer is gone only when the connection ended: nobody to answer.
+        let _ = self.replies.send(reply);
+    }
+}
+
+/// A reply ready to send, holding its budget until sent.
+struct Reply {
+    head: [u8; 16],
+    data: Option<AlignedBuf>,
+    _permits: (Permit, Permit),
+}
+
+/// Sends replies until every request has replied; stops writing once the export closes or
+/// the socket fails (the rest are dropped, and their budget freed).
+fn send_replies<W: Wire>(mut writer: W, queue: &Receiver<Reply>, export: &Export) {
+    let mut broken = false;
+    for reply in queue {
+        if broken || export.is_closed() {
+            continue;
+        }
+        let sent = writer
+            .write_all(&reply.head)
+            .and_then(|()| match &reply.data {
+                Some(d) => writer.write_all(d.as_slice()),
+                None => Ok(()),
+            });
+        if let Err(e) = sent.and_then(|()| writer.flush()) {
+            tracing::debug!(error = %e, "NBD reply not sent; ending the connection");
+            writer.end();
+            broken = true;
+        }
+    }
+}
+
+/// Runs a checked request on the export's device; the errno on failure.
+fn run(export: &Export, req: &Request, data: &mut AlignedBuf) -> Result<(), u32> {
+    let dev = export.dev.as_ref();
+    let eio = |e: io::Error| {
+        tracing::warn!(device = dev.name(), offset = req.offset, len = req.len, error = %e, "NBD request failed");
+        errno::EIO
+    };
+    let fua = req.flags & proto::CMD_FLAG_FUA != 0;
+    let len = u64::from(req.len);
+    match req.command {
+        Command::Read => dev.read_at(req.offset, data.as_mut_slice()).map_err(eio)?,
+        Command::Write if fua => return dev.write_fua(req.offset, data.as_slice()).map_err(eio),
+        Command::Write => dev.write_at(req.offset, data.as_slice()).map_err(eio)?,
+        // A hint: a device that cannot discard keeps the data.
+        Command::Trim => drop(dev.discard(req.offset, len).map_err(eio)?),
+        Command::WriteZeroes => dev.write_zeroes(req.offset, len).map_err(eio)?,
+        Command::Flush => return dev.flush().map_err(eio),
+        Command::Disconnect | Command::Other(_) => return Err(errno::EINVAL),
+    }
+    if fua && req.command != Command::Read {
+        dev.flush().map_err(eio)?;
+    }
+    Ok(())
+}
+
+/// A wire whose every read and write must finish by `deadline` (the handshake's).
+struct Deadline<'a, W: Wire> {
+    wire: &'a mut W,
+    deadline: Instant,
+}
+
+impl<W: Wire> Deadline<'_, W> {
+    fn arm(&self) -> io::Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the handshake took too long",
+            ));
+        }
+        self.wire.set_timeouts(Some(left))
+    }
+}
+
+impl<W: Wire> Read for Deadline<'_, W> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.arm()?;
+        self.wire.read(buf)
+    }
+}
+
+impl<W: Wire> Write for Deadline<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.arm()?;
+        self.wire.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.wire.flush()
+    }
+}
+
+/// Serves one connection with a server of its own (tests, fuzzing).
+pub fn serve<W: Wire>(wire: W, find: &Find<'_>) -> Result<(), ServeError> {
+    let limits = Limits {
+        workers: 2,
+        ..Limits::default()
+    };
+    Server::new(limits)?.serve(wire, find)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lvmeta::dev::MemDevice;
+    use proto::{opt, rep, CMD_FLAG_FUA, CMD_FLAG_NO_HOLE};
+    use std::os::unix::net::UnixStream;
+    use std::thread::JoinHandle;
+
+    const SIZE: u64 = 1 << 20;
+
+    /// A server on one end of a socket pair, exporting `vol` (read-only with `ro`).
+    fn start(ro: bool) -> (UnixStream, JoinHandle<Result<(), ServeError>>) {
+        let (server, client) = UnixStream::pair().expect("socket pair");
+        let export = Export::new(Box::new(MemDevice::new("vol", SIZE, 512)), ro, 4);
+        let handle = std::thread::spawn(move || {
+            let find = move |name: &[u8]| (name == b"vol").then(|| export.clone());
+            serve(server, &find)
+        });
+        (client, handle)
+    }
+
+    fn read_n(s: &mut UnixStream, n: usize) -> Vec<u8> {
+        let mut b = vec![0u8; n];
+        s.read_exact(&mut b).expect("read");
+        b
+    }
+
+    /// The greeting read, the client flags sent.
+    fn hello(s: &mut UnixStream, flags: u32) {
+        assert_eq!(read_n(s, 18), proto::greeting());
+        s.write_all(&flags.to_be_bytes()).expect("flags");
+    }
+
+    fn option(s: &mut UnixStream, option: u32, data: &[u8]) {
+        let mut b = proto::IHAVEOPT.to_be_bytes().to_vec();
+        b.extend_from_slice(&option.to_be_bytes());
+        b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        b.extend_from_slice(data);
+        s.write_all(&b).expect("option");
+    }
+
+    /// One option reply: its type and data.
+    fn reply(s: &mut UnixStream) -> (u32, Vec<u8>) {
+        let h = read_n(s, 20);
+        assert_eq!(h[..8], proto::REPLY_MAGIC.to_be_bytes());
+        let kind = u32::from_be_bytes(h[12..16].try_into().expect("4"));
+        let len = u32::from_be_bytes(h[16..].try_into().expect("4"));
+        (kind, read_n(s, len as usize))
+    }
+
+    fn go_data(name: &[u8]) -> Vec<u8> {
+        let mut d = (name.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(name);
+        d.extend_from_slice(&0u16.to_be_bytes());
+        d
+    }
+
+    /// Sends a request (and a write's data); returns the reply's errno and a read's data.
+    fn request(s: &mut UnixStream, r: Request, data: &[u8]) -> (u32, Vec<u8>) {
+        s.write_all(&r.encode()).expect("request");
+        s.write_all(data).expect("data");
+        let h = read_n(s, 16);
+        assert_eq!(h[..4], proto::SIMPLE_REPLY_MAGIC.to_be_bytes());
+        assert_eq!(h[8..], r.cookie.to_be_bytes());
+        let err = u32::from_be_bytes(h[4..8].try_into().expect("4"));
+        let body = match (r.command, err) {
+            (Command::Read, 0) => read_n(s, r.len as usize),
+            _ => Vec::new(),
+        };
+        (err, body)
+    }
+
+    fn req(command: Command, flags: u16, offset: u64, len: u32) -> Request {
+        Request {
+            flags,
+            command,
+            cookie: offset ^ u64::from(len),
+            offset,
+            len,
+        }
+    }
+
+    #[test]
+    fn a_client_goes_to_an_export_and_its_data_round_trip() {
+        let (mut c, server) = start(false);
+        hello(&mut c, 3);
+        // Names are not disclosed; unknown options are refused; the handshake goes on.
+        option(&mut c, opt::LIST, &[]);
+        assert_eq!(reply(&mut c).0, rep::ERR_POLICY);
+        option(&mut c, 99, b"junk");
+        assert_eq!(reply(&mut c).0, rep::ERR_UNSUP);
+        option(&mut c, opt::GO, &go_data(b"other"));
+        assert_eq!(reply(&mut c).0, rep::ERR_UNKNOWN);
+        option(&mut c, opt::GO, &[1, 2]);
+        assert_eq!(reply(&mut c).0, rep::ERR_INVALID);
+        option(&mut c, opt::GO, &go_data(b"vol"));
+        let (kind, info) = reply(&mut c);
+        assert_eq!(kind, rep::INFO);
+        assert_eq!(info[2..10], SIZE.to_be_bytes());
+        let flags = u16::from_be_bytes(info[10..].try_into().expect("2"));
+        assert_ne!(flags & proto::transmission::CAN_MULTI_CONN, 0);
+        assert_eq!(flags & proto::transmission::READ_ONLY, 0);
+        assert_eq!(reply(&mut c).0, rep::INFO);
+        assert_eq!(reply(&mut c).0, rep::ACK);
+        // Transmission.
+        let data = vec![0x5a; 4096];
+        let w = req(Command::Write, CMD_FLAG_FUA, 8192, 4096);
+        assert_eq!(request(&mut c, w, &data).0, 0);
+        let (err, back) = request(&mut c, req(Command::Read, 0, 8192, 4096), &[]);
+        assert_eq!((err, back), (0, data.clone()));
+        assert_eq!(request(&mut c, req(Command::Flush, 0, 0, 0), &[]).0, 0);
+        let z = req(Command::WriteZeroes, CMD_FLAG_NO_HOLE, 8192, 512);
+        assert_eq!(request(&mut c, z, &[]).0, 0);
+        let (_, back) = request(&mut c, req(Command::Read, 0, 8192, 1024), &[]);
+        assert!(back[..512].iter().all(|&b| b == 0) && back[512..].iter().all(|&b| b == 0x5a));
+        assert_eq!(request(&mut c, req(Command::Trim, 0, 0, 4096), &[]).0, 0);
+        // Refusals keep the connection: past the end, unknown commands.
+        let past = req(Command::Write, 0, SIZE - 512, 1024);
+        assert_eq!(request(&mut c, past, &[1; 1024]).0, errno::ENOSPC);
+        let other = req(Command::Other(42), 0, 0, 0);
+        assert_eq!(request(&mut c, other, &[]).0, errno::EINVAL);
+        let (err, _) = request(&mut c, req(Command::Read, 0, 8192 + 512, 512), &[]);
+        assert_eq!(err, 0);
+        c.write_all(&req(Command::Disconnect, 0, 0, 0).encode())
+            .expect("disc");
+        server.join().expect("server").expect("clean end");
+    }
+
+    #[test]
+    fn a_read_only_export_refuses_writes_and_stays_in_step() {
+        let (mut c, server) = start(true);
+        hello(&mut c, 1);
+        // EXPORT_NAME, without NO_ZEROES: size, flags and 124 zero bytes.
+        option(&mut c, opt::EXPORT_NAME, b"vol");
+        let r = read_n(&mut c, 134);
+        assert_eq!(r[..8], SIZE.to_be_bytes());
+        let flags = u16::from_be_bytes(r[8..10].try_into().expect("2"));
+        assert_ne!(flags & proto::transmission::READ_ONLY, 0);
+        let w = req(Command::Write, 0, 0, 512);
+        assert_eq!(request(&mut c, w, &[7; 512]).0, errno::EPERM);
+        let (err, back) = request(&mut c, req(Command::Read, 0, 0, 512), &[]);
+        assert_eq!((err, back), (0, vec![0; 512]));
+        drop(c);
+        // The client went away without DISC: the connection ends with the socket.
+        assert!(matches!(
+            server.join().expect("server"),
+            Err(ServeError::Io(_))
+        ));
+    }
+
+    #[test]
+    fn hostile_clients_end_their_connection_without_hurting_the_server() {
+        // Unknown client flags.
+        let (mut c, server) = start(false);
+        hello(&mut c, 0x80);
+        assert!(matches!(
+            server.join().expect("server"),
+            Err(ServeError::Proto(_))
+        ));
+        // An option claiming 4 GiB of data.
+        let (mut c, server) = start(false);
+        hello(&mut c, 3);
+        let mut h = proto::IHAVEOPT.to_be_bytes().to_vec();
+        h.extend_from_slice(&opt::GO.to_be_bytes());
+        h.extend_from_slice(&u32::MAX.to_be_bytes());
+        c.write_all(&h).expect("header");
+        assert!(matches!(
+            server.join().expect("server"),
+            Err(ServeError::Proto(_))
+        ));
+        // A request with a bad magic, and a write larger than any payload.
+        for bad in [
+            {
+                let mut r = req(Command::Read, 0, 0, 512).encode();
+                r[0] ^= 0xff;
+                r
+            },
+            req(Command::Write, 0, 0, u32::MAX).encode(),
+        ] {
+            let (mut c, server) = start(false);
+            hello(&mut c, 3);
+            option(&mut c, opt::GO, &go_data(b"vol"));
+            for _ in 0..3 {
+                reply(&mut c);
+            }
+            c.write_all(&bad).expect("request");
+            assert!(server.join().expect("server").is_err());
+        }
+        // ABORT ends the handshake cleanly.
+        let (mut c, server) = start(false);
+        hello(&mut c, 3);
+        option(&mut c, opt::ABORT, &[]);
+        assert_eq!(reply(&mut c).0, rep::ACK);
+        server.join().expect("server").expect("aborted");
+    }
+}

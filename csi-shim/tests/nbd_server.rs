@@ -1,0 +1,361 @@
+//! The NBD server as a hostile client meets it, over TCP on 127.0.0.1: pipelined
+//! requests, an export closed under load, stalled handshakes, connection floods and
+//! payload floods. Nothing here needs privileges.
+
+use std::collections::HashSet;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use csi_shim::nbd::limits::Limits;
+use csi_shim::nbd::listener::{Finder, Listener};
+use csi_shim::nbd::proto::{self, errno, rep, Command, Request};
+use csi_shim::nbd::{go, ClientError, Export};
+use lvmeta::dev::{BlockDevice, MemDevice};
+
+/// A device whose writes wait at a gate and are counted.
+struct Gated {
+    inner: MemDevice,
+    open: Mutex<bool>,
+    opened: Condvar,
+    writes: AtomicUsize,
+    delay: Duration,
+}
+
+impl Gated {
+    fn new(size: u64, open: bool, delay: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            inner: MemDevice::new("gated", size, 512),
+            open: Mutex::new(open),
+            opened: Condvar::new(),
+            writes: AtomicUsize::new(0),
+            delay,
+        })
+    }
+    fn open_gate(&self) {
+        *self.open.lock().expect("gate") = true;
+        self.opened.notify_all();
+    }
+}
+
+impl BlockDevice for Gated {
+    fn name(&self) -> &str {
+        "gated"
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn logical_sector_size(&self) -> u32 {
+        512
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        let mut open = self.open.lock().expect("gate");
+        while !*open {
+            open = self.opened.wait(open).expect("gate");
+        }
+        drop(open);
+        std::thread::sleep(self.delay);
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn listen(export: Arc<Export>, limits: Limits) -> Listener {
+    let find: Arc<Finder> =
+        Arc::new(move |_, name: &[u8]| (name == b"vol").then(|| export.clone()));
+    Listener::bind("127.0.0.1:0".parse().expect("addr"), find, limits).expect("bind")
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    s
+}
+
+fn request(command: Command, flags: u16, cookie: u64, offset: u64, len: u32) -> [u8; 28] {
+    Request {
+        flags,
+        command,
+        cookie,
+        offset,
+        len,
+    }
+    .encode()
+}
+
+/// Reads one simple reply: (errno, cookie).
+fn reply(s: &mut TcpStream) -> io::Result<(u32, u64)> {
+    let mut h = [0u8; 16];
+    s.read_exact(&mut h)?;
+    Ok(proto::parse_simple_reply(h).expect("reply magic"))
+}
+
+#[test]
+fn pipelined_requests_are_all_answered_by_cookie_and_land() {
+    let dev = Gated::new(8 << 20, true, Duration::from_millis(1));
+    let export = Export::new(Box::new(dev.clone()), false, 4);
+    let server = listen(export, Limits::default());
+    let mut c = connect(server.local_addr());
+    let n = go(&mut c, b"vol").expect("go");
+    assert_eq!(n.size, 8 << 20);
+    assert_eq!(n.block.0, 512);
+    // 128 writes sent before any reply is read.
+    let mut out = Vec::new();
+    for i in 0..128u64 {
+        out.extend_from_slice(&request(Command::Write, 0, 1000 + i, i * 4096, 4096));
+        out.extend_from_slice(&[i as u8; 4096]);
+    }
+    c.write_all(&out).expect("writes");
+    let mut seen = HashSet::new();
+    for _ in 0..128 {
+        let (err, cookie) = reply(&mut c).expect("reply");
+        assert_eq!(err, 0);
+        assert!(seen.insert(cookie), "cookie {cookie} answered twice");
+    }
+    assert_eq!(seen, (1000..1128).collect::<HashSet<u64>>());
+    c.write_all(&request(Command::Flush, 0, 1, 0, 0))
+        .expect("flush");
+    assert_eq!(reply(&mut c).expect("flush reply"), (0, 1));
+    // Read back through a second connection (multi-conn: one view).
+    let mut d = connect(server.local_addr());
+    go(&mut d, b"vol").expect("go");
+    for i in [0u64, 77, 127] {
+        d.write_all(&request(Command::Read, 0, i, i * 4096, 4096))
+            .expect("read");
+        assert_eq!(reply(&mut d).expect("read reply"), (0, i));
+        let mut b = vec![0u8; 4096];
+        d.read_exact(&mut b).expect("data");
+        assert!(b.iter().all(|&x| x == i as u8), "block {i}");
+    }
+    // DISC after queued work: earlier requests answered first, then the connection ends.
+    c.write_all(&request(Command::Write, 0, 9, 0, 512))
+        .expect("write");
+    c.write_all(&[1; 512]).expect("data");
+    c.write_all(&request(Command::Disconnect, 0, 10, 0, 0))
+        .expect("disc");
+    assert_eq!(reply(&mut c).expect("answered before the end"), (0, 9));
+    assert_eq!(c.read(&mut [0u8; 1]).expect("end"), 0);
+}
+
+#[test]
+fn a_closed_export_drops_its_connections_unanswered_and_touches_the_device_no_more() {
+    let dev = Gated::new(1 << 20, false, Duration::ZERO);
+    let export = Export::new(Box::new(dev.clone()), false, 4);
+    let limits = Limits {
+        workers: 1,
+        ..Limits::default()
+    };
+    let server = listen(export.clone(), limits);
+    let mut c = connect(server.local_addr());
+    go(&mut c, b"vol").expect("go");
+    let mut out = Vec::new();
+    for i in 0..8u64 {
+        out.extend_from_slice(&request(Command::Write, 0, i, i * 512, 512));
+        out.extend_from_slice(&[0xee; 512]);
+    }
+    c.write_all(&out).expect("writes");
+    // The only worker now waits at the gate with the first write; the rest are queued.
+    let t0 = Instant::now();
+    while export.connections() != 1 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    export.close();
+    dev.open_gate();
+    // No reply at all: the connection just ends (the kernel would requeue).
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).expect("ended");
+    assert!(
+        rest.is_empty(),
+        "no reply after close: {} bytes",
+        rest.len()
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        dev.writes.load(Ordering::SeqCst) <= 1,
+        "only the write already at the device may land"
+    );
+    // New clients are told the export is going away.
+    let mut d = connect(server.local_addr());
+    match go(&mut d, b"vol") {
+        Err(ClientError::Refused(k)) => assert_eq!(k, rep::ERR_SHUTDOWN),
+        other => panic!("closed export offered: {other:?}"),
+    }
+}
+
+#[test]
+fn stalled_and_dribbling_handshakes_end_at_the_deadline() {
+    let export = Export::new(Box::new(MemDevice::new("vol", 1 << 20, 512)), false, 4);
+    let limits = Limits {
+        handshake: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let server = listen(export, limits);
+    // Silent after connecting.
+    let mut silent = connect(server.local_addr());
+    let t0 = Instant::now();
+    let mut all = Vec::new();
+    silent.read_to_end(&mut all).expect("closed by the server");
+    assert_eq!(all.len(), 18, "the greeting only");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    // One byte every 100 ms: each read is quick, the whole is not.
+    let mut slow = connect(server.local_addr());
+    let mut g = [0u8; 18];
+    slow.read_exact(&mut g).expect("greeting");
+    let t0 = Instant::now();
+    let mut cut = false;
+    for b in 3u32
+        .to_be_bytes()
+        .iter()
+        .chain(proto::IHAVEOPT.to_be_bytes().iter())
+        .cycle()
+        .take(200)
+    {
+        if slow.write_all(&[*b]).is_err() {
+            cut = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        if t0.elapsed() > Duration::from_secs(3) {
+            break;
+        }
+    }
+    let ended = cut || slow.read(&mut [0u8; 1]).map(|n| n == 0).unwrap_or(true);
+    assert!(ended, "the dribbling client was cut off at the deadline");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn a_connection_flood_is_bounded_and_the_server_recovers() {
+    let export = Export::new(Box::new(MemDevice::new("vol", 1 << 20, 512)), false, 4);
+    let limits = Limits {
+        max_connections: 64,
+        ..Limits::default()
+    };
+    let server = listen(export.clone(), limits);
+    let addr = server.local_addr();
+    let mut held: Vec<TcpStream> = (0..300).map(|_| connect(addr)).collect();
+    let t0 = Instant::now();
+    while server.connections() < 64 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(server.connections(), 64, "at most the limit open");
+    // Those over the limit were closed before a byte was sent.
+    let mut refused = 0;
+    for s in &mut held[64..] {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        if let Ok(0) = s.read(&mut [0u8; 18]) {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 236);
+    // A fifth connection to one export is refused by policy (four allowed).
+    let mut clients: Vec<TcpStream> = Vec::new();
+    held.truncate(0);
+    let t0 = Instant::now();
+    while server.connections() > 0 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for _ in 0..4 {
+        let mut c = connect(addr);
+        go(&mut c, b"vol").expect("go");
+        clients.push(c);
+    }
+    let mut fifth = connect(addr);
+    match go(&mut fifth, b"vol") {
+        Err(ClientError::Refused(k)) => assert_eq!(k, rep::ERR_POLICY),
+        other => panic!("a fifth connection: {other:?}"),
+    }
+    assert_eq!(export.connections(), 4);
+}
+
+#[test]
+fn a_payload_flood_stays_inside_the_bytes_budget() {
+    let dev = Gated::new(64 << 20, true, Duration::from_millis(20));
+    let export = Export::new(Box::new(dev.clone()), false, 4);
+    let budget = 40u64 << 20;
+    let limits = Limits {
+        budget_bytes: budget,
+        ..Limits::default()
+    };
+    let server = Arc::new(listen(export, limits));
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let watcher = {
+        let (server, stop, peak) = (server.clone(), stop.clone(), peak.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                peak.fetch_max(server.bytes_in_flight() as usize, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let floods: Vec<_> = (0..4u64)
+        .map(|k| {
+            let addr = server.local_addr();
+            std::thread::spawn(move || {
+                let mut c = connect(addr);
+                go(&mut c, b"vol").expect("go");
+                let payload = vec![k as u8; 8 << 20];
+                let mut r = c.try_clone().expect("clone");
+                let replies = std::thread::spawn(move || {
+                    (0..8)
+                        .map(|_| reply(&mut r).expect("reply").0)
+                        .collect::<Vec<_>>()
+                });
+                for i in 0..8u64 {
+                    let off = (k * 16 + (i % 2) * 8) << 20;
+                    c.write_all(&request(Command::Write, 0, i, off, 8 << 20))
+                        .expect("req");
+                    c.write_all(&payload).expect("payload");
+                }
+                replies.join().expect("replies")
+            })
+        })
+        .collect();
+    for f in floods {
+        assert!(f.join().expect("flood").iter().all(|&e| e == 0));
+    }
+    stop.store(true, Ordering::SeqCst);
+    watcher.join().expect("watcher");
+    let peak = peak.load(Ordering::SeqCst) as u64;
+    assert!(peak >= 16 << 20, "the flood pressed on the budget: {peak}");
+    assert!(peak <= budget, "{peak} bytes in flight, budget {budget}");
+    assert_eq!(server.bytes_in_flight(), 0, "all given back");
+    assert_eq!(dev.writes.load(Ordering::SeqCst), 32);
+}
+
+#[test]
+fn requests_out_of_bounds_get_errnos_and_listening_everywhere_is_refused() {
+    let export = Export::new(Box::new(MemDevice::new("vol", 1 << 20, 512)), true, 4);
+    let server = listen(export, Limits::default());
+    let mut c = connect(server.local_addr());
+    let n = go(&mut c, b"vol").expect("go");
+    assert_ne!(n.flags & proto::transmission::READ_ONLY, 0);
+    c.write_all(&request(Command::Write, 0, 1, 0, 512))
+        .expect("w");
+    c.write_all(&[0; 512]).expect("data");
+    assert_eq!(reply(&mut c).expect("reply"), (errno::EPERM, 1));
+    c.write_all(&request(Command::Read, 0, 2, 1 << 20, 512))
+        .expect("r");
+    assert_eq!(reply(&mut c).expect("reply").0, errno::EINVAL);
+    let mut d = connect(server.local_addr());
+    assert!(matches!(
+        go(&mut d, b"other"),
+        Err(ClientError::Refused(rep::ERR_UNKNOWN))
+    ));
+    let find: Arc<Finder> = Arc::new(|_, _: &[u8]| None);
+    let everywhere = Listener::bind("0.0.0.0:0".parse().expect("addr"), find, Limits::default());
+    assert!(everywhere.is_err());
+}
