@@ -8,6 +8,7 @@
 // tonic::Status is the error of every RPC; boxing it in helpers would only add conversions.
 #![allow(clippy::result_large_err)]
 
+pub mod attach;
 pub mod authority;
 pub mod bounds;
 pub mod client;

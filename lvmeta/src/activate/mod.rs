@@ -17,6 +17,7 @@ mod placement;
 pub mod plan;
 pub(crate) mod runs;
 pub mod thin;
+pub mod wrap;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -18,7 +18,8 @@
 //!
 //! Files: this one (the backend and its [`Backend`] methods), `tables.rs` (the tables,
 //! pure), `nodes.rs` (devices and their nodes), `pool.rs` (a thin pool's stack),
-//! `messages.rs` (pool messages, suspend and resume), `fencing.rs` (error tables).
+//! `messages.rs` (pool messages, suspend and resume), `fencing.rs` (error tables),
+//! `wrap.rs` (the two-layer wrappers of volumes used on several hosts).
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +33,7 @@ mod messages;
 mod nodes;
 mod pool;
 mod tables;
+mod wrap;
 
 pub use nodes::device_opens;
 use nodes::{block_devnum, node_devnum};

@@ -109,7 +109,15 @@ impl DmBackend {
     /// device with that number; anything else there is replaced (a new node made beside it
     /// and renamed over it, so the name never points elsewhere meanwhile).
     pub(super) fn make_node(p: &Placement, devnum: (u32, u32)) -> Result<PathBuf, ActivateError> {
-        let node = Self::node(p);
+        Self::make_named_node(&dm_name(&p.vg, &p.lv), devnum)
+    }
+
+    /// Makes `/dev/mapper/<name>` for `devnum` (see [`DmBackend::make_node`]).
+    pub(super) fn make_named_node(
+        name: &str,
+        devnum: (u32, u32),
+    ) -> Result<PathBuf, ActivateError> {
+        let node = Path::new(MAPPER_DIR).join(name);
         let io = |e: std::io::Error, what: &str| ActivateError::Io {
             device: node.display().to_string(),
             why: format!("{what}: {e}"),
@@ -128,11 +136,7 @@ impl DmBackend {
             device: MAPPER_DIR.into(),
             why: e.to_string(),
         })?;
-        let tmp = Path::new(MAPPER_DIR).join(format!(
-            ".lvmeta-{}-{}",
-            std::process::id(),
-            dm_name(&p.vg, &p.lv)
-        ));
+        let tmp = Path::new(MAPPER_DIR).join(format!(".lvmeta-{}-{name}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         crate::ioctl::mknod_block(&tmp, devnum.0, devnum.1).map_err(|e| io(e, "mknod"))?;
         std::fs::rename(&tmp, &node).map_err(|e| {

@@ -1,0 +1,115 @@
+//! Wrappers ([`super::super::wrap`]) on device-mapper: made, held, switched, released,
+//! removed.
+//!
+//! - A hold is a suspend without flush and without a filesystem freeze: device-mapper waits
+//!   for I/O in flight through the upper device and queues new I/O until the release.
+//! - A switch loads the lower device's new table and makes it live; it is meant between a
+//!   hold and a release, so no I/O is in flight through the lower device.
+
+use std::path::PathBuf;
+
+use devicemapper::{DevId, DmFlags, DmOptions};
+
+use super::super::wrap::{backing_of, linear_over, Wrap};
+use super::super::ActivateError;
+use super::nodes::block_devnum;
+use super::{dm_err, dm_name_of, Dev, DmBackend, MAPPER_DIR};
+use crate::units::Sectors;
+
+impl DmBackend {
+    /// Makes `w` over `backing` (a block device path) for `sectors`, read-only when asked;
+    /// the upper device's path. A wrapper already there is kept as it is.
+    pub fn wrap(
+        &self,
+        w: &Wrap,
+        backing: &str,
+        sectors: Sectors,
+        read_only: bool,
+    ) -> Result<PathBuf, ActivateError> {
+        let lower = Dev {
+            name: w.lower_name(),
+            uuid: w.lower_uuid(),
+            table: linear_over(sectors, block_devnum(backing)?),
+            read_only,
+        };
+        let lower_num = self.ensure(&lower)?;
+        let upper = Dev {
+            name: w.upper_name(),
+            uuid: w.upper_uuid(),
+            table: linear_over(sectors, lower_num),
+            read_only,
+        };
+        let upper_num = self.ensure(&upper)?;
+        tracing::info!(device = %upper.name, backing, "volume wrapped");
+        Self::make_named_node(&upper.name, upper_num)
+    }
+
+    /// Holds `w`'s upper device: I/O in flight completes, new I/O waits for the release.
+    pub fn hold(&self, w: &Wrap) -> Result<(), ActivateError> {
+        let name = w.upper_name();
+        self.mine_or_missing(&name, &w.upper_uuid())?;
+        let quiet = DmFlags::DM_SUSPEND | DmFlags::DM_NOFLUSH | DmFlags::DM_SKIP_LOCKFS;
+        self.dm
+            .device_suspend(
+                &DevId::Name(dm_name_of(&name)?),
+                DmOptions::default().set_flags(quiet),
+            )
+            .map(drop)
+            .map_err(|e| dm_err(&format!("hold {name}"), e))
+    }
+
+    /// Points `w`'s lower device at `backing` (same size), to be done while held.
+    pub fn switch(&self, w: &Wrap, backing: &str, sectors: Sectors) -> Result<(), ActivateError> {
+        let name = w.lower_name();
+        self.mine_or_missing(&name, &w.lower_uuid())?;
+        let table = linear_over(sectors, block_devnum(backing)?);
+        self.reload(&name, &table)?;
+        tracing::info!(device = %w.upper_name(), backing, "wrapper switched");
+        Ok(())
+    }
+
+    /// Releases `w`'s upper device: queued I/O goes on, to the lower device's backing now.
+    pub fn release(&self, w: &Wrap) -> Result<(), ActivateError> {
+        let name = w.upper_name();
+        self.mine_or_missing(&name, &w.upper_uuid())?;
+        self.set_suspended(&name, false)
+    }
+
+    /// The `major:minor` `w`'s lower device maps now; None when `w` is not made.
+    pub fn wrapped_backing(&self, w: &Wrap) -> Result<Option<(u32, u32)>, ActivateError> {
+        let name = w.lower_name();
+        if self.mine(&name, &w.lower_uuid())?.is_none() {
+            return Ok(None);
+        }
+        let flags = DmOptions::default().set_flags(DmFlags::DM_STATUS_TABLE);
+        let (_, table) = self
+            .dm
+            .table_status(&DevId::Name(dm_name_of(&name)?), flags)
+            .map_err(|e| dm_err(&format!("table of {name}"), e))?;
+        Ok(backing_of(&table))
+    }
+
+    /// Removes `w` (upper, then lower); refused while the upper device is open.
+    pub fn unwrap(&self, w: &Wrap) -> Result<(), ActivateError> {
+        let upper = w.upper_name();
+        if self.open_count(&upper)? > 0 {
+            return Err(ActivateError::Io {
+                device: format!("{MAPPER_DIR}/{upper}"),
+                why: "still open: unwrap refused".into(),
+            });
+        }
+        self.remove(&upper, &w.upper_uuid())?;
+        self.remove(&w.lower_name(), &w.lower_uuid())
+    }
+
+    /// Ok when device-mapper has `name` with `uuid`; an error naming it otherwise.
+    fn mine_or_missing(&self, name: &str, uuid: &str) -> Result<(), ActivateError> {
+        match self.mine(name, uuid)? {
+            Some(_) => Ok(()),
+            None => Err(ActivateError::Io {
+                device: format!("{MAPPER_DIR}/{name}"),
+                why: "no such wrapper device".into(),
+            }),
+        }
+    }
+}
