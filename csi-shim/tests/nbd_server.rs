@@ -169,8 +169,23 @@ fn a_closed_export_drops_its_connections_unanswered_and_touches_the_device_no_mo
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(Duration::from_millis(100));
+    // close() waits for the write at the device, then nothing more reaches it.
+    let opener = {
+        let dev = dev.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            dev.open_gate();
+        })
+    };
+    let t0 = Instant::now();
     export.close();
-    dev.open_gate();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(250),
+        "close waited for the I/O in flight"
+    );
+    opener.join().expect("opener");
+    let landed = dev.writes.load(Ordering::SeqCst);
+    assert_eq!(landed, 1, "only the write already at the device landed");
     // No reply at all: the connection just ends (the kernel would requeue).
     let mut rest = Vec::new();
     c.read_to_end(&mut rest).expect("ended");
@@ -180,9 +195,15 @@ fn a_closed_export_drops_its_connections_unanswered_and_touches_the_device_no_mo
         rest.len()
     );
     std::thread::sleep(Duration::from_millis(100));
-    assert!(
-        dev.writes.load(Ordering::SeqCst) <= 1,
-        "only the write already at the device may land"
+    assert_eq!(
+        dev.writes.load(Ordering::SeqCst),
+        1,
+        "nothing after close returned"
+    );
+    assert_eq!(
+        Arc::strong_count(&dev),
+        1,
+        "the closed export let go of its device"
     );
     // New clients are told the export is going away.
     let mut d = connect(server.local_addr());
@@ -358,4 +379,59 @@ fn requests_out_of_bounds_get_errnos_and_listening_everywhere_is_refused() {
     let find: Arc<Finder> = Arc::new(|_, _: &[u8]| None);
     let everywhere = Listener::bind("0.0.0.0:0".parse().expect("addr"), find, Limits::default());
     assert!(everywhere.is_err());
+}
+
+#[test]
+fn a_client_that_never_takes_its_replies_cannot_starve_the_others() {
+    let export = Export::new(Box::new(MemDevice::new("vol", 64 << 20, 512)), false, 4);
+    let limits = Limits {
+        budget_bytes: 96 << 20,
+        connection_bytes: 32 << 20,
+        reply_timeout: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let server = listen(export, limits);
+    // Sixteen 8 MiB READs, replies never read.
+    let mut greedy = connect(server.local_addr());
+    go(&mut greedy, b"vol").expect("go");
+    for i in 0..16u64 {
+        greedy
+            .write_all(&request(Command::Read, 0, i, (i % 8) * (8 << 20), 8 << 20))
+            .expect("read request");
+    }
+    // A WRITE whose payload stops half way.
+    let mut stalled = connect(server.local_addr());
+    go(&mut stalled, b"vol").expect("go");
+    stalled
+        .write_all(&request(Command::Write, 0, 1, 0, 8 << 20))
+        .expect("header");
+    stalled
+        .write_all(&vec![1u8; 1 << 20])
+        .expect("part of the payload");
+    std::thread::sleep(Duration::from_millis(200));
+    // Another client still gets its I/O done, at once.
+    let mut good = connect(server.local_addr());
+    go(&mut good, b"vol").expect("go");
+    let t0 = Instant::now();
+    for i in 0..32u64 {
+        good.write_all(&request(Command::Write, 0, i, i << 20, 1 << 20))
+            .expect("write");
+        good.write_all(&vec![2u8; 1 << 20]).expect("payload");
+        assert_eq!(reply(&mut good).expect("reply"), (0, i));
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "the good client waited {:?}",
+        t0.elapsed()
+    );
+    // Both hostile connections end within their timeouts and give their budget back.
+    let t0 = Instant::now();
+    while (server.connections() > 1 || server.bytes_in_flight() > 0)
+        && t0.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(server.connections(), 1, "only the good client is left");
+    assert_eq!(server.bytes_in_flight(), 0);
+    drop((greedy, stalled));
 }

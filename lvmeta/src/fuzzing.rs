@@ -92,6 +92,48 @@ pub fn lease(data: &[u8]) {
             assert_eq!(back, original, "renaming back changed the leader");
         }
     }
+    board(data);
+}
+
+/// The first sectors of `data` read as a serve board: an entry that decodes encodes back
+/// to the same bytes.
+fn board(data: &[u8]) {
+    use crate::lease::board::{Board, ServeRecord, Slot, BOARD_SECTORS, ENTRY_LEN};
+    const POOL: &str = "0123456789abcdef0123456789abcdef";
+    let mut bytes = data.to_vec();
+    bytes.resize(BOARD_SECTORS as usize * 512, 0);
+    let Ok(b) = Board::decode(&bytes, 512, POOL) else {
+        panic!("a board of the right size always decodes");
+    };
+    if let Some(r) = b.record {
+        let again = r.encode(POOL).ok();
+        assert_eq!(
+            again.as_ref().map(|e| &e[..]),
+            Some(&bytes[..ENTRY_LEN]),
+            "record round trip"
+        );
+        assert_eq!(
+            ServeRecord::decode(&bytes[..ENTRY_LEN], POOL)
+                .ok()
+                .flatten(),
+            Some(r)
+        );
+    }
+    for (i, slot) in b.slots {
+        let at = (1 + i) * 512;
+        let again = slot.encode(POOL).ok();
+        assert_eq!(
+            again.as_ref().map(|e| &e[..]),
+            Some(&bytes[at..at + ENTRY_LEN]),
+            "slot round trip"
+        );
+        assert_eq!(
+            Slot::decode(&bytes[at..at + ENTRY_LEN], POOL)
+                .ok()
+                .flatten(),
+            Some(slot)
+        );
+    }
 }
 
 /// Short texts from outside: a kernel thin-pool status line.

@@ -114,6 +114,18 @@ grep -q "lvm_vga.*$uuid" "$WORK/dump" || { say "no lease named $uuid at $off:"; 
 acquire1() { SANLOCK_RUN_DIR="$H1" sanlock client command -r "lvm_vga:$1:/dev/mapper/vga-lvmlock:$2" -c /bin/true; }
 acquire1 "$uuid" "$off" >"$WORK/acq" 2>&1 || { say "host 1 cannot acquire $uuid at $off:"; cat "$WORK/acq" >&2; exit 1; }
 if acquire1 "#unused" "$off" >"$WORK/acq" 2>&1; then say "host 1 acquired $off as #unused"; exit 1; fi
+# Sectors 2003-2047 of an LV's lease area (after sanlock's LVB sector, 2002) hold lvmeta's
+# serve board (lvmeta/src/lease/board.rs): sanlock acquiring and releasing the lease (host 1's
+# daemon) and lvmeta activating the LV (host 2) must leave them as they are.
+board_sectors() { dd if=/dev/mapper/vga-lvmlock bs=512 skip=$(( off / 512 + 2003 )) count=45 iflag=direct status=none; }
+head -c $(( 45 * 512 )) /dev/urandom >"$WORK/board"
+dd if="$WORK/board" of=/dev/mapper/vga-lvmlock bs=512 seek=$(( off / 512 + 2003 )) conv=notrunc,fsync oflag=direct status=none
+acquire1 "$uuid" "$off" >"$WORK/acq" 2>&1 || { say "host 1 cannot acquire $uuid beside a board:"; cat "$WORK/acq" >&2; exit 1; }
+board_sectors | cmp -s - "$WORK/board" || { say "sanlock changed sectors 2003-2047 of $uuid's lease"; exit 1; }
+lvmeta2 lvchange -ay vga/bylvmeta >/dev/null
+lvmeta2 lvchange -an vga/bylvmeta >/dev/null
+board_sectors | cmp -s - "$WORK/board" || { say "lvmeta's activation changed sectors 2003-2047"; exit 1; }
+say "A: sanlock's and lvmeta's acquire and release of an LV lease leave its sectors 2003-2047 as they were"
 # A lease that was held is written whole when lvmeta frees it; a never-held one in place.
 lvmeta2 lvcreate -an -n held -L 4m vga
 hoff=$(lvmeta_report lvs --noheadings -o lv_lock_args vga/held | tr -d ' ' | cut -d: -f2)

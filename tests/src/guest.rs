@@ -60,6 +60,12 @@ pub fn lvmeta(id: u32, verb: &str, args: &str) -> String {
     )
 }
 
+/// The IPv6 link-local address of guest `n` (1: a, 2: b) on the link [`two_hosts`] makes,
+/// scoped to `interface` (the guest's own end of the link).
+pub fn link_addr(n: u32, interface: &str) -> String {
+    format!("fe80::5054:ff:fe12:340{n}%{interface}")
+}
+
 /// Makes `/dev/mapper/lun` over the guest's `/dev/vda` and the directories the tests use.
 pub fn make_lun(vm: &mut Vm) {
     vm.ok(&format!(
@@ -72,7 +78,12 @@ pub fn make_lun(vm: &mut Vm) {
 /// Boots guest `name` on `lun` (scratch and console under `dir`) with its LUN device, wdmd
 /// and sanlock (watchdog on).
 pub fn boot(name: &str, lun: &std::path::Path, dir: &std::path::Path) -> Vm {
-    let mut vm = Vm::boot(name, lun, dir, free_port());
+    boot_linked(name, lun, dir, None)
+}
+
+/// [`boot`] with a link to another guest (`tests/vm/run --link`).
+fn boot_linked(name: &str, lun: &std::path::Path, dir: &std::path::Path, link: Option<&str>) -> Vm {
+    let mut vm = Vm::boot(name, lun, dir, free_port(), link);
     make_lun(&mut vm);
     start_wdmd(&mut vm);
     start_sanlock(&mut vm, true);
@@ -80,16 +91,37 @@ pub fn boot(name: &str, lun: &std::path::Path, dir: &std::path::Path) -> Vm {
 }
 
 /// Two guests, `a` (host id 1) and `b` (host id 2), booted at once on a new LUN image of
-/// `bytes` in `dir`, with shared VG `vg` made by `a` and both in its lockspace.
+/// `bytes` in `dir`, with shared VG `vg` made by `a` and both in its lockspace, linked by a
+/// network of their own ([`link_addr`]).
 pub fn two_hosts(dir: &std::path::Path, bytes: u64) -> (Vm, Vm) {
     let lun = dir.join("lun.img");
     std::fs::File::create(&lun)
         .and_then(|f| f.set_len(bytes))
         .expect("LUN image");
-    // Boot both at once (each boot takes 15-30 s of TCG).
-    let (lun_a, dir_a) = (lun.clone(), dir.to_owned());
-    let boot_a = std::thread::spawn(move || boot("a", &lun_a, &dir_a));
-    let mut vm_b = boot("b", &lun, dir);
+    // Boot both at once (each boot takes 15-30 s of TCG), linked: a's QEMU listens on the
+    // link's socket, so b's starts once it is there.
+    let sock = dir.join("link.sock");
+    let _ = std::fs::remove_file(&sock);
+    let (lun_a, dir_a, link_a) = (
+        lun.clone(),
+        dir.to_owned(),
+        format!("server:{}:1", sock.display()),
+    );
+    let boot_a = std::thread::spawn(move || boot_linked("a", &lun_a, &dir_a, Some(&link_a)));
+    let t = std::time::Instant::now();
+    while !sock.exists() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "a's link socket never appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut vm_b = boot_linked(
+        "b",
+        &lun,
+        dir,
+        Some(&format!("client:{}:2", sock.display())),
+    );
     let mut vm_a = boot_a.join().expect("boot a");
     vm_a.ok(&lvmeta(1, "vgcreate", &format!("--shared -s 4m vg {LUN}")));
     let (na, nb) = (

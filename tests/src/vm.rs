@@ -25,16 +25,21 @@ pub struct Vm {
 
 impl Vm {
     /// Boots guest `name` with `lun` as its `/dev/vda` (shared with other guests), its
-    /// scratch share and console log under `dir`, and this machine's `port` forwarded to
-    /// its port 7000; returns once its agent is ready.
-    pub fn boot(name: &str, lun: &Path, dir: &Path, port: u16) -> Self {
+    /// scratch share and console log under `dir`, this machine's `port` forwarded to its
+    /// port 7000, and the link `link` to another guest (`tests/vm/run --link`); returns once
+    /// its agent is ready.
+    pub fn boot(name: &str, lun: &Path, dir: &Path, port: u16, link: Option<&str>) -> Self {
         let scratch = dir.join(format!("{name}.scratch"));
         // A guest booted again under the same name starts with an empty share.
         let _ = std::fs::remove_dir_all(&scratch);
         std::fs::create_dir_all(&scratch).expect("scratch dir");
         let console = dir.join(format!("{name}.console"));
         let log = std::fs::File::create(&console).expect("console log");
-        let run = Command::new(vm_dir().join("run"))
+        let mut cmd = Command::new(vm_dir().join("run"));
+        if let Some(link) = link {
+            cmd.args(["--link", link]);
+        }
+        let run = cmd
             .args(["--name", name, "--mem", "2048", "--timeout", "1800"])
             .arg("--lun")
             .arg(lun)
@@ -74,6 +79,14 @@ impl Vm {
             std::thread::sleep(Duration::from_millis(200));
         }
         vm
+    }
+
+    /// The guest's interface on its link to another guest (`tests/vm/run --link`).
+    pub fn link_interface(&self) -> String {
+        let f = self.scratch.join("link-if");
+        std::fs::read_to_string(&f)
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|e| panic!("VM {}: no link interface ({e})", self.name))
     }
 
     /// The guest's scratch share on this machine (its `/run/lvmeta-vm`).

@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use csi_shim::attach::netlink::{Connect, NbdNetlink};
-use csi_shim::attach::{device_path, devices_of};
+use csi_shim::attach::netlink::NbdNetlink;
+use csi_shim::attach::{self, device_path, devices_of, handshake_sockets, AttachOptions};
 use csi_shim::nbd::limits::Limits;
 use csi_shim::nbd::listener::{Finder, Listener};
-use csi_shim::nbd::{go, Export};
+use csi_shim::nbd::Export;
 use lvmeta::activate::dm::DmBackend;
 use lvmeta::activate::wrap::Wrap;
 use lvmeta::dev::{BlockDevice, FileDevice};
@@ -50,37 +50,17 @@ fn block(i: u64, pass: u64) -> Vec<u8> {
     b
 }
 
-/// `n` handshook sockets to `vol` on `addr`.
-fn sockets(
-    addr: std::net::SocketAddr,
-    n: usize,
-) -> (Vec<std::net::TcpStream>, csi_shim::nbd::Negotiated) {
-    let mut socks = Vec::new();
-    let mut neg = None;
-    for _ in 0..n {
-        let mut s = std::net::TcpStream::connect(addr).expect("connect");
-        s.set_nodelay(true).expect("nodelay");
-        neg = Some(go(&mut s, b"vol").expect("handshake"));
-        socks.push(s);
-    }
-    (socks, neg.expect("at least one socket"))
-}
-
 /// A kernel NBD device over two sockets to `vol` at `addr`, named `id`, once it shows the
 /// export's size; its index.
 fn attach(nl: &NbdNetlink, addr: std::net::SocketAddr, id: &str, timeout: u64) -> u32 {
-    let (socks, neg) = sockets(addr, 2);
-    assert_eq!(neg.size, SIZE);
-    let conf = Connect {
-        size: neg.size,
-        block_size: u64::from(neg.block.0),
+    let o = AttachOptions {
+        connections: 2,
         timeout,
         dead_timeout: 120,
-        server_flags: neg.flags,
         identifier: id.to_owned(),
     };
-    let fds: Vec<_> = socks.iter().map(|s| s.as_fd()).collect();
-    let index = nl.connect(&conf, &fds).expect("CONNECT");
+    let (index, neg) = attach::attach(nl, addr, b"vol", &o).expect("attach");
+    assert_eq!(neg.size, SIZE);
     let path = device_path(index);
     wait_for("the nbd device's size", Duration::from_secs(10), || {
         FileDevice::open(&path).is_ok_and(|d| d.size() == SIZE)
@@ -154,7 +134,7 @@ fn the_kernel_client_attaches_reconnects_and_detaches() {
         "the writer paused while nothing served ({before} -> {paused})"
     );
     *current.lock().expect("export") = Export::new(open(), false, 4);
-    let (socks, _) = sockets(server.local_addr(), 2);
+    let (socks, _) = handshake_sockets(server.local_addr(), b"vol", 2).expect("handshake");
     let fds: Vec<_> = socks.iter().map(|s| s.as_fd()).collect();
     nl.reconfigure(index, &id, &fds, None).expect("RECONFIGURE");
     drop(socks);
@@ -284,7 +264,7 @@ fn a_wrapper_moves_from_nbd_to_the_local_device_under_a_writer() {
     // The pool comes here: hold, point the lower device at the local one, release.
     let t0 = Instant::now();
     dm.hold(&w).expect("hold");
-    dm.switch(&w, &local, sectors).expect("switch");
+    dm.switch(&w, &local, sectors, false).expect("switch");
     dm.release(&w).expect("release");
     let swap = t0.elapsed();
     let local_num = devnum(&std::fs::metadata(&local).expect("loop node"));

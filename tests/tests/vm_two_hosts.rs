@@ -7,7 +7,9 @@
 //! - an RWO ext4 volume staged on A is refused on B, then handed over with its data;
 //! - a thin volume staged on A is snapshotted through B's controller (A's node cuts it),
 //!   unstaged on A and staged on B with all its data (B's kernel reads the pool metadata A's
-//!   kernel wrote), and its snapshot restored on B shows the data at the cut.
+//!   kernel wrote), and its snapshot restored on B shows the data at the cut;
+//! - a thin volume staged on A is served over NBD across the guests' own QEMU link (IPv6
+//!   link-local) and attached by B's kernel NBD client: each side reads the other's writes.
 //!
 //! Hosts that fail (a path cut or hung, a power-off): `vm_fencing.rs`. Runs on a machine
 //! with QEMU (not inside a VM); needs qemu-system-x86, busybox-static, kmod and apt-get
@@ -17,7 +19,7 @@ use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::*;
 use lvmeta_tests::csi_hosts::{cap, create_request, MIB};
 use lvmeta_tests::guest::{self, Guest, LUN};
-use lvmeta_tests::privileged;
+use lvmeta_tests::{privileged, workspace_bin};
 use tonic::Code;
 
 async fn create(h: &mut Guest, name: &str, mode: &str, c: &VolumeCapability) -> String {
@@ -145,6 +147,42 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
         assert_eq!(sum_file(&mut b, &format!("{tr}/data")), at_cut, "restore");
         b.release(&restored).await;
         b.release(&thin).await;
+
+        // The NBD data path across the guests' own link: A serves its thin volume with
+        // csi-shim's server on its link-local address, B's kernel attaches it; each side's
+        // writes are read on the other.
+        let rwo_block = cap(Access::SingleNodeWriter, None);
+        let nbd = create(&mut b, "pvc-nbd", "thin", &rwo_block).await;
+        let ta = a.use_volume(&nbd, &rwo_block).await;
+        let (if_a, if_b) = (a.vm.link_interface(), b.vm.link_interface());
+        let peer = workspace_bin("lvmeta-tests", "nbd-peer").display().to_string();
+        let seqio = workspace_bin("lvmeta-tests", "seqio").display().to_string();
+        a.vm.ok(&format!(
+            "setsid {peer} serve {ta} {} 10809 >/run/t/nbd-serve.log 2>&1 </dev/null &\n\
+             echo $! >/run/t/nbd-serve.pid",
+            guest::link_addr(1, &if_a)
+        ));
+        let dev = b.vm.ok(&format!(
+            "for i in $(seq 100); do {peer} attach {} 10809 lvmeta-test 2>/run/t/attach.err && exit 0; \
+             sleep 0.2; done; cat /run/t/attach.err; exit 1",
+            guest::link_addr(1, &if_b)
+        ));
+        let dev = dev.trim().to_owned();
+        b.vm.ok(&format!("{seqio} mark {dev} B 256"));
+        let on_a = a.vm.ok(&format!("{seqio} scan {ta} 256"));
+        assert!(on_a.contains("B count=256 max=256"), "A reads B's writes: {on_a}");
+        a.vm.ok(&format!("{seqio} mark {ta} A 128"));
+        let on_b = b.vm.ok(&format!("{seqio} scan {dev} 256"));
+        assert!(
+            on_b.contains("A count=128 max=128") && on_b.contains("B count=128 max=256"),
+            "B reads A's writes through NBD: {on_b}"
+        );
+        let index = dev.trim_start_matches("/dev/nbd");
+        b.vm.ok(&format!("{peer} detach {index}"));
+        a.vm.ok(
+            "p=$(cat /run/t/nbd-serve.pid); kill $p; while kill -0 $p 2>/dev/null; do sleep 0.1; done",
+        );
+        a.release(&nbd).await;
 
         for h in [&mut a, &mut b] {
             h.assert_nothing_mounted();

@@ -12,7 +12,67 @@
 pub mod netlink;
 
 use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
+
+use crate::nbd::{go, Negotiated};
+use netlink::{Connect, NbdNetlink};
+
+/// How a device is attached.
+#[derive(Debug, Clone)]
+pub struct AttachOptions {
+    /// Connections to the server (the kernel spreads requests over them).
+    pub connections: usize,
+    /// Seconds before a late request kills its connection and is requeued.
+    pub timeout: u64,
+    /// Seconds I/O waits with no live connection before it fails.
+    pub dead_timeout: u64,
+    /// The device's backend identifier.
+    pub identifier: String,
+}
+
+/// `n` connections to `addr`, each past the handshake for export `name` (TCP_NODELAY),
+/// and what the server said of the export.
+pub fn handshake_sockets(
+    addr: SocketAddr,
+    name: &[u8],
+    n: usize,
+) -> io::Result<(Vec<TcpStream>, Negotiated)> {
+    let mut socks = Vec::with_capacity(n);
+    let mut neg = None;
+    for _ in 0..n.max(1) {
+        let mut s = TcpStream::connect(addr)
+            .map_err(|e| io::Error::new(e.kind(), format!("NBD server {addr}: {e}")))?;
+        s.set_nodelay(true)?;
+        neg = Some(go(&mut s, name).map_err(|e| io::Error::other(format!("{addr}: {e}")))?);
+        socks.push(s);
+    }
+    let neg = neg.ok_or_else(|| io::Error::other("no connection"))?;
+    Ok((socks, neg))
+}
+
+/// Attaches export `name` at `addr` as a new kernel NBD device; its index and what the
+/// server said of the export.
+pub fn attach(
+    nl: &NbdNetlink,
+    addr: SocketAddr,
+    name: &[u8],
+    o: &AttachOptions,
+) -> io::Result<(u32, Negotiated)> {
+    let (socks, neg) = handshake_sockets(addr, name, o.connections)?;
+    let conf = Connect {
+        size: neg.size,
+        block_size: u64::from(neg.block.0),
+        timeout: o.timeout,
+        dead_timeout: o.dead_timeout,
+        server_flags: neg.flags,
+        identifier: o.identifier.clone(),
+    };
+    let fds: Vec<_> = socks.iter().map(|s| s.as_fd()).collect();
+    let index = nl.connect(&conf, &fds)?;
+    Ok((index, neg))
+}
 
 /// The kernel NBD devices whose backend identifier is `identifier`.
 pub fn devices_of(identifier: &str) -> io::Result<Vec<u32>> {

@@ -229,7 +229,9 @@ fn sockets(socks: &[BorrowedFd<'_>]) -> io::Result<Nlattr<NbdAttr, Buffer>> {
         let fd = u32::try_from(s.as_raw_fd()).map_err(|_| io::ErrorKind::InvalidInput)?;
         let fd_attr = NlattrBuilder::default()
             .nla_type(build(
-                AttrTypeBuilder::default().nla_type(SockAttr::Item).build(),
+                AttrTypeBuilder::default()
+                    .nla_type(SockItemAttr::Fd)
+                    .build(),
             )?)
             .nla_payload(fd)
             .build()

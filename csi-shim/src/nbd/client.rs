@@ -40,8 +40,9 @@ pub enum ClientError {
 pub fn go<S: Read + Write>(stream: &mut S, name: &[u8]) -> Result<Negotiated, ClientError> {
     let mut greeting = [0u8; 18];
     stream.read_exact(&mut greeting)?;
-    proto::parse_greeting(greeting)?;
-    let flags = u32::from(proto::FLAG_FIXED_NEWSTYLE | proto::FLAG_NO_ZEROES);
+    let offered = proto::parse_greeting(greeting)?;
+    // NO_ZEROES only when offered (GO never sends the zeroes anyway).
+    let flags = u32::from(proto::FLAG_FIXED_NEWSTYLE | (offered & proto::FLAG_NO_ZEROES));
     let mut msg = flags.to_be_bytes().to_vec();
     msg.extend_from_slice(&proto::IHAVEOPT.to_be_bytes());
     msg.extend_from_slice(&opt::GO.to_be_bytes());

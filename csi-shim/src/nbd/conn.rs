@@ -13,14 +13,15 @@
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lvmeta::dev::AlignedBuf;
+use lvmeta::dev::{AlignedBuf, BlockDevice};
 
 use super::handshake::{handshake, read_array, Find, ServeError};
-use super::limits::{node_budget, Budget, Limits, Permit};
+use super::limits::{connection_budget, node_budget, Budget, Limits, Permit};
 use super::proto::{self, errno, Command, Request};
 use super::Export;
 
@@ -32,8 +33,8 @@ pub trait Wire: Read + Write + Send + 'static {
         Self: Sized;
     /// Ends the connection both ways (blocked reads and writes return).
     fn end(&self);
-    /// Read and write timeouts (None: none).
-    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()>;
+    /// Read and write timeouts (None: none); they are the socket's, shared by its handles.
+    fn set_timeouts(&self, read: Option<Duration>, write: Option<Duration>) -> io::Result<()>;
     /// The peer's address, if it has one.
     fn peer_ip(&self) -> Option<IpAddr>;
 }
@@ -49,9 +50,13 @@ macro_rules! wire_for {
                 // Already ended or reset: nothing left to end.
                 let _ = self.shutdown(Shutdown::Both);
             }
-            fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
-                self.set_read_timeout(t)?;
-                self.set_write_timeout(t)
+            fn set_timeouts(
+                &self,
+                read: Option<Duration>,
+                write: Option<Duration>,
+            ) -> io::Result<()> {
+                self.set_read_timeout(read)?;
+                self.set_write_timeout(write)
             }
             fn peer_ip(&self) -> Option<IpAddr> {
                 $peer(self)
@@ -115,7 +120,8 @@ impl Server {
             },
             find,
         )?;
-        wire.set_timeouts(None)?;
+        // Transmission: a client may be idle as long as it likes, but must take its replies.
+        wire.set_timeouts(None, Some(self.limits.reply_timeout))?;
         let Some(export) = chosen else {
             return Ok(());
         };
@@ -124,19 +130,27 @@ impl Server {
             // Closed or full since the handshake looked: dropped, nothing was sent.
             return Ok(());
         };
-        let done = self.transmit(wire, &export);
-        export.detach(id);
-        done
+        // Detached however transmission ends (a panic included): the slot is freed.
+        let _attached = Attached(&export, id);
+        self.transmit(wire, &export)
     }
 
     fn transmit<W: Wire>(&self, mut reader: W, export: &Arc<Export>) -> Result<(), ServeError> {
         let (replies, queue) = channel::<Reply>();
         let writer = reader.split()?;
-        let closing = export.clone();
+        let alive = Arc::new(AtomicBool::new(true));
+        let (closing, writer_alive) = (export.clone(), alive.clone());
+        let timeout = self.limits.reply_timeout;
         let sender = std::thread::Builder::new()
             .name("nbd-reply".into())
-            .spawn(move || send_replies(writer, &queue, &closing))?;
-        let read = self.read_requests(&mut reader, export, &replies);
+            .spawn(move || send_replies(writer, &queue, &closing, &writer_alive, timeout))?;
+        let read = self.read_requests(&mut reader, export, &replies, &alive);
+        if read.is_err() {
+            // A connection that failed runs none of its queued requests: the client has
+            // requeued them elsewhere, and a late run could land after their retries.
+            alive.store(false, Ordering::SeqCst);
+            reader.end();
+        }
         // The writer ends once every queued request has replied (or been dropped).
         drop(replies);
         if sender.join().is_err() {
@@ -151,9 +165,11 @@ impl Server {
         reader: &mut W,
         export: &Arc<Export>,
         replies: &Sender<Reply>,
+        alive: &Arc<AtomicBool>,
     ) -> Result<(), ServeError> {
-        let size = export.dev.size();
+        let size = export.size();
         let in_flight = Budget::new(self.limits.max_in_flight);
+        let own_bytes = connection_budget(&self.limits);
         loop {
             let req = Request::parse(read_array(reader)?)?;
             if req.command == Command::Disconnect {
@@ -174,18 +190,30 @@ impl Server {
                     format!("a {:?} of {} bytes", req.command, req.len),
                 )));
             }
+            // The connection's own budget first: a connection waiting on itself holds
+            // nothing of the node's.
+            let own = own_bytes.take(u64::from(data_len));
             let bytes = self.budget.take(u64::from(data_len));
             let mut data = AlignedBuf::new(data_len as usize);
             if req.command == Command::Write {
-                reader.read_exact(data.as_mut_slice())?;
+                // The whole payload must arrive in time: a stalled one would hold its budget.
+                let t = self.limits.reply_timeout;
+                let deadline = Instant::now() + t;
+                let mut within = Deadline {
+                    wire: &mut *reader,
+                    deadline,
+                };
+                within.read_exact(data.as_mut_slice())?;
+                reader.set_timeouts(None, Some(t))?;
             }
             let work = Work {
                 export: export.clone(),
                 req,
                 checked,
                 data,
-                permits: (count, bytes),
+                permits: (count, own, bytes),
                 replies: replies.clone(),
+                alive: alive.clone(),
             };
             self.submit(Box::new(move || work.run()));
         }
@@ -217,19 +245,27 @@ struct Work {
     req: Request,
     checked: Result<(), u32>,
     data: AlignedBuf,
-    permits: (Permit, Permit),
+    permits: (Permit, Permit, Permit),
     replies: Sender<Reply>,
+    /// Cleared when the connection fails: its queued requests are not run.
+    alive: Arc<AtomicBool>,
 }
 
 impl Work {
     fn run(mut self) {
-        // A closed export touches the device no more and answers nothing.
-        if self.export.is_closed() {
+        if !self.alive.load(Ordering::SeqCst) {
             return;
         }
-        let done = self
-            .checked
-            .and_then(|()| run(&self.export, &self.req, &mut self.data));
+        // The device is held across the I/O: a closed export touches it no more and
+        // answers nothing.
+        let (req, data) = (&self.req, &mut self.data);
+        let done = match self.checked {
+            Err(e) => Err(e),
+            Ok(()) => match self.export.with_device(|dev| run(dev, req, data)) {
+                Some(done) => done,
+                None => return,
+            },
+        };
         let error = done.err().unwrap_or(0);
         let with_data = error == 0 && self.req.command == Command::Read;
         let reply = Reply {
@@ -246,34 +282,52 @@ impl Work {
 struct Reply {
     head: [u8; 16],
     data: Option<AlignedBuf>,
-    _permits: (Permit, Permit),
+    _permits: (Permit, Permit, Permit),
 }
 
 /// Sends replies until every request has replied; stops writing once the export closes or
-/// the socket fails (the rest are dropped, and their budget freed).
-fn send_replies<W: Wire>(mut writer: W, queue: &Receiver<Reply>, export: &Export) {
-    let mut broken = false;
+/// the socket fails (the rest are dropped, and their budget freed). Each reply must be
+/// taken by the client within `timeout`, or the connection ends.
+fn send_replies<W: Wire>(
+    mut writer: W,
+    queue: &Receiver<Reply>,
+    export: &Export,
+    alive: &AtomicBool,
+    timeout: Duration,
+) {
     for reply in queue {
-        if broken || export.is_closed() {
+        if !alive.load(Ordering::SeqCst) || export.is_closed() {
             continue;
         }
-        let sent = writer
+        let mut within = Deadline {
+            wire: &mut writer,
+            deadline: Instant::now() + timeout,
+        };
+        let sent = within
             .write_all(&reply.head)
             .and_then(|()| match &reply.data {
-                Some(d) => writer.write_all(d.as_slice()),
+                Some(d) => within.write_all(d.as_slice()),
                 None => Ok(()),
             });
-        if let Err(e) = sent.and_then(|()| writer.flush()) {
+        if let Err(e) = sent.and_then(|()| within.flush()) {
             tracing::debug!(error = %e, "NBD reply not sent; ending the connection");
+            alive.store(false, Ordering::SeqCst);
             writer.end();
-            broken = true;
         }
     }
 }
 
+/// Detaches a connection from its export when dropped.
+struct Attached<'a>(&'a Export, u64);
+
+impl Drop for Attached<'_> {
+    fn drop(&mut self) {
+        self.0.detach(self.1);
+    }
+}
+
 /// Runs a checked request on the export's device; the errno on failure.
-fn run(export: &Export, req: &Request, data: &mut AlignedBuf) -> Result<(), u32> {
-    let dev = export.dev.as_ref();
+fn run(dev: &dyn BlockDevice, req: &Request, data: &mut AlignedBuf) -> Result<(), u32> {
     let eio = |e: io::Error| {
         tracing::warn!(device = dev.name(), offset = req.offset, len = req.len, error = %e, "NBD request failed");
         errno::EIO
@@ -311,7 +365,7 @@ impl<W: Wire> Deadline<'_, W> {
                 "the handshake took too long",
             ));
         }
-        self.wire.set_timeouts(Some(left))
+        self.wire.set_timeouts(Some(left), Some(left))
     }
 }
 

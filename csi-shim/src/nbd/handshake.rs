@@ -53,7 +53,7 @@ pub(super) fn handshake<S: Read + Write>(
                 let Some(s) = find(&data) else {
                     return Ok(None);
                 };
-                let reply = proto::export_name_reply(s.dev.size(), flags_of(&s), no_zeroes);
+                let reply = proto::export_name_reply(s.size(), flags_of(&s), no_zeroes);
                 stream.write_all(&reply)?;
                 stream.flush()?;
                 return Ok(Some(s));
@@ -78,9 +78,9 @@ pub(super) fn handshake<S: Read + Write>(
                     stream.flush()?;
                     continue;
                 };
-                let info = proto::info_export(s.dev.size(), flags_of(&s));
+                let info = proto::info_export(s.size(), flags_of(&s));
                 let mut r = proto::option_reply(option, rep::INFO, &info);
-                let b = s.dev.logical_sector_size();
+                let b = s.block_size();
                 let sizes = proto::info_block_size(b, b.max(4096), proto::MAX_PAYLOAD);
                 r.extend(proto::option_reply(option, rep::INFO, &sizes));
                 r.extend(proto::option_reply(option, rep::ACK, &[]));

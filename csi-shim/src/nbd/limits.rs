@@ -3,6 +3,9 @@
 //! - Bytes in flight (WRITE payloads read, READ data not yet sent) are counted against one
 //!   node-wide [`Budget`]: a reader waits for room before it reads more, so a flood only
 //!   fills its own TCP window.
+//! - Each connection also has its own smaller bytes budget, so one client (say, one that
+//!   asks for large READs and never reads the replies) cannot take the node's; and a reply
+//!   the client does not take in time ends its connection.
 //! - Requests in flight per connection are bounded too, so tiny requests cannot queue
 //!   without end either.
 //! - The handshake has a deadline; connections per node and per export are bounded.
@@ -23,6 +26,12 @@ pub struct Limits {
     pub budget_bytes: u64,
     /// Requests in flight per connection.
     pub max_in_flight: u64,
+    /// Payload bytes in flight per connection (at least [`MAX_PAYLOAD`]): one client cannot
+    /// take the node's whole budget.
+    pub connection_bytes: u64,
+    /// A reply not taken by the client within this ends its connection (and frees what
+    /// its requests hold).
+    pub reply_timeout: Duration,
     /// Threads running device I/O, shared by every connection.
     pub workers: usize,
 }
@@ -30,10 +39,12 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            handshake: Duration::from_secs(10),
+            handshake: Duration::from_secs(5),
             max_connections: 256,
             budget_bytes: 256 << 20,
             max_in_flight: 256,
+            connection_bytes: 64 << 20,
+            reply_timeout: Duration::from_secs(30),
             workers: 16,
         }
     }
@@ -97,6 +108,11 @@ impl Drop for Permit {
 /// The node-wide bytes budget of `limits` (never below one largest payload).
 pub fn node_budget(limits: &Limits) -> Arc<Budget> {
     Budget::new(limits.budget_bytes.max(u64::from(MAX_PAYLOAD)))
+}
+
+/// One connection's bytes budget of `limits` (never below one largest payload).
+pub fn connection_budget(limits: &Limits) -> Arc<Budget> {
+    Budget::new(limits.connection_bytes.max(u64::from(MAX_PAYLOAD)))
 }
 
 #[cfg(test)]

@@ -25,19 +25,27 @@ pub use handshake::ServeError;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use lvmeta::dev::BlockDevice;
 
 /// What a client is given: a device, and whether its writes are refused.
+///
+/// - The device is held behind a lock that every request holds across its I/O: when
+///   [`Export::close`] returns, no request is doing I/O and none will, and the device
+///   is closed (its descriptor with it, so the LV can be deactivated).
 pub struct Export {
-    /// The device (the thin LV's, on this node).
-    pub dev: Box<dyn BlockDevice>,
+    /// The device (the thin LV's, on this node); None once closed.
+    dev: RwLock<Option<Box<dyn BlockDevice>>>,
+    /// Set first by [`Export::close`]: a request that gets the device after it does no I/O
+    /// (the lock alone does not promise the closer a turn before later readers).
+    closing: AtomicBool,
+    size: u64,
+    block: u32,
     /// Writes, trims and zeroes are refused (EPERM).
     pub read_only: bool,
     /// At most this many connections at once (a kernel client opens a few per device).
     pub max_connections: usize,
-    closed: AtomicBool,
     next_id: AtomicU64,
     /// How to end each open connection, by connection id.
     open: Mutex<HashMap<u64, Box<dyn Fn() + Send>>>,
@@ -47,19 +55,34 @@ impl Export {
     /// An open export of `dev` accepting `max_connections` connections at once.
     pub fn new(dev: Box<dyn BlockDevice>, read_only: bool, max_connections: usize) -> Arc<Self> {
         Arc::new(Self {
-            dev,
+            size: dev.size(),
+            block: dev.io_align(),
+            dev: RwLock::new(Some(dev)),
+            closing: AtomicBool::new(false),
             read_only,
             max_connections,
-            closed: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Closes the export: no new connection, no further I/O on the device, and every open
-    /// connection dropped with its unanswered requests unanswered (the client requeues them).
+    /// The export's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The smallest block clients must use (the device's I/O alignment).
+    pub fn block_size(&self) -> u32 {
+        self.block
+    }
+
+    /// Closes the export: waits for requests doing I/O to finish, closes the device, and
+    /// drops every connection with its unanswered requests unanswered (the client requeues
+    /// them). No new connection is taken.
     pub fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
+        self.closing.store(true, Ordering::SeqCst);
+        let dev = self.dev.write().unwrap_or_else(|p| p.into_inner()).take();
+        drop(dev);
         for (_, end) in self.lock().drain() {
             end();
         }
@@ -67,7 +90,16 @@ impl Export {
 
     /// Whether [`Export::close`] was called.
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Runs `f` on the device, holding it open; None once closed.
+    fn with_device<R>(&self, f: impl FnOnce(&dyn BlockDevice) -> R) -> Option<R> {
+        let dev = self.dev.read().unwrap_or_else(|p| p.into_inner());
+        if self.is_closed() {
+            return None;
+        }
+        dev.as_deref().map(f)
     }
 
     /// How many connections are open.
@@ -78,7 +110,7 @@ impl Export {
     /// Registers a connection ended by `end`; None when closed or full.
     fn attach(&self, end: Box<dyn Fn() + Send>) -> Option<u64> {
         let mut open = self.lock();
-        // Checked under the lock: `close` drains after setting the flag.
+        // Checked under the lock: `close` drains after closing the device.
         if self.is_closed() || open.len() >= self.max_connections {
             return None;
         }

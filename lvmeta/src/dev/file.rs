@@ -176,6 +176,13 @@ pub struct AlignedBuf {
 impl AlignedBuf {
     /// A zeroed, aligned buffer of `len` bytes.
     pub fn new(len: usize) -> Self {
+        if len == 0 {
+            return Self {
+                raw: Vec::new(),
+                start: 0,
+                len: 0,
+            };
+        }
         let raw = vec![0u8; len + DIRECT_ALIGN];
         let start = raw.as_ptr().align_offset(DIRECT_ALIGN);
         Self { raw, start, len }
@@ -212,6 +219,10 @@ impl BlockDevice for FileDevice {
     }
     fn logical_sector_size(&self) -> u32 {
         self.sector
+    }
+    fn io_align(&self) -> u32 {
+        // Transfers not aligned to this go through a read-modify-write of whole blocks.
+        u32::try_from(self.align).unwrap_or(4096)
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         check_range(self, offset, buf.len())?;
@@ -268,7 +279,10 @@ impl BlockDevice for FileDevice {
         let aligned = offset.is_multiple_of(u64::from(self.sector))
             && len.is_multiple_of(u64::from(self.sector));
         let done = match (self.block, aligned) {
-            (true, true) => crate::ioctl::zero_out(&self.file, offset, len),
+            // The ioctl writes through the device's cache; a flush makes it durable.
+            (true, true) => {
+                crate::ioctl::zero_out(&self.file, offset, len).and_then(|()| self.file.sync_data())
+            }
             (false, _) => crate::ioctl::punch_hole(&self.file, offset, len)
                 .and_then(|()| self.file.sync_data()),
             (true, false) => Err(io::Error::from_raw_os_error(libc::EINVAL)),
@@ -290,7 +304,7 @@ impl BlockDevice for FileDevice {
     fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
         check_range_u64(self, offset, len)?;
         let done = if self.block {
-            crate::ioctl::discard(&self.file, offset, len)
+            crate::ioctl::discard(&self.file, offset, len).and_then(|()| self.file.sync_data())
         } else {
             crate::ioctl::punch_hole(&self.file, offset, len).and_then(|()| self.file.sync_data())
         };

@@ -22,6 +22,12 @@ pub trait BlockDevice: Send + Sync {
     fn size(&self) -> u64;
     /// Logical sector size in bytes (512 or 4096).
     fn logical_sector_size(&self) -> u32;
+    /// The smallest transfer that needs no read-modify-write here: concurrent writers of
+    /// smaller or unaligned pieces may overwrite each other's bytes. The logical sector
+    /// unless the device says otherwise.
+    fn io_align(&self) -> u32 {
+        self.logical_sector_size()
+    }
     /// Fills `buf` from byte `offset`; fails if the range is not inside the device.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Writes `buf` at byte `offset`; fails if the range is not inside the device.
@@ -162,6 +168,9 @@ impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
     }
     fn logical_sector_size(&self) -> u32 {
         (**self).logical_sector_size()
+    }
+    fn io_align(&self) -> u32 {
+        (**self).io_align()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         (**self).read_at(offset, buf)

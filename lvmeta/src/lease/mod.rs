@@ -11,6 +11,8 @@
 //! and global leases, an LV's lease for activation) and `lv_leases.rs` (every lease a new
 //! shared VG writes; LV leases across a change).
 
+pub mod board;
+pub mod board_io;
 pub mod daemon;
 mod fake;
 #[cfg(feature = "sanlock")]

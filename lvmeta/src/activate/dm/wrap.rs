@@ -26,10 +26,23 @@ impl DmBackend {
         sectors: Sectors,
         read_only: bool,
     ) -> Result<PathBuf, ActivateError> {
+        let want = block_devnum(backing)?;
+        // A wrapper left over another backing (a crash between steps) is not taken as is.
+        if let Some(found) = self.wrapped_backing(w)? {
+            if found != want {
+                return Err(ActivateError::Io {
+                    device: format!("{MAPPER_DIR}/{}", w.lower_name()),
+                    why: format!(
+                        "wraps {}:{} already, not {backing} ({}:{}): switch it instead",
+                        found.0, found.1, want.0, want.1
+                    ),
+                });
+            }
+        }
         let lower = Dev {
             name: w.lower_name(),
             uuid: w.lower_uuid(),
-            table: linear_over(sectors, block_devnum(backing)?),
+            table: linear_over(sectors, want),
             read_only,
         };
         let lower_num = self.ensure(&lower)?;
@@ -58,12 +71,35 @@ impl DmBackend {
             .map_err(|e| dm_err(&format!("hold {name}"), e))
     }
 
-    /// Points `w`'s lower device at `backing` (same size), to be done while held.
-    pub fn switch(&self, w: &Wrap, backing: &str, sectors: Sectors) -> Result<(), ActivateError> {
+    /// Points `w`'s lower device at `backing` (same size, read-only when asked), to be done
+    /// while held. A table that cannot be made live is cleared again.
+    pub fn switch(
+        &self,
+        w: &Wrap,
+        backing: &str,
+        sectors: Sectors,
+        read_only: bool,
+    ) -> Result<(), ActivateError> {
         let name = w.lower_name();
         self.mine_or_missing(&name, &w.lower_uuid())?;
         let table = linear_over(sectors, block_devnum(backing)?);
-        self.reload(&name, &table)?;
+        let id = DevId::Name(dm_name_of(&name)?);
+        let flags = match read_only {
+            true => DmFlags::DM_READONLY,
+            false => DmFlags::empty(),
+        };
+        self.dm
+            .table_load(&id, &table, DmOptions::default().set_flags(flags))
+            .map_err(|e| dm_err(&format!("load {name}"), e))?;
+        let live = self
+            .set_suspended(&name, true)
+            .and_then(|()| self.set_suspended(&name, false));
+        if let Err(e) = live {
+            // Nothing half-loaded is left for a later resume to make live by surprise.
+            let _ = self.dm.table_clear(&id);
+            let _ = self.set_suspended(&name, false);
+            return Err(e);
+        }
         tracing::info!(device = %w.upper_name(), backing, "wrapper switched");
         Ok(())
     }
