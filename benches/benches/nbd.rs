@@ -1,7 +1,7 @@
 //! The NBD data path against the local thin path, in one VM run, as a pod sees each: a
 //! thin LV of a pool active here, behind its two-layer wrapper (`local`), and the same thin
 //! LV served by csi-shim's NBD server on 127.0.0.1 and attached with the kernel's NBD client
-//! over two connections, behind its own wrapper (`nbd`); the bare thin LV is the floor
+//! over four connections, behind its own wrapper (`nbd`); the bare thin LV is the floor
 //! (`thin`). Each path: sequential 1 MiB reads and writes at queue depth 8, random 4 KiB
 //! reads and writes at queue depth 32 (O_DIRECT, one thread per queue slot). Then
 //! `handover/swap`: a wrapper's backing switched between the NBD device and the thin LV
@@ -86,10 +86,10 @@ fn random(i: u64, slots: u64) -> u64 {
     i.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17) % slots
 }
 
-/// `vol` at `addr` attached as a kernel NBD device over two connections, once it shows.
+/// `vol` at `addr` attached as a kernel NBD device over four connections, once it shows.
 fn attach_vol(nl: &NbdNetlink, addr: std::net::SocketAddr) -> (u32, PathBuf) {
     let o = AttachOptions {
-        connections: 2,
+        connections: 4,
         timeout: 30,
         dead_timeout: 120,
         identifier: format!("lvmeta-bench:{}", std::process::id()),

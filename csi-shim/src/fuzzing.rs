@@ -40,7 +40,15 @@ pub fn nbd(data: &[u8]) {
         let _ = client.shutdown(std::net::Shutdown::Write);
         drain.join().expect("drain")
     });
-    let _ = crate::nbd::serve(server, &find);
+    // One server for every input: its workers live as long as the fuzzer.
+    static SERVER: std::sync::OnceLock<std::sync::Arc<crate::nbd::Server>> =
+        std::sync::OnceLock::new();
+    let limits = crate::nbd::limits::Limits {
+        workers: 2,
+        ..Default::default()
+    };
+    let shared = SERVER.get_or_init(|| crate::nbd::Server::new(limits).expect("NBD workers"));
+    let _ = shared.serve(server, &find);
     let output = peer.join().expect("peer");
     assert!(
         output.starts_with(b"NBDMAGICIHAVEOPT"),

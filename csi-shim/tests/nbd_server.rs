@@ -435,3 +435,24 @@ fn a_client_that_never_takes_its_replies_cannot_starve_the_others() {
     assert_eq!(server.bytes_in_flight(), 0);
     drop((greedy, stalled));
 }
+
+#[test]
+fn an_idle_connection_outlives_the_reply_and_payload_deadlines() {
+    let export = Export::new(Box::new(MemDevice::new("vol", 1 << 20, 512)), false, 4);
+    let limits = Limits {
+        reply_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = listen(export, limits);
+    let mut c = connect(server.local_addr());
+    go(&mut c, b"vol").expect("go");
+    for round in 0..3u64 {
+        c.write_all(&request(Command::Write, 0, round, 0, 4096))
+            .expect("write");
+        c.write_all(&[round as u8; 4096]).expect("payload");
+        assert_eq!(reply(&mut c).expect("reply"), (0, round));
+        // Idle for longer than any deadline: the kernel client's connections often are.
+        std::thread::sleep(Duration::from_millis(800));
+    }
+    assert_eq!(server.connections(), 1, "the idle connection is still open");
+}

@@ -33,8 +33,11 @@ pub trait Wire: Read + Write + Send + 'static {
         Self: Sized;
     /// Ends the connection both ways (blocked reads and writes return).
     fn end(&self);
-    /// Read and write timeouts (None: none); they are the socket's, shared by its handles.
-    fn set_timeouts(&self, read: Option<Duration>, write: Option<Duration>) -> io::Result<()>;
+    /// The read timeout (None: none). It is the socket's, shared by all its handles: only
+    /// the reading thread sets it.
+    fn set_read_timeout_of(&self, t: Option<Duration>) -> io::Result<()>;
+    /// The write timeout (None: none); set only by the writing thread.
+    fn set_write_timeout_of(&self, t: Option<Duration>) -> io::Result<()>;
     /// The peer's address, if it has one.
     fn peer_ip(&self) -> Option<IpAddr>;
 }
@@ -50,13 +53,11 @@ macro_rules! wire_for {
                 // Already ended or reset: nothing left to end.
                 let _ = self.shutdown(Shutdown::Both);
             }
-            fn set_timeouts(
-                &self,
-                read: Option<Duration>,
-                write: Option<Duration>,
-            ) -> io::Result<()> {
-                self.set_read_timeout(read)?;
-                self.set_write_timeout(write)
+            fn set_read_timeout_of(&self, t: Option<Duration>) -> io::Result<()> {
+                self.set_read_timeout(t)
+            }
+            fn set_write_timeout_of(&self, t: Option<Duration>) -> io::Result<()> {
+                self.set_write_timeout(t)
             }
             fn peer_ip(&self) -> Option<IpAddr> {
                 $peer(self)
@@ -74,11 +75,13 @@ wire_for!(UnixStream, |_: &UnixStream| None);
 /// A unit of device work for the shared workers.
 type Job = Box<dyn FnOnce() + Send>;
 
-/// What the connections of one node share: limits, the bytes budget, the I/O workers.
+/// What the connections of one node share: limits, the bytes budget, the I/O workers
+/// (joined when the server goes: no thread outlives it).
 pub struct Server {
     limits: Limits,
     budget: Arc<Budget>,
-    jobs: Mutex<Sender<Job>>,
+    jobs: Mutex<Option<Sender<Job>>>,
+    workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Server {
@@ -86,16 +89,23 @@ impl Server {
     pub fn new(limits: Limits) -> io::Result<Arc<Self>> {
         let (tx, rx) = channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
+        let mut workers = Vec::new();
         for i in 0..limits.workers.max(1) {
             let rx = rx.clone();
-            std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("nbd-io-{i}"))
-                .spawn(move || work(&rx))?;
+                .spawn(move || work(&rx));
+            match spawned {
+                Ok(w) => workers.push(w),
+                // The ones started end as the sender goes.
+                Err(e) => return Err(e),
+            }
         }
         Ok(Arc::new(Self {
             budget: node_budget(&limits),
             limits,
-            jobs: Mutex::new(tx),
+            jobs: Mutex::new(Some(tx)),
+            workers: Mutex::new(workers),
         }))
     }
 
@@ -121,7 +131,8 @@ impl Server {
             find,
         )?;
         // Transmission: a client may be idle as long as it likes, but must take its replies.
-        wire.set_timeouts(None, Some(self.limits.reply_timeout))?;
+        wire.set_read_timeout_of(None)?;
+        wire.set_write_timeout_of(None)?;
         let Some(export) = chosen else {
             return Ok(());
         };
@@ -204,7 +215,7 @@ impl Server {
                     deadline,
                 };
                 within.read_exact(data.as_mut_slice())?;
-                reader.set_timeouts(None, Some(t))?;
+                reader.set_read_timeout_of(None)?;
             }
             let work = Work {
                 export: export.clone(),
@@ -221,9 +232,26 @@ impl Server {
 
     fn submit(&self, job: Job) {
         let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = jobs.send(job) {
-            // Workers gone (only while the process ends): run it here.
-            (e.0)();
+        let refused = match jobs.as_ref() {
+            Some(tx) => tx.send(job).err().map(|e| e.0),
+            None => Some(job),
+        };
+        if let Some(job) = refused {
+            // Workers gone (only while the server goes): run it here.
+            job();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // The workers end once the queue closes and they have run what was in it.
+        drop(self.jobs.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in workers {
+            if w.join().is_err() {
+                tracing::error!("NBD I/O worker panicked");
+            }
         }
     }
 }
@@ -357,28 +385,28 @@ struct Deadline<'a, W: Wire> {
 }
 
 impl<W: Wire> Deadline<'_, W> {
-    fn arm(&self) -> io::Result<()> {
+    /// What is left before the deadline; an error once it passed.
+    fn left(&self) -> io::Result<Duration> {
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the handshake took too long",
-            ));
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "past the deadline"));
         }
-        self.wire.set_timeouts(Some(left), Some(left))
+        Ok(left)
     }
 }
 
+/// Reads arm the read timeout only, writes the write timeout only: the two directions of
+/// a connection are served by different threads, and the timeouts are the socket's.
 impl<W: Wire> Read for Deadline<'_, W> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.arm()?;
+        self.wire.set_read_timeout_of(Some(self.left()?))?;
         self.wire.read(buf)
     }
 }
 
 impl<W: Wire> Write for Deadline<'_, W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.arm()?;
+        self.wire.set_write_timeout_of(Some(self.left()?))?;
         self.wire.write(buf)
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -386,18 +414,18 @@ impl<W: Wire> Write for Deadline<'_, W> {
     }
 }
 
-/// Serves one connection with a server of its own (tests, fuzzing).
-pub fn serve<W: Wire>(wire: W, find: &Find<'_>) -> Result<(), ServeError> {
-    let limits = Limits {
-        workers: 2,
-        ..Limits::default()
-    };
-    Server::new(limits)?.serve(wire, find)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Serves one connection with a server of its own.
+    fn serve<W: Wire>(wire: W, find: &Find<'_>) -> Result<(), ServeError> {
+        let limits = Limits {
+            workers: 2,
+            ..Limits::default()
+        };
+        Server::new(limits)?.serve(wire, find)
+    }
     use lvmeta::dev::MemDevice;
     use proto::{opt, rep, CMD_FLAG_FUA, CMD_FLAG_NO_HOLE};
     use std::os::unix::net::UnixStream;

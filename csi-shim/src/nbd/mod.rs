@@ -20,7 +20,7 @@ pub mod listener;
 pub mod proto;
 
 pub use client::{go, ClientError, Negotiated};
-pub use conn::{serve, Server, Wire};
+pub use conn::{Server, Wire};
 pub use handshake::ServeError;
 
 use std::collections::HashMap;
