@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use lvmeta::dev::{AlignedBuf, BlockDevice};
 
 use super::handshake::{handshake, read_array, Find, ServeError};
-use super::limits::{connection_budget, node_budget, Budget, Limits, Permit};
+use super::limits::{payload_budget, Budget, Limits, Permit};
 use super::proto::{self, errno, Command, Request};
 use super::Export;
 
@@ -102,7 +102,7 @@ impl Server {
             }
         }
         Ok(Arc::new(Self {
-            budget: node_budget(&limits),
+            budget: payload_budget(limits.budget_bytes),
             limits,
             jobs: Mutex::new(Some(tx)),
             workers: Mutex::new(workers),
@@ -180,7 +180,7 @@ impl Server {
     ) -> Result<(), ServeError> {
         let size = export.size();
         let in_flight = Budget::new(self.limits.max_in_flight);
-        let own_bytes = connection_budget(&self.limits);
+        let own_bytes = payload_budget(self.limits.connection_bytes);
         loop {
             let req = Request::parse(read_array(reader)?)?;
             if req.command == Command::Disconnect {
@@ -362,23 +362,22 @@ fn run(dev: &dyn BlockDevice, req: &Request, data: &mut AlignedBuf) -> Result<()
     };
     let fua = req.flags & proto::CMD_FLAG_FUA != 0;
     let len = u64::from(req.len);
+    // FUA: a WRITE goes through `write_fua`; TRIM and WRITE_ZEROES are durable on return
+    // already (the trait's promise), so the flag needs nothing more there.
     match req.command {
-        Command::Read => dev.read_at(req.offset, data.as_mut_slice()).map_err(eio)?,
-        Command::Write if fua => return dev.write_fua(req.offset, data.as_slice()).map_err(eio),
-        Command::Write => dev.write_at(req.offset, data.as_slice()).map_err(eio)?,
+        Command::Read => dev.read_at(req.offset, data.as_mut_slice()).map_err(eio),
+        Command::Write if fua => dev.write_fua(req.offset, data.as_slice()).map_err(eio),
+        Command::Write => dev.write_at(req.offset, data.as_slice()).map_err(eio),
         // A hint: a device that cannot discard keeps the data.
-        Command::Trim => drop(dev.discard(req.offset, len).map_err(eio)?),
-        Command::WriteZeroes => dev.write_zeroes(req.offset, len).map_err(eio)?,
-        Command::Flush => return dev.flush().map_err(eio),
-        Command::Disconnect | Command::Other(_) => return Err(errno::EINVAL),
+        Command::Trim => dev.discard(req.offset, len).map(drop).map_err(eio),
+        Command::WriteZeroes => dev.write_zeroes(req.offset, len).map_err(eio),
+        Command::Flush => dev.flush().map_err(eio),
+        Command::Disconnect | Command::Other(_) => Err(errno::EINVAL),
     }
-    if fua && req.command != Command::Read {
-        dev.flush().map_err(eio)?;
-    }
-    Ok(())
 }
 
-/// A wire whose every read and write must finish by `deadline` (the handshake's).
+/// A wire whose reads and writes must all finish by `deadline` (a handshake, a payload,
+/// a reply).
 struct Deadline<'a, W: Wire> {
     wire: &'a mut W,
     deadline: Instant,

@@ -105,14 +105,10 @@ impl Drop for Permit {
     }
 }
 
-/// The node-wide bytes budget of `limits` (never below one largest payload).
-pub fn node_budget(limits: &Limits) -> Arc<Budget> {
-    Budget::new(limits.budget_bytes.max(u64::from(MAX_PAYLOAD)))
-}
-
-/// One connection's bytes budget of `limits` (never below one largest payload).
-pub fn connection_budget(limits: &Limits) -> Arc<Budget> {
-    Budget::new(limits.connection_bytes.max(u64::from(MAX_PAYLOAD)))
+/// A bytes budget of `cap` (the node's or a connection's), never below one largest
+/// payload: a request of any allowed size can always be taken.
+pub fn payload_budget(cap: u64) -> Arc<Budget> {
+    Budget::new(cap.max(u64::from(MAX_PAYLOAD)))
 }
 
 #[cfg(test)]

@@ -49,6 +49,9 @@ pub enum BoardError {
     /// A buffer is not the board's size.
     #[error("board buffer of {0} bytes, not {BOARD_SECTORS} sectors")]
     Size(usize),
+    /// A slot index past the last slot.
+    #[error("slot {0}: a board has {SLOTS} slots")]
+    Slot(usize),
     /// An LV id is not 32 letters and digits (lvm2's id without dashes).
     #[error("LV id {0:?} is not 32 letters and digits without dashes")]
     LvId(String),

@@ -85,7 +85,7 @@ pub fn write_slot(
     slot: &Slot,
 ) -> Result<(), BoardIoError> {
     if index >= SLOTS {
-        return Err(board_err(dev, pool_lv_id)(BoardError::Size(index)));
+        return Err(board_err(dev, pool_lv_id)(BoardError::Slot(index)));
     }
     let entry = slot
         .encode(pool_lv_id)
