@@ -93,6 +93,7 @@ fn attach_vol(nl: &NbdNetlink, addr: std::net::SocketAddr) -> (u32, PathBuf) {
         timeout: 30,
         dead_timeout: 120,
         identifier: format!("lvmeta-bench:{}", std::process::id()),
+        source: None,
     };
     let (index, _) = attach(nl, addr, b"vol", &o).expect("attach");
     let path = device_path(index);

@@ -28,6 +28,7 @@ pub mod mount;
 pub mod nbd;
 pub mod node;
 pub mod params;
+pub mod serve;
 pub mod server;
 pub mod slots;
 pub mod status;

@@ -82,6 +82,26 @@ struct Args {
     /// every address).
     #[arg(long, value_parser = metrics_address)]
     metrics_address: Option<std::net::SocketAddr>,
+    /// This node's address for NBD (`IP`, or `IPV6%INTERFACE` for a link-local one): thin
+    /// volumes staged on several nodes are served from here and attached from here. In
+    /// Kubernetes: the pod's IP (`status.podIP`). Without it, multi-node thin staging is
+    /// refused.
+    #[arg(long, env = "NBD_IP")]
+    nbd_ip: Option<String>,
+    /// The TCP port of this node's NBD server.
+    #[arg(long, default_value_t = 10809)]
+    nbd_port: u16,
+    /// Connections per volume attached over NBD.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=16))]
+    nbd_connections: u64,
+    /// Seconds before a late NBD request is retried on another connection.
+    #[arg(long, default_value_t = 30)]
+    nbd_timeout: u64,
+    /// Seconds I/O to a volume attached over NBD waits with no live connection before it
+    /// fails (default: 8 x io_timeout + 180, longer than sanlock takes to count a dead
+    /// serving node out).
+    #[arg(long)]
+    nbd_dead_timeout: Option<u64>,
 }
 
 /// How long an idle blocking thread (lvmeta's disk I/O, lease waits, mkfs) is kept: each
@@ -92,6 +112,32 @@ const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(
 
 /// How long a SIGTERM waits for the fencing sweep that tells whether sanlock sent it.
 const STOP_SWEEP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// This node's NBD server, when `--nbd-ip` is given (it needs a host id).
+fn nbd_serving(
+    args: &Args,
+    host_id: Option<u64>,
+    backend: &Arc<Driver>,
+) -> Result<Option<Arc<csi_shim::serve::Serving>>, String> {
+    let Some(ip) = &args.nbd_ip else {
+        return Ok(None);
+    };
+    let host_id = host_id.ok_or("--nbd-ip needs this host's sanlock host id (--host-id)")?;
+    let addr =
+        csi_shim::attach::scoped_addr(ip, args.nbd_port).map_err(|e| format!("--nbd-ip: {e}"))?;
+    let setup = csi_shim::serve::NbdSetup {
+        addr,
+        host_id,
+        connections: usize::try_from(args.nbd_connections).unwrap_or(4),
+        timeout: args.nbd_timeout,
+        dead_timeout: args
+            .nbd_dead_timeout
+            .unwrap_or(8 * u64::from(args.io_timeout) + 180),
+    };
+    let serving = csi_shim::serve::Serving::start(setup, backend.clone())
+        .map_err(|e| format!("--nbd-ip {ip} --nbd-port {}: {e}", args.nbd_port))?;
+    Ok(Some(Arc::new(serving)))
+}
 
 /// `HOST:PORT`, or `:PORT` for 0.0.0.0.
 fn metrics_address(s: &str) -> Result<std::net::SocketAddr, String> {
@@ -207,7 +253,7 @@ fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
     if erase.is_none() {
         tracing::warn!("--wipe none: deleted volumes' extents are freed without erasing them");
     }
-    let mut backend = Driver::new(session, args.vgs)
+    let mut backend = Driver::new(session, args.vgs.clone())
         .with_metrics(metrics)
         .with_fencing(fencing)
         .with_erase(erase)
@@ -234,7 +280,8 @@ fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
                         system: Arc::new(csi_shim::mount::Real),
                     },
                 )
-                .map_err(|e| format!("{}: {e}", args.kubelet_dir.display()))?,
+                .map_err(|e| format!("{}: {e}", args.kubelet_dir.display()))?
+                .with_nbd_opt(nbd_serving(&args, host_id, &backend)?),
             ))
         }
         None => None,

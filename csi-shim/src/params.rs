@@ -348,9 +348,11 @@ pub fn check_capabilities(caps: &[VolumeCapability], mode: Mode) -> Result<(), S
         );
         match access {
             Access::Unknown => return Err("access mode is missing or unknown".into()),
-            _ if multi_node && mode == Mode::Thin => {
+            _ if multi_node && mode == Mode::Thin && !block => {
                 return Err(format!(
-                    "{} needs several nodes at once; thin volumes are active on one node only (use mode linear)",
+                    "{} on a thin volume needs volumeMode Block: other nodes reach a thin volume \
+                     over NBD as a block device (a filesystem is single-host; use mode linear \
+                     for a read-only filesystem on several nodes)",
                     access.as_str_name()
                 ))
             }

@@ -16,6 +16,7 @@ use std::process::Command;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodSpec, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass, VolumeAttributesClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -28,6 +29,7 @@ use common::skip_or_fail;
 const SNAPSHOTS: &str = "components/snapshots";
 const VACS: &str = "components/volume-attributes-classes";
 const MONITORING: &str = "components/monitoring";
+const NBD_POLICY: &str = "components/nbd-network-policy";
 
 /// snapshot.storage.k8s.io/v1 VolumeSnapshotClass (a CRD of external-snapshotter, so not in
 /// k8s-openapi): the fields of its schema.
@@ -240,7 +242,8 @@ fn check_type(obj: &Value) -> Result<(), String> {
         StorageClass,
         VolumeAttributesClass,
         Deployment,
-        DaemonSet
+        DaemonSet,
+        NetworkPolicy
     );
     if (api, kind) == ("monitoring.coreos.com/v1", "PodMonitor") {
         return strict::<PodMonitor>(obj).map(drop);
@@ -421,8 +424,15 @@ fn deploy_renders_to_objects_the_api_accepts() {
     let Some(cmd) = kustomize() else {
         return;
     };
-    let all = [SNAPSHOTS, VACS, MONITORING];
-    for components in [&[][..], &[SNAPSHOTS], &[VACS], &[MONITORING], &all] {
+    let all = [SNAPSHOTS, VACS, MONITORING, NBD_POLICY];
+    for components in [
+        &[][..],
+        &[SNAPSHOTS],
+        &[VACS],
+        &[MONITORING],
+        &[NBD_POLICY],
+        &all,
+    ] {
         let objs = render(&cmd, components);
         for o in &objs {
             if let Err(e) = check_type(o) {
@@ -442,6 +452,19 @@ fn deploy_renders_to_objects_the_api_accepts() {
             kinds.contains("VolumeAttributesClass"),
             components.contains(&VACS)
         );
+        assert_eq!(
+            kinds.contains("NetworkPolicy"),
+            components.contains(&NBD_POLICY)
+        );
+        // The node plugin serves NBD on the pod's IP, on the port the policy keeps.
+        let node = of_kind(&objs, "DaemonSet").next().expect("node plugin");
+        let shim = &node["spec"]["template"]["spec"]["containers"][0];
+        assert!(
+            shim["args"].to_string().contains("--nbd-ip=$(NBD_IP)"),
+            "{shim}"
+        );
+        assert!(shim["env"].to_string().contains("status.podIP"), "{shim}");
+        assert!(shim["ports"].to_string().contains("10809"), "{shim}");
         let deployment = of_kind(&objs, "Deployment").next().expect("controller");
         let containers = deployment["spec"]["template"]["spec"]["containers"]
             .as_array()

@@ -13,31 +13,13 @@ use std::sync::Arc;
 use common::*;
 use csi_shim::csi::volume_capability::access_mode::Mode as Access;
 use csi_shim::csi::*;
-use csi_shim::driver::Driver;
-use csi_shim::fencing::{self, Fencing};
+use csi_shim::fencing;
 use lvmeta::lease::FakeLeases;
 use tonic::Code;
 
 /// A driver over shared VG `vg` whose leases are `fake`'s, fencing `required` or not.
 async fn shared_driver(fake: Arc<FakeLeases>, required: bool) -> Harness {
     shared_driver_with(fake, required, Arc::default()).await
-}
-
-/// [`shared_driver`] whose node activates through `activation`.
-async fn shared_driver_with(
-    fake: Arc<FakeLeases>,
-    required: bool,
-    activation: Arc<lvmeta::activate::FakeBackend>,
-) -> Harness {
-    let f = Arc::new(Fencing::new(
-        Some(fake.clone() as Arc<dyn lvmeta::lease::LeaseManager>),
-        required,
-        None,
-    ));
-    let gate = Arc::new(fencing::Gate(f.clone()));
-    let (session, lun) = shared_vg_on(fake, |h| h.with_gate(gate));
-    let backend = Driver::new(session, vec!["vg".into()]).with_fencing(f);
-    serve_with(backend, lun, activation).await
 }
 
 async fn probe(d: &mut Harness) -> Option<bool> {

@@ -122,16 +122,32 @@ async fn volume_lifecycle() {
         .volume
         .expect("volume");
     assert_eq!(t.capacity_bytes, 20 * MIB);
+    // RWX on a thin volume: a block device served over NBD, never a filesystem.
     let e = c
         .create_volume(create(
             "pvc-x",
             "thin",
             MIB,
-            vec![cap(Access::MultiNodeMultiWriter, None)],
+            vec![cap(Access::MultiNodeMultiWriter, Some("ext4"))],
         ))
         .await
-        .expect_err("thin RWX");
+        .expect_err("thin RWX filesystem");
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("volumeMode Block"), "{e:?}");
+    c.create_volume(create(
+        "pvc-thin-rwx",
+        "thin",
+        MIB,
+        vec![cap(Access::MultiNodeMultiWriter, None)],
+    ))
+    .await
+    .expect("thin RWX block");
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: "vg/pvc-thin-rwx".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("delete thin RWX block");
     // RWX block on a linear volume is fine; RWX on a filesystem is not.
     c.create_volume(create(
         "pvc-rwx",
@@ -215,13 +231,24 @@ async fn volume_lifecycle() {
     let no = c
         .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
             volume_id: "vg/pvc-t".into(),
-            volume_capabilities: vec![cap(Access::MultiNodeReaderOnly, None)],
+            volume_capabilities: vec![cap(Access::MultiNodeReaderOnly, Some("ext4"))],
             ..Default::default()
         })
         .await
         .expect("validate")
         .into_inner();
     assert!(no.confirmed.is_none() && !no.message.is_empty());
+    // A thin block volume on several nodes is served over NBD.
+    let rox = c
+        .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
+            volume_id: "vg/pvc-t".into(),
+            volume_capabilities: vec![cap(Access::MultiNodeReaderOnly, None)],
+            ..Default::default()
+        })
+        .await
+        .expect("validate")
+        .into_inner();
+    assert!(rox.confirmed.is_some(), "{}", rox.message);
     let grown = c
         .controller_expand_volume(ControllerExpandVolumeRequest {
             volume_id: "vg/pvc-t".into(),

@@ -69,6 +69,9 @@ pub enum Error {
     /// A lease could not be taken, given back or written.
     #[error("{0}")]
     Lease(#[from] crate::lease::LeaseError),
+    /// A thin pool's serve board could not be read or written.
+    #[error(transparent)]
+    Board(#[from] crate::lease::board_io::BoardIoError),
     /// Activating or deactivating an LV on this host failed.
     #[error(transparent)]
     Activate(#[from] crate::activate::ActivateError),

@@ -392,6 +392,18 @@ impl Guest {
         self.publish(vol, c).await
     }
 
+    /// NodeUnstageVolume of `vol`.
+    pub async fn unstage(&mut self, vol: &str) -> Result<(), tonic::Status> {
+        let (staging, _) = self.paths(vol, "p");
+        self.node
+            .node_unstage_volume(NodeUnstageVolumeRequest {
+                volume_id: vol.into(),
+                staging_target_path: staging,
+            })
+            .await
+            .map(drop)
+    }
+
     /// NodeUnpublishVolume and NodeUnstageVolume of `vol`.
     pub async fn release(&mut self, vol: &str) {
         let (staging, target) = self.paths(vol, "p");

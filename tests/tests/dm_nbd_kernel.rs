@@ -58,6 +58,7 @@ fn attach(nl: &NbdNetlink, addr: std::net::SocketAddr, id: &str, timeout: u64) -
         timeout,
         dead_timeout: 120,
         identifier: id.to_owned(),
+        source: None,
     };
     let (index, neg) = attach::attach(nl, addr, b"vol", &o).expect("attach");
     assert_eq!(neg.size, SIZE);
@@ -134,7 +135,7 @@ fn the_kernel_client_attaches_reconnects_and_detaches() {
         "the writer paused while nothing served ({before} -> {paused})"
     );
     *current.lock().expect("export") = Export::new(open(), false, 4);
-    let (socks, _) = handshake_sockets(server.local_addr(), b"vol", 2).expect("handshake");
+    let (socks, _) = handshake_sockets(server.local_addr(), None, b"vol", 2).expect("handshake");
     let fds: Vec<_> = socks.iter().map(|s| s.as_fd()).collect();
     nl.reconfigure(index, &id, &fds, None).expect("RECONFIGURE");
     drop(socks);

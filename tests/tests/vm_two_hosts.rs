@@ -8,8 +8,10 @@
 //! - a thin volume staged on A is snapshotted through B's controller (A's node cuts it),
 //!   unstaged on A and staged on B with all its data (B's kernel reads the pool metadata A's
 //!   kernel wrote), and its snapshot restored on B shows the data at the cut;
-//! - a thin volume staged on A is served over NBD across the guests' own QEMU link (IPv6
-//!   link-local) and attached by B's kernel NBD client: each side reads the other's writes.
+//! - an RWX thin block volume staged on A then B: A's node serves it over NBD across the
+//!   guests' own QEMU link (IPv6 link-local, `--nbd-ip`) and B's node attaches it with the
+//!   kernel NBD client; each side reads the other's writes, and A cannot unstage while B
+//!   is attached.
 //!
 //! Hosts that fail (a path cut or hung, a power-off): `vm_fencing.rs`. Runs on a machine
 //! with QEMU (not inside a VM); needs qemu-system-x86, busybox-static, kmod and apt-get
@@ -79,8 +81,10 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let mut a = guest::start_shim(vm_a, 1, "").await;
-        let mut b = guest::start_shim(vm_b, 2, "").await;
+        let nbd_a = format!("--nbd-ip {}", guest::link_addr(1, &vm_a.link_interface()));
+        let nbd_b = format!("--nbd-ip {}", guest::link_addr(2, &vm_b.link_interface()));
+        let mut a = guest::start_shim(vm_a, 1, &nbd_a).await;
+        let mut b = guest::start_shim(vm_b, 2, &nbd_b).await;
         let rwx_block = cap(Access::MultiNodeMultiWriter, None);
         let rwo4 = cap(Access::SingleNodeWriter, Some("ext4"));
 
@@ -148,41 +152,39 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
         b.release(&restored).await;
         b.release(&thin).await;
 
-        // The NBD data path across the guests' own link: A serves its thin volume with
-        // csi-shim's server on its link-local address, B's kernel attaches it; each side's
-        // writes are read on the other.
-        let rwo_block = cap(Access::SingleNodeWriter, None);
-        let nbd = create(&mut b, "pvc-nbd", "thin", &rwo_block).await;
-        let ta = a.use_volume(&nbd, &rwo_block).await;
-        let (if_a, if_b) = (a.vm.link_interface(), b.vm.link_interface());
-        let peer = workspace_bin("lvmeta-tests", "nbd-peer").display().to_string();
+        // RWX thin block across the guests' own link: A stages first, takes the pool and
+        // serves the volume over NBD on its link-local address; B's node attaches it with
+        // its kernel NBD client. Each side reads the other's writes through the CSI
+        // devices; A cannot unstage while B is attached.
+        let nbd = create(&mut b, "pvc-nbd", "thin", &rwx_block).await;
+        let ta = a.use_volume(&nbd, &rwx_block).await;
+        let tb = b.use_volume(&nbd, &rwx_block).await;
         let seqio = workspace_bin("lvmeta-tests", "seqio").display().to_string();
-        a.vm.ok(&format!(
-            "setsid {peer} serve {ta} {} 10809 >/run/t/nbd-serve.log 2>&1 </dev/null &\n\
-             echo $! >/run/t/nbd-serve.pid",
-            guest::link_addr(1, &if_a)
-        ));
-        let dev = b.vm.ok(&format!(
-            "for i in $(seq 100); do {peer} attach {} 10809 lvmeta-test 2>/run/t/attach.err && exit 0; \
-             sleep 0.2; done; cat /run/t/attach.err; exit 1",
-            guest::link_addr(1, &if_b)
-        ));
-        let dev = dev.trim().to_owned();
-        b.vm.ok(&format!("{seqio} mark {dev} B 256"));
+        b.vm.ok(&format!("{seqio} mark {tb} B 256"));
         let on_a = a.vm.ok(&format!("{seqio} scan {ta} 256"));
         assert!(on_a.contains("B count=256 max=256"), "A reads B's writes: {on_a}");
         a.vm.ok(&format!("{seqio} mark {ta} A 128"));
-        let on_b = b.vm.ok(&format!("{seqio} scan {dev} 256"));
+        let on_b = b.vm.ok(&format!("{seqio} scan {tb} 256"));
         assert!(
             on_b.contains("A count=128 max=128") && on_b.contains("B count=128 max=256"),
             "B reads A's writes through NBD: {on_b}"
         );
-        let index = dev.trim_start_matches("/dev/nbd");
-        b.vm.ok(&format!("{peer} detach {index}"));
-        a.vm.ok(
-            "p=$(cat /run/t/nbd-serve.pid); kill $p; while kill -0 $p 2>/dev/null; do sleep 0.1; done",
-        );
+        let served = a.vm.ok("cat /sys/block/dm-*/dm/name | grep -c '^lvmeta-h1-'");
+        assert_eq!(served.trim(), "2", "A's wrapper (upper and lower)");
+        let attached = b.vm.ok("cat /sys/block/nbd*/backend 2>/dev/null | grep -c '^lvmeta:'");
+        assert_eq!(attached.trim(), "1", "B's kernel NBD device");
+        // A read-only stager is refused at once for a thin filesystem on several nodes.
+        let rox_fs = cap(Access::MultiNodeReaderOnly, Some("ext4"));
+        let e = b.stage(&nbd, &rox_fs).await.expect_err("thin fs on several nodes");
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        let e = a.unstage(&nbd).await.expect_err("B is attached");
+        assert_eq!(e.code(), Code::Unavailable, "{e}");
+        b.release(&nbd).await;
+        let attached = b.vm.ok("cat /sys/block/nbd*/backend 2>/dev/null | grep -c '^lvmeta:' || true");
+        assert_eq!(attached.trim(), "0", "B's NBD device gone");
         a.release(&nbd).await;
+        let served = a.vm.ok("cat /sys/block/dm-*/dm/name | grep -c '^lvmeta-h1-' || true");
+        assert_eq!(served.trim(), "0", "A's wrapper gone");
 
         for h in [&mut a, &mut b] {
             h.assert_nothing_mounted();

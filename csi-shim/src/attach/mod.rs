@@ -12,7 +12,7 @@
 pub mod netlink;
 
 use std::io;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6, TcpStream};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 
@@ -30,19 +30,23 @@ pub struct AttachOptions {
     pub dead_timeout: u64,
     /// The device's backend identifier.
     pub identifier: String,
+    /// The local address connections come from (the server checks it), when set; its
+    /// port is not used, its scope is (an IPv6 link-local address).
+    pub source: Option<SocketAddr>,
 }
 
-/// `n` connections to `addr`, each past the handshake for export `name` (TCP_NODELAY),
-/// and what the server said of the export.
+/// `n` connections to `addr` (from `source` when given), each past the handshake for
+/// export `name` (TCP_NODELAY), and what the server said of the export.
 pub fn handshake_sockets(
     addr: SocketAddr,
+    source: Option<SocketAddr>,
     name: &[u8],
     n: usize,
 ) -> io::Result<(Vec<TcpStream>, Negotiated)> {
     let mut socks = Vec::with_capacity(n);
     let mut neg = None;
     for _ in 0..n.max(1) {
-        let mut s = TcpStream::connect(addr)
+        let mut s = connect_from(source, addr)
             .map_err(|e| io::Error::new(e.kind(), format!("NBD server {addr}: {e}")))?;
         s.set_nodelay(true)?;
         neg = Some(go(&mut s, name).map_err(|e| io::Error::other(format!("{addr}: {e}")))?);
@@ -60,7 +64,7 @@ pub fn attach(
     name: &[u8],
     o: &AttachOptions,
 ) -> io::Result<(u32, Negotiated)> {
-    let (socks, neg) = handshake_sockets(addr, name, o.connections)?;
+    let (socks, neg) = handshake_sockets(addr, o.source, name, o.connections)?;
     let conf = Connect {
         size: neg.size,
         block_size: u64::from(neg.block.0),
@@ -72,6 +76,52 @@ pub fn attach(
     let fds: Vec<_> = socks.iter().map(|s| s.as_fd()).collect();
     let index = nl.connect(&conf, &fds)?;
     Ok((index, neg))
+}
+
+/// A TCP connection to `to`, bound first to `from`'s address (any port) when given.
+fn connect_from(from: Option<SocketAddr>, to: SocketAddr) -> io::Result<TcpStream> {
+    use nix::sys::socket::{
+        bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrStorage,
+    };
+    let Some(mut from) = from else {
+        return TcpStream::connect(to);
+    };
+    from.set_port(0);
+    let family = match to {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    };
+    let fd = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(from),
+    )?;
+    connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(to),
+    )?;
+    Ok(TcpStream::from(fd))
+}
+
+/// `IP`, or `IP%INTERFACE` for an IPv6 link-local address, with `port`, as a socket
+/// address (the interface's index as its scope).
+pub fn scoped_addr(ip: &str, port: u16) -> Result<SocketAddr, String> {
+    let (bare, iface) = match ip.split_once('%') {
+        Some((ip, iface)) => (ip, Some(iface)),
+        None => (ip, None),
+    };
+    let parsed: IpAddr = bare
+        .parse()
+        .map_err(|e| format!("{ip:?} is not an IP address: {e}"))?;
+    match (parsed, iface) {
+        (IpAddr::V6(v6), Some(iface)) => {
+            let scope = nix::net::if_::if_nametoindex(iface)
+                .map_err(|e| format!("{ip:?}: interface {iface:?}: {e}"))?;
+            Ok(SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope)))
+        }
+        (_, Some(_)) => Err(format!("{ip:?}: only IPv6 addresses take an %interface")),
+        (ip, None) => Ok(SocketAddr::new(ip, port)),
+    }
 }
 
 /// The kernel NBD devices whose backend identifier is `identifier`.

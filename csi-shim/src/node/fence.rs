@@ -112,8 +112,9 @@ impl Node {
             let ids: Vec<String> = staged
                 .iter()
                 .filter(|(_, s)| {
-                    s.activation.placement.vg == vg
-                        && act.is_fenced(&s.activation.placement).unwrap_or(true)
+                    s.activation.as_ref().is_some_and(|a| {
+                        a.placement.vg == vg && act.is_fenced(&a.placement).unwrap_or(true)
+                    })
                 })
                 .map(|(id, _)| id.clone())
                 .collect();
@@ -122,9 +123,9 @@ impl Node {
                 .collect()
         };
         // Removed where nothing has them open, and released, outside the map's lock.
-        for s in gone {
-            if s.activation.deactivate(act).is_ok() {
-                tracing::info!(vg, lv = %s.activation.placement.lv, "fenced volume's devices removed");
+        for a in gone.into_iter().filter_map(|s| s.activation) {
+            if a.deactivate(act).is_ok() {
+                tracing::info!(vg, lv = %a.placement.lv, "fenced volume's devices removed");
             }
         }
     }

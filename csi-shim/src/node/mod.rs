@@ -20,6 +20,7 @@ mod fence;
 mod publish;
 mod requests;
 mod service;
+mod shared;
 mod stage;
 mod stats;
 mod want;
@@ -70,7 +71,13 @@ pub struct ActivePool {
 
 /// A volume staged on this node.
 struct Staged {
-    activation: Activation,
+    /// The LV's activation here; `None` for a volume attached over NBD (its pool is active
+    /// on the node that serves it).
+    activation: Option<Activation>,
+    /// The device pods get: the activation's, or a wrapper's upper device.
+    device: PathBuf,
+    /// How the volume is shared with other nodes, when it is.
+    remote: Option<shared::Remote>,
     staging: Place,
     /// `None` for a block volume.
     fs: Option<String>,
@@ -89,6 +96,8 @@ pub struct Node {
     /// Held while a request is served and while a volume is unstaged, so that a pool is
     /// not taken down under a request being served.
     serving: Mutex<()>,
+    /// This node's NBD server and options (`None`: thin volumes stay on one node).
+    nbd: Option<Arc<crate::serve::Serving>>,
 }
 
 /// How often the node looks for requests on the pools of its staged thin volumes.
@@ -115,7 +124,20 @@ impl Node {
             kubelet,
             staged: Mutex::new(HashMap::new()),
             serving: Mutex::new(()),
+            nbd: None,
         })
+    }
+
+    /// The same node, serving and attaching thin volumes staged on several nodes through
+    /// `nbd`.
+    pub fn with_nbd(self, nbd: Arc<crate::serve::Serving>) -> Self {
+        self.with_nbd_opt(Some(nbd))
+    }
+
+    /// [`Node::with_nbd`] when `nbd` is given; the node as it is otherwise.
+    pub fn with_nbd_opt(mut self, nbd: Option<Arc<crate::serve::Serving>>) -> Self {
+        self.nbd = nbd;
+        self
     }
 
     fn staged(&self) -> std::sync::MutexGuard<'_, HashMap<String, Staged>> {
@@ -151,8 +173,8 @@ impl Node {
                 "staged volumes keep their leases as orphans"
             );
         }
-        for s in staged {
-            s.activation.keep_lease();
+        for a in staged.into_iter().filter_map(|s| s.activation) {
+            a.keep_lease();
         }
     }
 
@@ -170,7 +192,7 @@ impl Node {
     /// the metadata.
     fn device_of(&self, id: &str, vg: &str, lv: &str) -> Result<Option<PathBuf>, Status> {
         if let Some(s) = self.staged().get(id) {
-            return Ok(Some(s.activation.device.clone()));
+            return Ok(Some(s.device.clone()));
         }
         self.backend
             .session()
@@ -217,7 +239,7 @@ impl Node {
         let placements: Vec<_> = self
             .staged()
             .values()
-            .map(|s| s.activation.placement.clone())
+            .filter_map(|s| Some(s.activation.as_ref()?.placement.clone()))
             .collect();
         placements
             .into_iter()

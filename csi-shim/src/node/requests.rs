@@ -26,7 +26,9 @@ impl Node {
     pub fn serve_requests(&self) {
         let mut pools: Vec<ThinStaged> = Vec::new();
         for (id, s) in self.staged().iter() {
-            let p = &s.activation.placement;
+            let Some(p) = s.activation.as_ref().map(|a| &a.placement) else {
+                continue;
+            };
             let activate::Layout::Thin { pool, .. } = &p.layout else {
                 continue;
             };

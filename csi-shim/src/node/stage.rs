@@ -38,7 +38,7 @@ impl Node {
                 same,
                 s.staging.path().to_owned(),
                 s.fs.clone(),
-                s.activation.device.clone(),
+                s.device.clone(),
                 s.mode,
             )
         });
@@ -96,7 +96,25 @@ impl Node {
         })?;
         params::check_capabilities(std::slice::from_ref(&cap), vol.mode)
             .map_err(Status::invalid_argument)?;
-        // Several nodes at once only for linear volumes (checked above): a shared lease.
+        // A thin block volume on several nodes: served from the pool's node over NBD (a
+        // local VG has one node: staged as for one).
+        if want.multi_node && vol.mode == Mode::Thin && read.vg().is_shared() {
+            let made = self.stage_shared(read, &vg, &lv, &want)?;
+            self.staged().insert(
+                req.volume_id,
+                Staged {
+                    activation: made.activation,
+                    device: made.device,
+                    remote: Some(made.remote),
+                    staging,
+                    fs: want.fs,
+                    mode: vol.mode,
+                    targets: Vec::new(),
+                },
+            );
+            return Ok(());
+        }
+        // A linear volume on several nodes: a shared lease.
         let shared = want.multi_node && vol.mode == Mode::Linear;
         let activation = read
             .activate(&lv, shared, want.read_only, self.config.activation.as_ref())
@@ -121,7 +139,9 @@ impl Node {
         self.staged().insert(
             req.volume_id,
             Staged {
-                activation,
+                device: activation.device.clone(),
+                activation: Some(activation),
+                remote: None,
                 staging,
                 fs: want.fs,
                 mode: vol.mode,
@@ -205,7 +225,7 @@ impl Node {
         let cached = self
             .staged()
             .get(&req.volume_id)
-            .map(|s| (s.staging.path().to_owned(), s.activation.device.clone()));
+            .map(|s| (s.staging.path().to_owned(), s.device.clone()));
         let dev = match cached {
             Some((at, _)) if staging.as_ref().map(Place::path) != Some(at.as_path()) => {
                 tracing::warn!(volume_id = %params::shown(&req.volume_id), staged_at = %at.display(), "NodeUnstageVolume for another staging path: nothing done");
@@ -232,21 +252,36 @@ impl Node {
         let act = self.config.activation.as_ref();
         match staged {
             Some(s) => {
-                if let Err(e) = s.activation.deactivate(act) {
-                    self.staged().insert(req.volume_id, s);
-                    return Err(from_activation(e.into()));
+                if let Some(r) = &s.remote {
+                    if let Err(e) = self.unstage_remote(&req.volume_id, r) {
+                        self.staged().insert(req.volume_id, s);
+                        return Err(e);
+                    }
+                }
+                if let Some(a) = &s.activation {
+                    if let Err(e) = a.deactivate(act) {
+                        self.staged().insert(req.volume_id, s);
+                        return Err(from_activation(e.into()));
+                    }
+                    // Still held until `s` goes: the record is written by the holder.
+                    if let Some(r) = &s.remote {
+                        self.release_record(a, r);
+                    }
                 }
             }
-            // Not staged by this process (it restarted): remove the device if it is there
-            // and release the lease the ended process left.
-            None => match self.backend.session().deactivate(&vg, &lv, act) {
-                Ok(()) => {}
-                Err(
-                    lvmeta::Error::VgNotFound(_)
-                    | lvmeta::Error::Activate(ActivateError::NoLv { .. }),
-                ) => {}
-                Err(e) => return Err(from_activation(e)),
-            },
+            // Not staged by this process (it restarted): remove the devices if they are
+            // there and release the lease the ended process left.
+            None => {
+                self.unstage_leftover(&vg, &lv)?;
+                match self.backend.session().deactivate(&vg, &lv, act) {
+                    Ok(())
+                    | Err(
+                        lvmeta::Error::VgNotFound(_)
+                        | lvmeta::Error::Activate(ActivateError::NoLv { .. }),
+                    ) => {}
+                    Err(e) => return Err(from_activation(e)),
+                }
+            }
         }
         tracing::info!(volume_id = %params::shown(&req.volume_id), "unstaged");
         Ok(())

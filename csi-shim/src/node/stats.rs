@@ -122,7 +122,13 @@ impl Node {
     /// What the kernel says of the thin pool under staged volume `id`: `Err` saying what is
     /// wrong with it, `Ok` with how full it is; `None` when the volume has no pool here.
     pub(super) fn pool_condition(&self, id: &str) -> Option<Result<String, String>> {
-        let p = self.staged().get(id)?.activation.placement.clone();
+        let p = self
+            .staged()
+            .get(id)?
+            .activation
+            .as_ref()?
+            .placement
+            .clone();
         let activate::Layout::Thin { pool, .. } = &p.layout else {
             return None;
         };

@@ -224,3 +224,22 @@ pub fn shared_vg_on(
     session.lockstart("vg").expect("lockstart");
     (session, lun)
 }
+
+/// A driver over shared VG `vg` whose leases are `fake`'s, fencing `required` or not, whose
+/// node activates through `activation`.
+pub async fn shared_driver_with(
+    fake: Arc<lvmeta::lease::FakeLeases>,
+    required: bool,
+    activation: Arc<FakeBackend>,
+) -> Harness {
+    use csi_shim::fencing::{self, Fencing};
+    let f = Arc::new(Fencing::new(
+        Some(fake.clone() as Arc<dyn lvmeta::lease::LeaseManager>),
+        required,
+        None,
+    ));
+    let gate = Arc::new(fencing::Gate(f.clone()));
+    let (session, lun) = shared_vg_on(fake, |h| h.with_gate(gate));
+    let backend = Driver::new(session, vec!["vg".into()]).with_fencing(f);
+    serve_with(backend, lun, activation).await
+}

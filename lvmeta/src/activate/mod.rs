@@ -118,6 +118,30 @@ pub trait Backend: Send + Sync {
     fn devices(&self) -> Result<Vec<(String, String)>, ActivateError>;
     /// Fences device `name` (one of [`Backend::devices`]) in place, as [`Backend::fence`].
     fn fence_device(&self, name: &str) -> Result<(), ActivateError>;
+    /// Makes wrapper `w` ([`wrap`]) over block device `backing` for `sectors`, read-only when
+    /// asked; the upper device's path. Only device-mapper backends have wrappers.
+    fn wrap(
+        &self,
+        w: &wrap::Wrap,
+        backing: &str,
+        sectors: crate::units::Sectors,
+        read_only: bool,
+    ) -> Result<PathBuf, ActivateError> {
+        let _ = (backing, sectors, read_only);
+        Err(no_wrappers(self.name(), w))
+    }
+    /// Removes wrapper `w` (upper, then lower); refused while its upper device is open.
+    fn unwrap(&self, w: &wrap::Wrap) -> Result<(), ActivateError> {
+        Err(no_wrappers(self.name(), w))
+    }
+}
+
+/// A backend without device-mapper cannot stack a wrapper.
+fn no_wrappers(backend: &str, w: &wrap::Wrap) -> ActivateError {
+    ActivateError::Unsupported {
+        lv: w.upper_name(),
+        why: format!("the {backend} backend has no wrapper devices: they need device-mapper"),
+    }
 }
 
 /// Activations in memory (tests): one-piece linear LVs, as the loop backend; with

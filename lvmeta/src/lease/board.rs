@@ -52,6 +52,9 @@ pub enum BoardError {
     /// A slot index past the last slot.
     #[error("slot {0}: a board has {SLOTS} slots")]
     Slot(usize),
+    /// Every slot is taken by other hosts' stagings.
+    #[error("all {SLOTS} slots are taken: the pool's volumes are staged on too many other hosts")]
+    Full,
     /// An LV id is not 32 letters and digits (lvm2's id without dashes).
     #[error("LV id {0:?} is not 32 letters and digits without dashes")]
     LvId(String),

@@ -94,6 +94,23 @@ pub fn write_slot(
     write_entry(dev, spec, pool_lv_id, slot_offset(index, sector), &entry)
 }
 
+/// Claims the slot `slot`'s host should use for its LV (its own, else a free one) and writes
+/// `slot` there; the index. The caller holds the VG lease exclusively, so no other host
+/// claims at the same time.
+pub fn claim(
+    dev: &dyn BlockDevice,
+    spec: &ResourceSpec,
+    pool_lv_id: &str,
+    slot: &Slot,
+) -> Result<usize, BoardIoError> {
+    let board = read(dev, spec, pool_lv_id)?;
+    let index = board
+        .slot_for(slot.host, &slot.lv_id)
+        .ok_or_else(|| board_err(dev, pool_lv_id)(BoardError::Full))?;
+    write_slot(dev, spec, pool_lv_id, index, slot)?;
+    Ok(index)
+}
+
 fn write_entry(
     dev: &dyn BlockDevice,
     spec: &ResourceSpec,

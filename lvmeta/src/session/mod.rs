@@ -23,6 +23,7 @@ use crate::scan::{self, Scan, ScanWarning, ScannedPv, ScannedVg};
 use crate::Error;
 
 mod activation;
+mod board;
 mod data;
 mod group;
 mod guard;
@@ -30,6 +31,7 @@ mod pv;
 mod update;
 mod write;
 pub use activation::ActivationRead;
+pub use board::PoolBoard;
 pub use data::{Erase, EraseWith, END_BYTES};
 pub use update::{Edited, MetadataArea, MetadataUse};
 

@@ -327,4 +327,18 @@ impl Backend for DmBackend {
         }
         Ok(out)
     }
+
+    fn wrap(
+        &self,
+        w: &super::wrap::Wrap,
+        backing: &str,
+        sectors: crate::units::Sectors,
+        read_only: bool,
+    ) -> Result<PathBuf, ActivateError> {
+        DmBackend::wrap(self, w, backing, sectors, read_only)
+    }
+
+    fn unwrap(&self, w: &super::wrap::Wrap) -> Result<(), ActivateError> {
+        DmBackend::unwrap(self, w)
+    }
 }

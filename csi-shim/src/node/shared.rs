@@ -1,0 +1,406 @@
+//! Thin volumes staged on several nodes at once (RWX/ROX Block): the node that holds the
+//! pool's lease serves the thin LV over NBD ([`crate::serve`]); the others attach it with
+//! the kernel's NBD client ([`crate::attach`]). Every node's device is the upper device of
+//! a wrapper ([`lvmeta::activate::wrap`]), so its backing can be switched under the pod.
+//!
+//! - The first node to stage takes the pool's lease (as any thin staging does), writes the
+//!   pool's serve record (its address and a new secret) and serves.
+//! - A node that finds the lease held reads the record, claims a slot on the board under
+//!   the VG lease (its host id, the LV, its address), then connects and attaches.
+//! - A client unstages by removing its wrapper, disconnecting and leaving its slot. The
+//!   server unstages only once no client is connected (a handover is not built yet).
+
+use std::path::PathBuf;
+
+use lvmeta::activate::wrap::Wrap;
+use lvmeta::activate::Activation;
+use lvmeta::dev::FileDevice;
+use lvmeta::lease::board::{ServeRecord, ServeState, Slot, SlotState};
+use lvmeta::lease::LeaseError;
+use lvmeta::session::{ActivationRead, PoolBoard};
+use lvmeta::units::Sectors;
+use tonic::Status;
+
+use crate::attach::{self, netlink::NbdNetlink, AttachOptions};
+use crate::nbd::Export;
+use crate::params;
+use crate::serve::{export_name, new_secret, Served, Serving};
+use crate::status::from_activation;
+
+use super::want::Want;
+use super::Node;
+
+/// How a staged volume is shared with other nodes.
+pub(super) enum Remote {
+    /// This node holds the pool and serves the LV.
+    Served {
+        /// The wrapper over the thin LV.
+        wrap: Wrap,
+        /// The pool's board.
+        board: PoolBoard,
+    },
+    /// Another node serves the LV; this node attached it.
+    Attached {
+        /// The wrapper over the NBD device.
+        wrap: Wrap,
+        /// The kernel NBD device's index.
+        index: u32,
+        /// This node's slot on the board, and what it holds.
+        slot: (usize, Slot),
+        /// The pool's board.
+        board: PoolBoard,
+    },
+}
+
+/// What a shared staging made.
+pub(super) struct SharedStage {
+    pub activation: Option<Activation>,
+    pub device: PathBuf,
+    pub remote: Remote,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn io_status(what: &str) -> impl Fn(std::io::Error) -> Status + '_ {
+    move |e| Status::unavailable(format!("{what}: {e}"))
+}
+
+/// The backend identifier of the kernel NBD device of thin LV `lv_id` of VG `vg_id`.
+fn identifier(b: &PoolBoard) -> String {
+    format!("lvmeta:{}/{}", b.vg_id, b.lv_id)
+}
+
+impl Node {
+    fn nbd(&self) -> Result<&Serving, Status> {
+        self.nbd.as_deref().ok_or_else(|| {
+            Status::failed_precondition(
+                "a thin volume on several nodes is served over NBD: this node plugin runs \
+                 without --nbd-ip",
+            )
+        })
+    }
+
+    /// Stages thin LV `lv` of `vg` for several nodes, on `read` (the VG read under its
+    /// lease): served from here when this node gets the pool's lease, attached otherwise.
+    pub(super) fn stage_shared(
+        &self,
+        read: ActivationRead<'_>,
+        vg: &str,
+        lv: &str,
+        want: &Want,
+    ) -> Result<SharedStage, Status> {
+        let nbd = self.nbd()?;
+        let backend = self.config.activation.as_ref();
+        match read.activate(lv, false, false, backend) {
+            Ok(act) => {
+                let session = self.backend.session();
+                session
+                    .clear_delivered(&act.placement, "lvchange -ay")
+                    .map_err(from_activation)?;
+                match self.serve(nbd, act, vg, lv, want) {
+                    Ok(s) => Ok(s),
+                    Err((e, act)) => {
+                        if let Err(d) = act.deactivate(backend) {
+                            tracing::warn!(vg, lv, error = %d, "deactivating after a failed stage; the lease stays held");
+                        }
+                        Err(e)
+                    }
+                }
+            }
+            Err(lvmeta::Error::Lease(LeaseError::Busy { .. })) => self.attach(nbd, vg, lv, want),
+            Err(e) => Err(from_activation(e)),
+        }
+    }
+
+    /// Serves `act` (this node holds the pool): the record written when this node does not
+    /// serve the pool yet, the export registered, the wrapper made. On failure the
+    /// activation is handed back to be undone.
+    fn serve(
+        &self,
+        nbd: &Serving,
+        act: Activation,
+        vg: &str,
+        lv: &str,
+        want: &Want,
+    ) -> Result<SharedStage, (Status, Activation)> {
+        let session = self.backend.session();
+        let made = (|| {
+            let board = session.pool_board(vg, lv).map_err(from_activation)?;
+            let secret = match nbd.pool_secret(&board.pool_lv_id) {
+                Some(s) => s,
+                None => {
+                    let old = session.read_board(&board).map_err(from_activation)?;
+                    let secret = new_secret().map_err(io_status("random secret"))?;
+                    let record = ServeRecord {
+                        epoch: old.record.map_or(0, |r| r.epoch) + 1,
+                        host: nbd.setup().host_id,
+                        generation: 0,
+                        state: ServeState::Serving,
+                        addr: nbd.local_addr(),
+                        successor: 0,
+                        written_ms: now_ms(),
+                        secret,
+                    };
+                    session
+                        .write_serve_record(&board, &act, &record)
+                        .map_err(from_activation)?;
+                    tracing::info!(vg, pool = %board.pool, epoch = record.epoch, addr = %record.addr, "serving the pool over NBD");
+                    secret
+                }
+            };
+            let dev = FileDevice::open_data(&act.device)
+                .map_err(io_status(&act.device.display().to_string()))?;
+            let export = Export::new(Box::new(dev), false, nbd.setup().connections.max(1));
+            let wrap = Wrap::new(nbd.setup().host_id, &board.vg_id, &board.lv_id);
+            let upper = self
+                .config
+                .activation
+                .wrap(
+                    &wrap,
+                    &act.device.to_string_lossy(),
+                    Sectors(export.size() / 512),
+                    want.read_only,
+                )
+                .map_err(|e| from_activation(e.into()))?;
+            nbd.add(
+                &board.lv_id,
+                Served {
+                    export,
+                    secret,
+                    board: board.clone(),
+                },
+            );
+            Ok((upper, Remote::Served { wrap, board }))
+        })();
+        match made {
+            Ok((device, remote)) => Ok(SharedStage {
+                activation: Some(act),
+                device,
+                remote,
+            }),
+            Err(e) => Err((e, act)),
+        }
+    }
+
+    /// Attaches thin LV `lv` of `vg`, which the pool's holder serves.
+    fn attach(
+        &self,
+        nbd: &Serving,
+        vg: &str,
+        lv: &str,
+        want: &Want,
+    ) -> Result<SharedStage, Status> {
+        let session = self.backend.session();
+        let host = nbd.setup().host_id;
+        let board = session.pool_board(vg, lv).map_err(from_activation)?;
+        let found = session.read_board(&board).map_err(from_activation)?;
+        let record = found
+            .record
+            .filter(|r| r.state == ServeState::Serving && r.host != host)
+            .ok_or_else(|| {
+                Status::failed_precondition(format!(
+                    "the lease of pool {vg}/{} is held by another node, which does not serve \
+                     it over NBD (a volume of it is staged there for that node only)",
+                    board.pool
+                ))
+            })?;
+        let source = nbd.setup().addr.ip();
+        let slot = Slot {
+            lv_id: board.lv_id.clone(),
+            host,
+            generation: 0,
+            state: SlotState::Staged,
+            read_only: want.read_only,
+            epoch: record.epoch,
+            written_ms: now_ms(),
+            addr: source,
+        };
+        let index = session
+            .claim_board_slot(&board, &slot)
+            .map_err(from_activation)?;
+        let leave = |slot: &Slot| {
+            let left = Slot {
+                state: SlotState::Leaving,
+                written_ms: now_ms(),
+                ..slot.clone()
+            };
+            if let Err(e) = session.write_board_slot(&board, index, &left) {
+                tracing::warn!(vg, lv, error = %e, "cannot leave the board slot");
+            }
+        };
+        let mut to = record.addr;
+        // A link-local server is reached through this node's own interface.
+        if let (std::net::SocketAddr::V6(t), std::net::SocketAddr::V6(me)) =
+            (&mut to, nbd.setup().addr)
+        {
+            if t.ip().is_unicast_link_local() {
+                t.set_scope_id(me.scope_id());
+            }
+        }
+        let opts = AttachOptions {
+            connections: nbd.setup().connections.max(1),
+            timeout: nbd.setup().timeout,
+            dead_timeout: nbd.setup().dead_timeout,
+            identifier: identifier(&board),
+            source: Some(nbd.setup().addr),
+        };
+        let name = export_name(&board.lv_id, host, &record.secret);
+        let attached = NbdNetlink::open()
+            .and_then(|nl| attach::attach(&nl, to, name.as_bytes(), &opts).map(|a| (nl, a)));
+        let (nl, (nbd_index, neg)) = match attached {
+            Ok(a) => a,
+            Err(e) => {
+                leave(&slot);
+                return Err(Status::unavailable(format!(
+                    "attaching {vg}/{lv} from the node serving it at {to}: {e}"
+                )));
+            }
+        };
+        let wrap = Wrap::new(host, &board.vg_id, &board.lv_id);
+        let dev = attach::device_path(nbd_index);
+        let upper = self.config.activation.wrap(
+            &wrap,
+            &dev.to_string_lossy(),
+            Sectors(neg.size / 512),
+            want.read_only,
+        );
+        let upper = match upper {
+            Ok(u) => u,
+            Err(e) => {
+                if let Err(d) = nl.disconnect(nbd_index) {
+                    tracing::warn!(vg, lv, error = %d, "disconnecting after a failed stage");
+                }
+                leave(&slot);
+                return Err(from_activation(e.into()));
+            }
+        };
+        tracing::info!(vg, lv, server = %to, nbd = nbd_index, device = %upper.display(), "attached over NBD");
+        Ok(SharedStage {
+            activation: None,
+            device: upper,
+            remote: Remote::Attached {
+                wrap,
+                index: nbd_index,
+                slot: (index, slot),
+                board,
+            },
+        })
+    }
+
+    /// Undoes a shared staging's own part (the activation, if any, is the caller's):
+    /// refused while another node's client is connected to a volume served here.
+    pub(super) fn unstage_remote(&self, id: &str, remote: &Remote) -> Result<(), Status> {
+        let backend = self.config.activation.as_ref();
+        match remote {
+            Remote::Served { wrap, board } => {
+                let nbd = self.nbd()?;
+                if let Some(s) = nbd.get(&board.lv_id) {
+                    let n = s.export.connections();
+                    if n > 0 {
+                        return Err(Status::unavailable(format!(
+                            "volume {} is attached on other nodes ({n} connections): unstage \
+                             it there first",
+                            params::shown(id)
+                        )));
+                    }
+                }
+                backend
+                    .unwrap(wrap)
+                    .map_err(|e| from_activation(e.into()))?;
+                nbd.remove(&board.lv_id);
+                Ok(())
+            }
+            Remote::Attached {
+                wrap,
+                index,
+                slot,
+                board,
+            } => {
+                backend
+                    .unwrap(wrap)
+                    .map_err(|e| from_activation(e.into()))?;
+                NbdNetlink::open()
+                    .and_then(|nl| nl.disconnect(*index))
+                    .map_err(io_status(&format!("disconnecting /dev/nbd{index}")))?;
+                let left = Slot {
+                    state: SlotState::Leaving,
+                    written_ms: now_ms(),
+                    ..slot.1.clone()
+                };
+                self.backend
+                    .session()
+                    .write_board_slot(board, slot.0, &left)
+                    .map_err(from_activation)
+            }
+        }
+    }
+
+    /// After the pool's last served LV went: the record says RELEASED, written while
+    /// `act` still holds the pool.
+    pub(super) fn release_record(&self, act: &Activation, remote: &Remote) {
+        let (Remote::Served { board, .. }, Some(nbd)) = (remote, self.nbd.as_deref()) else {
+            return;
+        };
+        if nbd.pool_secret(&board.pool_lv_id).is_some() {
+            return;
+        }
+        let session = self.backend.session();
+        let released = session.read_board(board).and_then(|b| {
+            let Some(mut r) = b.record.filter(|r| r.host == nbd.setup().host_id) else {
+                return Ok(());
+            };
+            r.state = ServeState::Released;
+            r.written_ms = now_ms();
+            session.write_serve_record(board, act, &r)
+        });
+        if let Err(e) = released {
+            tracing::warn!(vg = %board.vg, pool = %board.pool, error = %e, "cannot mark the serve record released");
+        }
+    }
+
+    /// What a node plugin that ended left of thin LV `lv` of `vg` on this node: its wrapper
+    /// and kernel NBD devices are removed and its board slot left.
+    pub(super) fn unstage_leftover(&self, vg: &str, lv: &str) -> Result<(), Status> {
+        let Some(nbd) = self.nbd.as_deref() else {
+            return Ok(());
+        };
+        let session = self.backend.session();
+        let Ok(board) = session.pool_board(vg, lv) else {
+            return Ok(());
+        };
+        let host = nbd.setup().host_id;
+        let wrap = Wrap::new(host, &board.vg_id, &board.lv_id);
+        match self.config.activation.unwrap(&wrap) {
+            Ok(()) | Err(lvmeta::activate::ActivateError::Unsupported { .. }) => {}
+            Err(e) => return Err(from_activation(e.into())),
+        }
+        let devices =
+            attach::devices_of(&identifier(&board)).map_err(io_status("listing NBD devices"))?;
+        if !devices.is_empty() {
+            let nl = NbdNetlink::open().map_err(io_status("NBD netlink"))?;
+            for i in devices {
+                nl.disconnect(i)
+                    .map_err(io_status(&format!("disconnecting /dev/nbd{i}")))?;
+            }
+        }
+        let found = session.read_board(&board).map_err(from_activation)?;
+        let bare: String = board.lv_id.chars().filter(|c| *c != '-').collect();
+        for (i, s) in found.slots {
+            if s.host == host && s.lv_id == bare && s.state != SlotState::Leaving {
+                let left = Slot {
+                    state: SlotState::Leaving,
+                    written_ms: now_ms(),
+                    ..s
+                };
+                session
+                    .write_board_slot(&board, i, &left)
+                    .map_err(from_activation)?;
+            }
+        }
+        Ok(())
+    }
+}

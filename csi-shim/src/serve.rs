@@ -1,0 +1,298 @@
+//! This node's side of the NBD plane: the listener on `--nbd-ip`, the thin volumes it
+//! serves to other nodes, and who may reach them.
+//!
+//! A client is given an export only when all of these hold (anything else: ERR_UNKNOWN):
+//! - the name is `lvmeta1/<lv id>/<host id>/<secret>` and this node serves that LV;
+//! - the secret is the one in the pool's serve record (compared in constant time; only
+//!   hosts that see the LUN can read it);
+//! - the pool's board has a STAGED slot of that host for that LV, and the connection comes
+//!   from the address that slot names.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use lvmeta::lease::board::{Board, SlotState};
+use lvmeta::session::PoolBoard;
+
+use crate::driver::Driver;
+use crate::nbd::limits::Limits;
+use crate::nbd::listener::{Finder, Listener};
+use crate::nbd::Export;
+
+/// How this node takes part in NBD (node options `--nbd-*`).
+#[derive(Debug, Clone)]
+pub struct NbdSetup {
+    /// Where this node's server listens, and the address its connections come from.
+    pub addr: SocketAddr,
+    /// This host's sanlock host id (it names slots and wrappers).
+    pub host_id: u64,
+    /// Connections per attached volume.
+    pub connections: usize,
+    /// Seconds before a late request kills its connection and is requeued.
+    pub timeout: u64,
+    /// Seconds I/O waits with no live connection before it fails.
+    pub dead_timeout: u64,
+}
+
+/// A volume this node serves.
+#[derive(Clone)]
+pub struct Served {
+    /// The export (the thin LV's device).
+    pub export: Arc<Export>,
+    /// The pool record's secret.
+    pub secret: [u8; 16],
+    /// The pool's board.
+    pub board: PoolBoard,
+}
+
+type Table = Arc<Mutex<HashMap<String, Served>>>;
+
+/// The listener and the served volumes, by thin LV id.
+pub struct Serving {
+    setup: NbdSetup,
+    exports: Table,
+    listener: Mutex<Listener>,
+}
+
+impl Serving {
+    /// Starts the listener on `setup.addr`; `driver` reads the boards clients are checked
+    /// against.
+    pub fn start(setup: NbdSetup, driver: Arc<Driver>) -> std::io::Result<Self> {
+        let exports: Table = Arc::default();
+        let table = exports.clone();
+        let find: Arc<Finder> = Arc::new(move |peer: Option<IpAddr>, name: &[u8]| {
+            admit_by_name(&table, &driver, peer, name)
+        });
+        let listener = Listener::bind(setup.addr, find, Limits::default())?;
+        Ok(Self {
+            setup,
+            exports,
+            listener: Mutex::new(listener),
+        })
+    }
+
+    /// The node's NBD options.
+    pub fn setup(&self) -> &NbdSetup {
+        &self.setup
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .local_addr()
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Served>> {
+        self.exports.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Serves thin LV `lv_id`.
+    pub fn add(&self, lv_id: &str, served: Served) {
+        self.table().insert(lv_id.to_owned(), served);
+    }
+
+    /// What is served for `lv_id`.
+    pub fn get(&self, lv_id: &str) -> Option<Served> {
+        self.table().get(lv_id).cloned()
+    }
+
+    /// The record secret of pool `pool_lv_id` while this node serves any LV of it.
+    pub fn pool_secret(&self, pool_lv_id: &str) -> Option<[u8; 16]> {
+        self.table()
+            .values()
+            .find(|s| s.board.pool_lv_id == pool_lv_id)
+            .map(|s| s.secret)
+    }
+
+    /// Stops serving `lv_id`: its connections end without replies and its device is
+    /// closed when this returns.
+    pub fn remove(&self, lv_id: &str) -> Option<Served> {
+        let served = self.table().remove(lv_id)?;
+        served.export.close();
+        Some(served)
+    }
+
+    /// Stops accepting and closes every export (the process is ending).
+    pub fn stop(&self) {
+        self.listener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stop();
+        let all: Vec<Served> = self.table().drain().map(|(_, s)| s).collect();
+        for s in all {
+            s.export.close();
+        }
+    }
+}
+
+/// The export name a client of host `host` asks for thin LV `lv_id`.
+pub fn export_name(lv_id: &str, host: u64, secret: &[u8; 16]) -> String {
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    format!("lvmeta1/{lv_id}/{host}/{hex}")
+}
+
+/// `(lv id, host, secret)` of an export name, `None` for anything else.
+pub fn parse_export_name(name: &[u8]) -> Option<(String, u64, [u8; 16])> {
+    let name = std::str::from_utf8(name).ok()?;
+    let mut parts = name.split('/');
+    let (tag, lv, host, hex) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if tag != "lvmeta1" || parts.next().is_some() || hex.len() != 32 || lv.len() > 64 {
+        return None;
+    }
+    let host: u64 = host.parse().ok()?;
+    let mut secret = [0u8; 16];
+    for (i, b) in secret.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some((lv.to_owned(), host, secret))
+}
+
+/// Does `board` let host `host`, connecting from `peer`, reach thin LV `lv_id`: a STAGED
+/// slot of that host for that LV naming that address?
+pub fn admits(board: &Board, lv_id: &str, host: u64, peer: Option<IpAddr>) -> bool {
+    let bare: String = lv_id.chars().filter(|c| *c != '-').collect();
+    let Some(peer) = peer.map(canonical) else {
+        return false;
+    };
+    board.slots.iter().any(|(_, s)| {
+        s.host == host
+            && s.lv_id == bare
+            && s.state == SlotState::Staged
+            && canonical(s.addr) == peer
+    })
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Equal without a timing difference on where they differ.
+fn same_secret(a: &[u8; 16], b: &[u8; 16]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn admit_by_name(
+    table: &Table,
+    driver: &Driver,
+    peer: Option<IpAddr>,
+    name: &[u8],
+) -> Option<Arc<Export>> {
+    let shown = crate::params::shown(&String::from_utf8_lossy(name)).to_string();
+    let Some((lv_id, host, secret)) = parse_export_name(name) else {
+        tracing::warn!(?peer, name = %shown, "NBD export refused: not a name this node gives");
+        return None;
+    };
+    let served = table
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&lv_id)
+        .cloned();
+    let Some(served) = served.filter(|s| same_secret(&s.secret, &secret)) else {
+        tracing::warn!(?peer, name = %shown, "NBD export refused: not served here, or a stale secret");
+        return None;
+    };
+    match driver.session().read_board(&served.board) {
+        Ok(board) if admits(&board, &lv_id, host, peer) => Some(served.export),
+        Ok(_) => {
+            tracing::warn!(
+                ?peer,
+                host,
+                lv_id,
+                "NBD export refused: that host has no slot staging it from this address"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(?peer, host, lv_id, error = %e, "NBD export refused: the board cannot be read");
+            None
+        }
+    }
+}
+
+/// 16 random bytes for a serve record's secret.
+pub fn new_secret() -> std::io::Result<[u8; 16]> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lvmeta::lease::board::Slot;
+
+    const LV: &str = "abcdefAB-1234-xxxx-yyyy-zzzz-wwww-vvvvvv";
+
+    #[test]
+    fn export_names_round_trip_and_nothing_else_parses() {
+        let secret = [0xa5; 16];
+        let name = export_name(LV, 7, &secret);
+        assert_eq!(
+            parse_export_name(name.as_bytes()),
+            Some((LV.to_owned(), 7, secret))
+        );
+        for bad in [
+            "",
+            "lvmeta1",
+            "lvmeta2/x/7/a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5",
+            "lvmeta1/x/seven/a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5",
+            "lvmeta1/x/7/a5a5",
+            "lvmeta1/x/7/zza5a5a5a5a5a5a5a5a5a5a5a5a5a5a5",
+            "lvmeta1/x/7/a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5/more",
+            "lvmeta1/x/7/a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5é",
+        ] {
+            assert_eq!(parse_export_name(bad.as_bytes()), None, "{bad:?}");
+        }
+        assert_eq!(parse_export_name(&[0xff, 0xfe]), None);
+    }
+
+    fn board(state: SlotState, addr: IpAddr) -> Board {
+        Board {
+            record: None,
+            slots: vec![(
+                3,
+                Slot {
+                    lv_id: LV.replace('-', ""),
+                    host: 2,
+                    generation: 0,
+                    state,
+                    read_only: false,
+                    epoch: 1,
+                    written_ms: 0,
+                    addr,
+                },
+            )],
+        }
+    }
+
+    #[test]
+    fn only_a_staged_slot_of_that_host_lv_and_address_admits() {
+        let ip: IpAddr = "192.0.2.7".parse().expect("ip");
+        let b = board(SlotState::Staged, ip);
+        assert!(admits(&b, LV, 2, Some(ip)));
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().expect("ip");
+        assert!(admits(&b, LV, 2, Some(mapped)), "v4-mapped peer");
+        assert!(!admits(&b, LV, 3, Some(ip)), "another host");
+        assert!(!admits(&b, "other", 2, Some(ip)), "another LV");
+        assert!(!admits(&b, LV, 2, Some("192.0.2.8".parse().expect("ip"))));
+        assert!(!admits(&b, LV, 2, None), "no peer address");
+        assert!(!admits(&board(SlotState::Leaving, ip), LV, 2, Some(ip)));
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        let a = [1u8; 16];
+        let mut b = a;
+        assert!(same_secret(&a, &b));
+        b[15] ^= 1;
+        assert!(!same_secret(&a, &b));
+    }
+}

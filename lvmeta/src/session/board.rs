@@ -1,0 +1,140 @@
+//! A thin pool's serve board ([`crate::lease::board`]) through a session: where it lies,
+//! read, its record written by the pool's holder, and a slot claimed under the VG lease.
+//!
+//! - The record is written only with the pool's lease held exclusively here (the caller
+//!   passes the [`Activation`] that holds it).
+//! - A slot is chosen and written with the VG lease held exclusively, so two hosts never
+//!   take one slot; afterwards only its host writes it.
+//! - Every write is one sector, durable on return.
+
+use std::path::Path;
+
+use super::{places, Session};
+use crate::activate::Activation;
+use crate::dev::FileDevice;
+use crate::lease::board::{Board, ServeRecord, Slot};
+use crate::lease::{self, board_io, ResourceSpec};
+use crate::Error;
+
+/// Where the board of the pool under one thin LV lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolBoard {
+    /// The VG.
+    pub vg: String,
+    /// The VG's id.
+    pub vg_id: String,
+    /// The thin LV.
+    pub lv: String,
+    /// The thin LV's id.
+    pub lv_id: String,
+    /// The pool LV.
+    pub pool: String,
+    /// The pool LV's id (the board's entries name it).
+    pub pool_lv_id: String,
+    /// The pool's lease (the board is in its area).
+    pub spec: ResourceSpec,
+}
+
+impl Session {
+    /// The board of the pool under thin LV `lv` of shared VG `vg`, read under the VG lease.
+    pub fn pool_board(&self, vg: &str, lv: &str) -> Result<PoolBoard, Error> {
+        let (scan, _locks) = self.read_locked(&[vg])?;
+        let sv = scan.vg(vg)?;
+        let not_thin = || lease::LeaseError::Manager {
+            what: format!("LV {vg}/{lv}"),
+            why: "is not a thin LV of a shared VG: it has no serve board".into(),
+        };
+        let l = sv.vg.lv(lv).ok_or_else(|| Error::LvNotFound {
+            vg: vg.to_owned(),
+            lv: lv.to_owned(),
+        })?;
+        let pool = l.thin_pool().ok_or_else(not_thin)?;
+        let at = places(&scan, sv);
+        let spec =
+            lease::layout::lv_lease(&sv.vg, &at.paths, pool, at.geometry).ok_or_else(not_thin)?;
+        Ok(PoolBoard {
+            vg: vg.to_owned(),
+            vg_id: sv.vg.id.to_string(),
+            lv: lv.to_owned(),
+            lv_id: l.id.to_string(),
+            pool: pool.to_owned(),
+            pool_lv_id: spec.name.clone(),
+            spec,
+        })
+    }
+
+    /// The board as it is on the lock device now.
+    pub fn read_board(&self, b: &PoolBoard) -> Result<Board, Error> {
+        let dev = lock_device(&b.spec)?;
+        Ok(board_io::read(&dev, &b.spec, &b.pool_lv_id)?)
+    }
+
+    /// Writes the pool's serve record; `held` must be this host's exclusive hold of the
+    /// pool (an activation of one of its thin LVs).
+    pub fn write_serve_record(
+        &self,
+        b: &PoolBoard,
+        held: &Activation,
+        record: &ServeRecord,
+    ) -> Result<(), Error> {
+        let pool_held = matches!(&held.placement.layout,
+            crate::activate::Layout::Thin { pool, .. } if pool.name == b.pool)
+            && held.placement.vg == b.vg
+            && held.mode == Some(lease::Mode::Exclusive);
+        if !pool_held {
+            return Err(lease::LeaseError::Manager {
+                what: format!("serve record of {}/{}", b.vg, b.pool),
+                why: "written only by the holder of the pool's lease".into(),
+            }
+            .into());
+        }
+        let dev = lock_device(&b.spec)?;
+        Ok(board_io::write_record(
+            &dev,
+            &b.spec,
+            &b.pool_lv_id,
+            record,
+        )?)
+    }
+
+    /// Claims a slot for `slot` (this host's own for its LV, else a free one) and writes
+    /// it, under the VG lease held exclusively; the slot's index
+    /// ([`lease::board::BoardError::Full`] when every slot is taken).
+    pub fn claim_board_slot(&self, b: &PoolBoard, slot: &Slot) -> Result<usize, Error> {
+        let scan = self.current();
+        let sv = scan.vg(&b.vg)?;
+        let at = places(&scan, sv);
+        let h = self
+            .host_for(&sv.vg)?
+            .ok_or_else(|| Error::SharedWithoutLeases(b.vg.clone()))?;
+        let (vg_lease, _) = h.lock_vg(&sv.vg, &at, lease::Mode::Exclusive)?;
+        let claimed = lock_device(&b.spec)
+            .and_then(|dev| Ok(board_io::claim(&dev, &b.spec, &b.pool_lv_id, slot)?));
+        // The VG is unchanged: the lease goes back without a value block.
+        h.unlock_vg(&vg_lease, None)?;
+        claimed
+    }
+
+    /// Rewrites slot `index`, which this host claimed.
+    pub fn write_board_slot(&self, b: &PoolBoard, index: usize, slot: &Slot) -> Result<(), Error> {
+        let dev = lock_device(&b.spec)?;
+        Ok(board_io::write_slot(
+            &dev,
+            &b.spec,
+            &b.pool_lv_id,
+            index,
+            slot,
+        )?)
+    }
+}
+
+/// The device holding lease `r`, opened for direct, durable sector I/O.
+fn lock_device(r: &ResourceSpec) -> Result<FileDevice, Error> {
+    FileDevice::open_rw(Path::new(&r.path)).map_err(|source| {
+        lease::LeaseError::Manager {
+            what: format!("lock device {} of lease {}", r.path, r.name),
+            why: source.to_string(),
+        }
+        .into()
+    })
+}
