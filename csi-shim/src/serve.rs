@@ -42,6 +42,8 @@ pub struct Served {
     pub export: Arc<Export>,
     /// The pool record's secret.
     pub secret: [u8; 16],
+    /// The pool record's epoch: a client's slot must be staged for it.
+    pub epoch: u64,
     /// The pool's board.
     pub board: PoolBoard,
 }
@@ -53,6 +55,9 @@ pub struct Serving {
     setup: NbdSetup,
     exports: Table,
     listener: Mutex<Listener>,
+    /// Held from reading a pool's secret to registering its export, and while its record
+    /// is rewritten: one secret and one epoch per pool.
+    records: Mutex<()>,
 }
 
 impl Serving {
@@ -69,7 +74,13 @@ impl Serving {
             setup,
             exports,
             listener: Mutex::new(listener),
+            records: Mutex::new(()),
         })
+    }
+
+    /// Serialises the pools' record writes (see the field).
+    pub fn records(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The node's NBD options.
@@ -99,12 +110,13 @@ impl Serving {
         self.table().get(lv_id).cloned()
     }
 
-    /// The record secret of pool `pool_lv_id` while this node serves any LV of it.
-    pub fn pool_secret(&self, pool_lv_id: &str) -> Option<[u8; 16]> {
+    /// The record's secret and epoch of pool `pool_lv_id` while this node serves any LV of
+    /// it.
+    pub fn pool_secret(&self, pool_lv_id: &str) -> Option<([u8; 16], u64)> {
         self.table()
             .values()
             .find(|s| s.board.pool_lv_id == pool_lv_id)
-            .map(|s| s.secret)
+            .map(|s| (s.secret, s.epoch))
     }
 
     /// Stops serving `lv_id`: its connections end without replies and its device is
@@ -142,6 +154,12 @@ pub fn parse_export_name(name: &[u8]) -> Option<(String, u64, [u8; 16])> {
     if tag != "lvmeta1" || parts.next().is_some() || hex.len() != 32 || lv.len() > 64 {
         return None;
     }
+    if host.is_empty() || !host.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
     let host: u64 = host.parse().ok()?;
     let mut secret = [0u8; 16];
     for (i, b) in secret.iter_mut().enumerate() {
@@ -151,8 +169,8 @@ pub fn parse_export_name(name: &[u8]) -> Option<(String, u64, [u8; 16])> {
 }
 
 /// Does `board` let host `host`, connecting from `peer`, reach thin LV `lv_id`: a STAGED
-/// slot of that host for that LV naming that address?
-pub fn admits(board: &Board, lv_id: &str, host: u64, peer: Option<IpAddr>) -> bool {
+/// slot of that host for that LV, for record epoch `epoch`, naming that address?
+pub fn admits(board: &Board, lv_id: &str, epoch: u64, host: u64, peer: Option<IpAddr>) -> bool {
     let bare: String = lv_id.chars().filter(|c| *c != '-').collect();
     let Some(peer) = peer.map(canonical) else {
         return false;
@@ -160,6 +178,7 @@ pub fn admits(board: &Board, lv_id: &str, host: u64, peer: Option<IpAddr>) -> bo
     board.slots.iter().any(|(_, s)| {
         s.host == host
             && s.lv_id == bare
+            && s.epoch == epoch
             && s.state == SlotState::Staged
             && canonical(s.addr) == peer
     })
@@ -184,9 +203,10 @@ fn admit_by_name(
     peer: Option<IpAddr>,
     name: &[u8],
 ) -> Option<Arc<Export>> {
-    let shown = crate::params::shown(&String::from_utf8_lossy(name)).to_string();
     let Some((lv_id, host, secret)) = parse_export_name(name) else {
-        tracing::warn!(?peer, name = %shown, "NBD export refused: not a name this node gives");
+        // Not a name this node gives, so no secret of ours is in it.
+        let shown = crate::params::shown(&String::from_utf8_lossy(name)).to_string();
+        tracing::debug!(?peer, name = %shown, "NBD export refused: not a name this node gives");
         return None;
     };
     let served = table
@@ -195,11 +215,11 @@ fn admit_by_name(
         .get(&lv_id)
         .cloned();
     let Some(served) = served.filter(|s| same_secret(&s.secret, &secret)) else {
-        tracing::warn!(?peer, name = %shown, "NBD export refused: not served here, or a stale secret");
+        tracing::warn!(?peer, host, lv_id = %crate::params::shown(&lv_id), "NBD export refused: not served here, or a stale secret");
         return None;
     };
     match driver.session().read_board(&served.board) {
-        Ok(board) if admits(&board, &lv_id, host, peer) => Some(served.export),
+        Ok(board) if admits(&board, &lv_id, served.epoch, host, peer) => Some(served.export),
         Ok(_) => {
             tracing::warn!(
                 ?peer,
@@ -247,6 +267,8 @@ mod tests {
             "lvmeta1/x/7/a5a5",
             "lvmeta1/x/7/zza5a5a5a5a5a5a5a5a5a5a5a5a5a5a5",
             "lvmeta1/x/7/a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5/more",
+            "lvmeta1/x/+7/a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5",
+            "lvmeta1/x/7/+5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5",
             "lvmeta1/x/7/a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5é",
         ] {
             assert_eq!(parse_export_name(bad.as_bytes()), None, "{bad:?}");
@@ -277,14 +299,21 @@ mod tests {
     fn only_a_staged_slot_of_that_host_lv_and_address_admits() {
         let ip: IpAddr = "192.0.2.7".parse().expect("ip");
         let b = board(SlotState::Staged, ip);
-        assert!(admits(&b, LV, 2, Some(ip)));
+        assert!(admits(&b, LV, 1, 2, Some(ip)));
         let mapped: IpAddr = "::ffff:192.0.2.7".parse().expect("ip");
-        assert!(admits(&b, LV, 2, Some(mapped)), "v4-mapped peer");
-        assert!(!admits(&b, LV, 3, Some(ip)), "another host");
-        assert!(!admits(&b, "other", 2, Some(ip)), "another LV");
-        assert!(!admits(&b, LV, 2, Some("192.0.2.8".parse().expect("ip"))));
-        assert!(!admits(&b, LV, 2, None), "no peer address");
-        assert!(!admits(&board(SlotState::Leaving, ip), LV, 2, Some(ip)));
+        assert!(admits(&b, LV, 1, 2, Some(mapped)), "v4-mapped peer");
+        assert!(!admits(&b, LV, 2, 2, Some(ip)), "a slot of another epoch");
+        assert!(!admits(&b, LV, 1, 3, Some(ip)), "another host");
+        assert!(!admits(&b, "other", 1, 2, Some(ip)), "another LV");
+        assert!(!admits(
+            &b,
+            LV,
+            1,
+            2,
+            Some("192.0.2.8".parse().expect("ip"))
+        ));
+        assert!(!admits(&b, LV, 1, 2, None), "no peer address");
+        assert!(!admits(&board(SlotState::Leaving, ip), LV, 1, 2, Some(ip)));
     }
 
     #[test]

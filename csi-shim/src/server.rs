@@ -61,6 +61,27 @@ pub async fn serve(
     serve_within(backend, node, listener, Limits::default(), shutdown).await
 }
 
+/// Runs `f` on `node` on a blocking thread every `period` (a late run delays the next)
+/// until aborted.
+fn every(
+    node: Arc<Node>,
+    period: std::time::Duration,
+    what: &'static str,
+    f: fn(&Node),
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let n = node.clone();
+            if tokio::task::spawn_blocking(move || f(&n)).await.is_err() {
+                tracing::error!("{what} panicked");
+            }
+        }
+    })
+}
+
 /// [`serve`] within `limits`.
 pub async fn serve_within(
     backend: Arc<Driver>,
@@ -69,21 +90,23 @@ pub async fn serve_within(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    // The node serves requests on the pools of its staged thin volumes until shutdown.
+    // The node serves requests on the pools of its staged thin volumes, and follows the
+    // servers of the thin volumes it attached over NBD, until shutdown.
     let requests = node.clone().map(|n| {
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(crate::node::REQUEST_POLL);
-            loop {
-                tick.tick().await;
-                let n = n.clone();
-                if tokio::task::spawn_blocking(move || n.serve_requests())
-                    .await
-                    .is_err()
-                {
-                    tracing::error!("the request server panicked");
-                }
-            }
-        })
+        every(
+            n,
+            crate::node::REQUEST_POLL,
+            "the request server",
+            Node::serve_requests,
+        )
+    });
+    let shared = node.clone().filter(|n| n.shares()).map(|n| {
+        every(
+            n,
+            crate::node::SHARED_POLL,
+            "the NBD watch",
+            Node::watch_shared,
+        )
     });
     // The controller erases deleted volumes' extents until shutdown.
     let wiper = match backend.erase() {
@@ -108,8 +131,8 @@ pub async fn serve_within(
         .add_optional_service(node.map(|n| NodeServer::new(NodeService::new(n))))
         .into_service();
     let served = crate::connections::serve(listener, service, limits, shutdown).await;
-    if let Some(r) = requests {
-        r.abort();
+    for task in [requests, shared].into_iter().flatten() {
+        task.abort();
     }
     // An erasure in progress stops at its next chunk (the next wiper does it again).
     stop_wiper.stop();

@@ -69,6 +69,14 @@ fn code_of(e: &lvmeta::Error) -> tonic::Code {
         }
         // No room for the text: not until volumes are deleted or the areas are larger.
         E::MetadataFull { .. } => Code::ResourceExhausted,
+        // Every board slot is taken: not until other nodes unstage the pool's volumes.
+        E::Board(lvmeta::lease::board_io::BoardIoError::Board {
+            source: lvmeta::lease::board::BoardError::Full,
+            ..
+        }) => Code::ResourceExhausted,
+        // A lease geometry without spare sectors: never.
+        E::Board(lvmeta::lease::board_io::BoardIoError::Board { .. }) => Code::FailedPrecondition,
+        E::Board(lvmeta::lease::board_io::BoardIoError::Io { .. }) => Code::Unavailable,
         // The group commit this change joined failed: as its cause.
         E::Group(cause) => code_of(cause),
         _ => Code::Internal,

@@ -456,14 +456,14 @@ fn deploy_renders_to_objects_the_api_accepts() {
             kinds.contains("NetworkPolicy"),
             components.contains(&NBD_POLICY)
         );
-        // The node plugin serves NBD on the pod's IP, on the port the policy keeps.
+        // The node plugin serves NBD on the node's IP (host network), on port 10809.
         let node = of_kind(&objs, "DaemonSet").next().expect("node plugin");
         let shim = &node["spec"]["template"]["spec"]["containers"][0];
         assert!(
             shim["args"].to_string().contains("--nbd-ip=$(NBD_IP)"),
             "{shim}"
         );
-        assert!(shim["env"].to_string().contains("status.podIP"), "{shim}");
+        assert!(shim["env"].to_string().contains("status.hostIP"), "{shim}");
         assert!(shim["ports"].to_string().contains("10809"), "{shim}");
         let deployment = of_kind(&objs, "Deployment").next().expect("controller");
         let containers = deployment["spec"]["template"]["spec"]["containers"]

@@ -17,6 +17,7 @@
 //! - the cache of staged volumes is checked against the real mounts before it is trusted.
 
 mod fence;
+mod handover;
 mod publish;
 mod requests;
 mod service;
@@ -25,6 +26,7 @@ mod stage;
 mod stats;
 mod want;
 
+pub use handover::{DRAIN_WAIT, SHARED_POLL};
 pub use service::NodeService;
 
 use std::collections::HashMap;

@@ -10,6 +10,7 @@
 //! - A client unstages by removing its wrapper, disconnecting and leaving its slot. The
 //!   server unstages only once no client is connected (a handover is not built yet).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use lvmeta::activate::wrap::Wrap;
@@ -40,16 +41,24 @@ pub(super) enum Remote {
         board: PoolBoard,
     },
     /// Another node serves the LV; this node attached it.
-    Attached {
-        /// The wrapper over the NBD device.
-        wrap: Wrap,
-        /// The kernel NBD device's index.
-        index: u32,
-        /// This node's slot on the board, and what it holds.
-        slot: (usize, Slot),
-        /// The pool's board.
-        board: PoolBoard,
-    },
+    Attached(Attached),
+}
+
+/// A volume another node serves, attached here.
+#[derive(Clone)]
+pub(super) struct Attached {
+    /// The wrapper over the NBD device.
+    pub wrap: Wrap,
+    /// The kernel NBD device's index.
+    pub index: u32,
+    /// This node's slot on the board, and what it holds.
+    pub slot: (usize, Slot),
+    /// The pool's board.
+    pub board: PoolBoard,
+    /// The serving host and its record's epoch, as attached.
+    pub server: (u64, u64),
+    /// Is the wrapper held (the server is pausing or changing)?
+    pub held: bool,
 }
 
 /// What a shared staging made.
@@ -59,18 +68,30 @@ pub(super) struct SharedStage {
     pub remote: Remote,
 }
 
-fn now_ms() -> u64 {
+pub(super) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn io_status(what: &str) -> impl Fn(std::io::Error) -> Status + '_ {
+pub(super) fn io_status(what: &str) -> impl Fn(std::io::Error) -> Status + '_ {
     move |e| Status::unavailable(format!("{what}: {e}"))
 }
 
+/// `server` as this node reaches it from `me`: a link-local server through this node's own
+/// interface (the record carries the server's).
+pub(super) fn reach(server: SocketAddr, me: SocketAddr) -> SocketAddr {
+    match (server, me) {
+        (SocketAddr::V6(mut t), SocketAddr::V6(me)) if t.ip().is_unicast_link_local() => {
+            t.set_scope_id(me.scope_id());
+            SocketAddr::V6(t)
+        }
+        _ => server,
+    }
+}
+
 /// The backend identifier of the kernel NBD device of thin LV `lv_id` of VG `vg_id`.
-fn identifier(b: &PoolBoard) -> String {
+pub(super) fn identifier(b: &PoolBoard) -> String {
     format!("lvmeta:{}/{}", b.vg_id, b.lv_id)
 }
 
@@ -98,14 +119,22 @@ impl Node {
         match read.activate(lv, false, false, backend) {
             Ok(act) => {
                 let session = self.backend.session();
-                session
+                let served = session
                     .clear_delivered(&act.placement, "lvchange -ay")
-                    .map_err(from_activation)?;
-                match self.serve(nbd, act, vg, lv, want) {
-                    Ok(s) => Ok(s),
-                    Err((e, act)) => {
+                    .map_err(from_activation)
+                    .and_then(|()| self.serve(nbd, &act, vg, lv, want));
+                match served {
+                    Ok((device, remote)) => Ok(SharedStage {
+                        activation: Some(act),
+                        device,
+                        remote,
+                    }),
+                    Err(e) => {
                         if let Err(d) = act.deactivate(backend) {
+                            // Still live: the lease stays held (an orphan once this
+                            // process ends), never released under a device that may write.
                             tracing::warn!(vg, lv, error = %d, "deactivating after a failed stage; the lease stays held");
+                            act.keep_lease();
                         }
                         Err(e)
                     }
@@ -116,74 +145,105 @@ impl Node {
         }
     }
 
-    /// Serves `act` (this node holds the pool): the record written when this node does not
-    /// serve the pool yet, the export registered, the wrapper made. On failure the
-    /// activation is handed back to be undone.
+    /// Serves `act` (this node holds the pool) with a wrapper over it for this node's
+    /// pods: the wrapper's device and the staging's remote part.
     fn serve(
         &self,
         nbd: &Serving,
-        act: Activation,
+        act: &Activation,
         vg: &str,
         lv: &str,
         want: &Want,
-    ) -> Result<SharedStage, (Status, Activation)> {
-        let session = self.backend.session();
-        let made = (|| {
-            let board = session.pool_board(vg, lv).map_err(from_activation)?;
-            let secret = match nbd.pool_secret(&board.pool_lv_id) {
-                Some(s) => s,
-                None => {
-                    let old = session.read_board(&board).map_err(from_activation)?;
-                    let secret = new_secret().map_err(io_status("random secret"))?;
-                    let record = ServeRecord {
-                        epoch: old.record.map_or(0, |r| r.epoch) + 1,
-                        host: nbd.setup().host_id,
-                        generation: 0,
-                        state: ServeState::Serving,
-                        addr: nbd.local_addr(),
-                        successor: 0,
-                        written_ms: now_ms(),
-                        secret,
-                    };
-                    session
-                        .write_serve_record(&board, &act, &record)
-                        .map_err(from_activation)?;
-                    tracing::info!(vg, pool = %board.pool, epoch = record.epoch, addr = %record.addr, "serving the pool over NBD");
-                    secret
-                }
-            };
-            let dev = FileDevice::open_data(&act.device)
-                .map_err(io_status(&act.device.display().to_string()))?;
-            let export = Export::new(Box::new(dev), false, nbd.setup().connections.max(1));
-            let wrap = Wrap::new(nbd.setup().host_id, &board.vg_id, &board.lv_id);
-            let upper = self
-                .config
-                .activation
-                .wrap(
-                    &wrap,
-                    &act.device.to_string_lossy(),
-                    Sectors(export.size() / 512),
-                    want.read_only,
-                )
-                .map_err(|e| from_activation(e.into()))?;
-            nbd.add(
-                &board.lv_id,
-                Served {
-                    export,
-                    secret,
-                    board: board.clone(),
-                },
-            );
-            Ok((upper, Remote::Served { wrap, board }))
-        })();
-        match made {
-            Ok((device, remote)) => Ok(SharedStage {
-                activation: Some(act),
-                device,
-                remote,
-            }),
-            Err(e) => Err((e, act)),
+    ) -> Result<(PathBuf, Remote), Status> {
+        let board = self
+            .backend
+            .session()
+            .pool_board(vg, lv)
+            .map_err(from_activation)?
+            .ok_or_else(|| Status::internal(format!("{vg}/{lv} has no serve board")))?;
+        let size = self.start_serving(nbd, act, &board)?;
+        let wrap = Wrap::new(nbd.setup().host_id, &board.vg_id, &board.lv_id);
+        let upper = self.config.activation.wrap(
+            &wrap,
+            &act.device.to_string_lossy(),
+            Sectors(size / 512),
+            want.read_only,
+        );
+        match upper {
+            Ok(upper) => Ok((upper, Remote::Served { wrap, board })),
+            Err(e) => {
+                nbd.remove(&board.lv_id);
+                Err(from_activation(e.into()))
+            }
         }
+    }
+
+    /// Exports `act`'s thin LV, writing a SERVING record (next epoch, a new secret) when
+    /// this node serves no LV of the pool yet; the LV's size in bytes.
+    pub(super) fn start_serving(
+        &self,
+        nbd: &Serving,
+        act: &Activation,
+        board: &PoolBoard,
+    ) -> Result<u64, Status> {
+        let session = self.backend.session();
+        let _records = nbd.records();
+        let (secret, epoch) = match nbd.pool_secret(&board.pool_lv_id) {
+            Some(known) => known,
+            None => {
+                let old = session.read_board(board).map_err(from_activation)?;
+                let secret = new_secret().map_err(io_status("random secret"))?;
+                let record = ServeRecord {
+                    epoch: old.record.map_or(0, |r| r.epoch) + 1,
+                    host: nbd.setup().host_id,
+                    generation: 0,
+                    state: ServeState::Serving,
+                    addr: nbd.local_addr(),
+                    successor: 0,
+                    written_ms: now_ms(),
+                    secret,
+                };
+                session
+                    .write_serve_record(board, act, &record)
+                    .map_err(from_activation)?;
+                tracing::info!(vg = %board.vg, pool = %board.pool, epoch = record.epoch, addr = %record.addr, "serving the pool over NBD");
+                (secret, record.epoch)
+            }
+        };
+        let dev = FileDevice::open_data(&act.device)
+            .map_err(io_status(&act.device.display().to_string()))?;
+        // Every client node may open its connections.
+        let most = nbd.setup().connections.max(1) * lvmeta::lease::board::SLOTS;
+        let export = Export::new(Box::new(dev), false, most);
+        let size = export.size();
+        nbd.add(
+            &board.lv_id,
+            Served {
+                export,
+                secret,
+                epoch,
+                board: board.clone(),
+            },
+        );
+        Ok(size)
+    }
+
+    /// Rewrites this node's slot of `a` in `state` for `epoch`.
+    pub(super) fn write_slot(
+        &self,
+        a: &Attached,
+        state: SlotState,
+        epoch: u64,
+    ) -> Result<(), lvmeta::Error> {
+        let slot = Slot {
+            state,
+            epoch,
+            written_ms: now_ms(),
+            ..a.slot.1.clone()
+        };
+        self.backend
+            .session()
+            .write_board_slot(&a.board, a.slot.0, &slot)
     }
 
     /// Attaches thin LV `lv` of `vg`, which the pool's holder serves.
@@ -196,7 +256,10 @@ impl Node {
     ) -> Result<SharedStage, Status> {
         let session = self.backend.session();
         let host = nbd.setup().host_id;
-        let board = session.pool_board(vg, lv).map_err(from_activation)?;
+        let board = session
+            .pool_board(vg, lv)
+            .map_err(from_activation)?
+            .ok_or_else(|| Status::internal(format!("{vg}/{lv} has no serve board")))?;
         let found = session.read_board(&board).map_err(from_activation)?;
         let record = found
             .record
@@ -232,15 +295,7 @@ impl Node {
                 tracing::warn!(vg, lv, error = %e, "cannot leave the board slot");
             }
         };
-        let mut to = record.addr;
-        // A link-local server is reached through this node's own interface.
-        if let (std::net::SocketAddr::V6(t), std::net::SocketAddr::V6(me)) =
-            (&mut to, nbd.setup().addr)
-        {
-            if t.ip().is_unicast_link_local() {
-                t.set_scope_id(me.scope_id());
-            }
-        }
+        let to = reach(record.addr, nbd.setup().addr);
         let opts = AttachOptions {
             connections: nbd.setup().connections.max(1),
             timeout: nbd.setup().timeout,
@@ -282,61 +337,82 @@ impl Node {
         Ok(SharedStage {
             activation: None,
             device: upper,
-            remote: Remote::Attached {
+            remote: Remote::Attached(Attached {
                 wrap,
                 index: nbd_index,
                 slot: (index, slot),
                 board,
-            },
+                server: (record.host, record.epoch),
+                held: false,
+            }),
         })
     }
 
-    /// Undoes a shared staging's own part (the activation, if any, is the caller's):
-    /// refused while another node's client is connected to a volume served here.
-    pub(super) fn unstage_remote(&self, id: &str, remote: &Remote) -> Result<(), Status> {
+    /// Undoes a shared staging's own part (the activation, if any, is the caller's). A
+    /// volume served here that other nodes attached is handed to one of them first
+    /// ([`Node::hand_over`]).
+    pub(super) fn unstage_remote(
+        &self,
+        id: &str,
+        remote: &Remote,
+        act: Option<&Activation>,
+    ) -> Result<(), Status> {
         let backend = self.config.activation.as_ref();
         match remote {
             Remote::Served { wrap, board } => {
                 let nbd = self.nbd()?;
-                if let Some(s) = nbd.get(&board.lv_id) {
-                    let n = s.export.connections();
-                    if n > 0 {
-                        return Err(Status::unavailable(format!(
-                            "volume {} is attached on other nodes ({n} connections): unstage \
-                             it there first",
-                            params::shown(id)
-                        )));
-                    }
-                }
+                // Refused while this node's pods have it open: nothing paused yet.
                 backend
                     .unwrap(wrap)
                     .map_err(|e| from_activation(e.into()))?;
+                // Other nodes staged it (connected or about to): the pool goes to one.
+                let connected = nbd.get(&board.lv_id).map_or(0, |s| s.export.connections());
+                if connected > 0 || self.staged_elsewhere(nbd, board)? {
+                    let act = act.ok_or_else(|| {
+                        Status::internal(format!(
+                            "volume {} is served without an activation",
+                            params::shown(id)
+                        ))
+                    })?;
+                    self.hand_over(nbd, act, board)?;
+                }
                 nbd.remove(&board.lv_id);
                 Ok(())
             }
-            Remote::Attached {
-                wrap,
-                index,
-                slot,
-                board,
-            } => {
+            Remote::Attached(a) => {
                 backend
-                    .unwrap(wrap)
+                    .unwrap(&a.wrap)
                     .map_err(|e| from_activation(e.into()))?;
-                NbdNetlink::open()
-                    .and_then(|nl| nl.disconnect(*index))
-                    .map_err(io_status(&format!("disconnecting /dev/nbd{index}")))?;
-                let left = Slot {
-                    state: SlotState::Leaving,
-                    written_ms: now_ms(),
-                    ..slot.1.clone()
-                };
-                self.backend
-                    .session()
-                    .write_board_slot(board, slot.0, &left)
+                // Only while the index is still this volume's (a retry may find it reused).
+                let index = a.index;
+                let ours = attach::devices_of(&identifier(&a.board))
+                    .map_err(io_status("listing NBD devices"))?;
+                if ours.contains(&index) {
+                    NbdNetlink::open()
+                        .and_then(|nl| nl.disconnect(index))
+                        .map_err(io_status(&format!("disconnecting /dev/nbd{index}")))?;
+                }
+                self.write_slot(a, SlotState::Leaving, a.slot.1.epoch)
                     .map_err(from_activation)
             }
         }
+    }
+
+    /// Does the board name another host with `board`'s LV staged (or drained for a
+    /// handover)?
+    fn staged_elsewhere(&self, nbd: &Serving, board: &PoolBoard) -> Result<bool, Status> {
+        let me = nbd.setup().host_id;
+        let bare: String = board.lv_id.chars().filter(|c| *c != '-').collect();
+        let found = self
+            .backend
+            .session()
+            .read_board(board)
+            .map_err(from_activation)?;
+        Ok(found.slots.iter().any(|(_, s)| {
+            s.lv_id == bare
+                && s.host != me
+                && matches!(s.state, SlotState::Staged | SlotState::Drained)
+        }))
     }
 
     /// After the pool's last served LV went: the record says RELEASED, written while
@@ -345,6 +421,7 @@ impl Node {
         let (Remote::Served { board, .. }, Some(nbd)) = (remote, self.nbd.as_deref()) else {
             return;
         };
+        let _records = nbd.records();
         if nbd.pool_secret(&board.pool_lv_id).is_some() {
             return;
         }
@@ -369,8 +446,13 @@ impl Node {
             return Ok(());
         };
         let session = self.backend.session();
-        let Ok(board) = session.pool_board(vg, lv) else {
-            return Ok(());
+        let board = match session.pool_board(vg, lv) {
+            Ok(Some(b)) => b,
+            // Not a thin LV of a shared VG, or gone: nothing of it is shared.
+            Ok(None) | Err(lvmeta::Error::VgNotFound(_) | lvmeta::Error::LvNotFound { .. }) => {
+                return Ok(())
+            }
+            Err(e) => return Err(from_activation(e)),
         };
         let host = nbd.setup().host_id;
         let wrap = Wrap::new(host, &board.vg_id, &board.lv_id);

@@ -251,15 +251,21 @@ impl Node {
         let staged = self.staged().remove(&req.volume_id);
         let act = self.config.activation.as_ref();
         match staged {
-            Some(s) => {
+            Some(mut s) => {
                 if let Some(r) = &s.remote {
-                    if let Err(e) = self.unstage_remote(&req.volume_id, r) {
+                    if let Err(e) = self.unstage_remote(&req.volume_id, r, s.activation.as_ref()) {
                         self.staged().insert(req.volume_id, s);
                         return Err(e);
                     }
                 }
                 if let Some(a) = &s.activation {
                     if let Err(e) = a.deactivate(act) {
+                        // Its wrapper and export are gone already: what stays staged is
+                        // the LV itself (a repeated NodeStage finds that device).
+                        let device = a.device.clone();
+                        if s.remote.take().is_some() {
+                            s.device = device;
+                        }
                         self.staged().insert(req.volume_id, s);
                         return Err(from_activation(e.into()));
                     }

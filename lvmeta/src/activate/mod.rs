@@ -134,6 +134,25 @@ pub trait Backend: Send + Sync {
     fn unwrap(&self, w: &wrap::Wrap) -> Result<(), ActivateError> {
         Err(no_wrappers(self.name(), w))
     }
+    /// Holds `w`'s upper device: I/O in flight completes, new I/O waits for the release.
+    fn hold(&self, w: &wrap::Wrap) -> Result<(), ActivateError> {
+        Err(no_wrappers(self.name(), w))
+    }
+    /// Points `w`'s lower device at block device `backing` (while held).
+    fn switch(
+        &self,
+        w: &wrap::Wrap,
+        backing: &str,
+        sectors: crate::units::Sectors,
+        read_only: bool,
+    ) -> Result<(), ActivateError> {
+        let _ = (backing, sectors, read_only);
+        Err(no_wrappers(self.name(), w))
+    }
+    /// Releases `w`'s upper device: queued I/O goes on to the lower device's backing.
+    fn release(&self, w: &wrap::Wrap) -> Result<(), ActivateError> {
+        Err(no_wrappers(self.name(), w))
+    }
 }
 
 /// A backend without device-mapper cannot stack a wrapper.

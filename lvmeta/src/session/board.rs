@@ -36,23 +36,23 @@ pub struct PoolBoard {
 }
 
 impl Session {
-    /// The board of the pool under thin LV `lv` of shared VG `vg`, read under the VG lease.
-    pub fn pool_board(&self, vg: &str, lv: &str) -> Result<PoolBoard, Error> {
+    /// The board of the pool under thin LV `lv` of shared VG `vg`, read under the VG lease;
+    /// `None` when `lv` is not a thin LV of a shared VG (it has no board).
+    pub fn pool_board(&self, vg: &str, lv: &str) -> Result<Option<PoolBoard>, Error> {
         let (scan, _locks) = self.read_locked(&[vg])?;
         let sv = scan.vg(vg)?;
-        let not_thin = || lease::LeaseError::Manager {
-            what: format!("LV {vg}/{lv}"),
-            why: "is not a thin LV of a shared VG: it has no serve board".into(),
-        };
         let l = sv.vg.lv(lv).ok_or_else(|| Error::LvNotFound {
             vg: vg.to_owned(),
             lv: lv.to_owned(),
         })?;
-        let pool = l.thin_pool().ok_or_else(not_thin)?;
+        let Some(pool) = l.thin_pool() else {
+            return Ok(None);
+        };
         let at = places(&scan, sv);
-        let spec =
-            lease::layout::lv_lease(&sv.vg, &at.paths, pool, at.geometry).ok_or_else(not_thin)?;
-        Ok(PoolBoard {
+        let Some(spec) = lease::layout::lv_lease(&sv.vg, &at.paths, pool, at.geometry) else {
+            return Ok(None);
+        };
+        Ok(Some(PoolBoard {
             vg: vg.to_owned(),
             vg_id: sv.vg.id.to_string(),
             lv: lv.to_owned(),
@@ -60,7 +60,7 @@ impl Session {
             pool: pool.to_owned(),
             pool_lv_id: spec.name.clone(),
             spec,
-        })
+        }))
     }
 
     /// The board as it is on the lock device now.
@@ -110,8 +110,11 @@ impl Session {
         let (vg_lease, _) = h.lock_vg(&sv.vg, &at, lease::Mode::Exclusive)?;
         let claimed = lock_device(&b.spec)
             .and_then(|dev| Ok(board_io::claim(&dev, &b.spec, &b.pool_lv_id, slot)?));
-        // The VG is unchanged: the lease goes back without a value block.
-        h.unlock_vg(&vg_lease, None)?;
+        // The VG is unchanged: the lease goes back without a value block. The claim stands
+        // whatever the release says (the caller must know its slot).
+        if let Err(e) = h.unlock_vg(&vg_lease, None) {
+            tracing::warn!(vg = %b.vg, error = %e, "releasing the VG lease after a slot claim");
+        }
         claimed
     }
 

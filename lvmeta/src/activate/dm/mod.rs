@@ -341,4 +341,22 @@ impl Backend for DmBackend {
     fn unwrap(&self, w: &super::wrap::Wrap) -> Result<(), ActivateError> {
         DmBackend::unwrap(self, w)
     }
+
+    fn hold(&self, w: &super::wrap::Wrap) -> Result<(), ActivateError> {
+        DmBackend::hold(self, w)
+    }
+
+    fn switch(
+        &self,
+        w: &super::wrap::Wrap,
+        backing: &str,
+        sectors: crate::units::Sectors,
+        read_only: bool,
+    ) -> Result<(), ActivateError> {
+        DmBackend::switch(self, w, backing, sectors, read_only)
+    }
+
+    fn release(&self, w: &super::wrap::Wrap) -> Result<(), ActivateError> {
+        DmBackend::release(self, w)
+    }
 }

@@ -1,0 +1,279 @@
+//! A served thin pool handed to a node that attached it, without an I/O error on any node
+//! (KubeVirt's migration: the target stages, the source unstages, and the pool ends on the
+//! target with no NBD hop left).
+//!
+//! The server S0, unstaging the pool's last LV while clients are connected:
+//! 1. picks the successor (the lowest host id among the LV's STAGED slots) and writes the
+//!    record PAUSING(epoch e, successor);
+//! 2. waits (at most [`DRAIN_WAIT`]) until every such slot says DRAINED(e): each client's
+//!    watch ([`Node::watch_shared`]) held its wrapper, so its I/O in flight finished
+//!    through S0 and new I/O queues in its wrapper;
+//! 3. closes the export, deactivates, writes RELEASED(e, successor) and releases the lease.
+//!
+//! The successor's watch sees RELEASED naming it: it activates the LV (the pool's lease
+//! now its own), serves it (SERVING, epoch e+1), switches its wrapper's lower device from
+//! the NBD device to the thin LV, releases the wrapper and disconnects. Every other
+//! client's watch sees the new SERVING record: it re-marks its slot STAGED, connects to the
+//! new server, hands the sockets to its NBD device (RECONFIGURE) and releases its wrapper.
+//! A PAUSING record that goes back to SERVING (the server's unstage failed) releases the
+//! holds.
+
+use std::time::{Duration, Instant};
+
+use lvmeta::activate::Activation;
+use lvmeta::lease::board::{ServeRecord, ServeState, SlotState};
+use lvmeta::lease::LeaseError;
+use lvmeta::session::PoolBoard;
+use lvmeta::units::Sectors;
+use tonic::Status;
+
+use crate::attach::{self, netlink::NbdNetlink};
+use crate::serve::{export_name, Serving};
+use crate::status::from_activation;
+
+use super::shared::{identifier, now_ms, Attached, Remote};
+use super::Node;
+
+/// How long a server waits for its clients to drain before it closes the export anyway
+/// (a late client then waits out its NBD request timeout, never an error).
+pub const DRAIN_WAIT: Duration = Duration::from_secs(10);
+
+/// How often each node looks at the records of the pools it attached.
+pub const SHARED_POLL: Duration = Duration::from_millis(100);
+
+impl Node {
+    /// Step 1 and 2 above for the pool of `board`, which `act` holds.
+    pub(super) fn hand_over(
+        &self,
+        nbd: &Serving,
+        act: &Activation,
+        board: &PoolBoard,
+    ) -> Result<(), Status> {
+        let session = self.backend.session();
+        let me = nbd.setup().host_id;
+        let found = session.read_board(board).map_err(from_activation)?;
+        let bare: String = board.lv_id.chars().filter(|c| *c != '-').collect();
+        let clients: Vec<(usize, u64)> = found
+            .slots
+            .iter()
+            .filter(|(_, s)| {
+                s.lv_id == bare
+                    && s.host != me
+                    && matches!(s.state, SlotState::Staged | SlotState::Drained)
+            })
+            .map(|(i, s)| (*i, s.host))
+            .collect();
+        let Some(successor) = clients.iter().map(|c| c.1).min() else {
+            return Err(Status::unavailable(
+                "other nodes are connected to this volume without a slot naming them: not \
+                 handed over",
+            ));
+        };
+        let Some(serving) = found.record.filter(|r| r.host == me) else {
+            return Err(Status::unavailable(
+                "the pool's serve record is not this node's: not handed over",
+            ));
+        };
+        let pausing = ServeRecord {
+            state: ServeState::Pausing,
+            successor,
+            written_ms: now_ms(),
+            ..serving.clone()
+        };
+        session
+            .write_serve_record(board, act, &pausing)
+            .map_err(from_activation)?;
+        tracing::info!(vg = %board.vg, pool = %board.pool, successor, epoch = pausing.epoch, "handing the pool over");
+        let drained = self.wait_drained(board, &clients, pausing.epoch);
+        if !drained {
+            tracing::warn!(vg = %board.vg, pool = %board.pool, "clients did not all drain in time: handing over anyway");
+        }
+        Ok(())
+    }
+
+    /// Waits until every slot of `clients` says DRAINED for `epoch`, at most
+    /// [`DRAIN_WAIT`]; whether they did.
+    fn wait_drained(&self, board: &PoolBoard, clients: &[(usize, u64)], epoch: u64) -> bool {
+        let session = self.backend.session();
+        let until = Instant::now() + DRAIN_WAIT;
+        while Instant::now() < until {
+            let all = session.read_board(board).is_ok_and(|b| {
+                clients.iter().all(|(i, _)| {
+                    b.slots
+                        .iter()
+                        .any(|(j, s)| j == i && s.state == SlotState::Drained && s.epoch == epoch)
+                })
+            });
+            if all {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Does this node attach thin volumes over NBD (so [`Node::watch_shared`] has work)?
+    pub fn shares(&self) -> bool {
+        self.nbd.is_some()
+    }
+
+    /// Follows the serve records of the pools this node attached (every [`SHARED_POLL`]):
+    /// holds, takes over, reconnects or releases as the module's steps say.
+    pub fn watch_shared(&self) {
+        let Some(nbd) = self.nbd.as_deref() else {
+            return;
+        };
+        let attached: Vec<(String, Attached)> = self
+            .staged()
+            .iter()
+            .filter_map(|(id, s)| match &s.remote {
+                Some(Remote::Attached(a)) => Some((id.clone(), a.clone())),
+                _ => None,
+            })
+            .collect();
+        for (id, a) in attached {
+            // A call on the volume in flight (its unstage) goes first.
+            let Ok(_g) = self.backend.inflight().enter(&id) else {
+                continue;
+            };
+            if let Err(e) = self.follow(nbd, &id, a) {
+                tracing::warn!(volume_id = %id, error = %e, "following the pool's server");
+            }
+        }
+    }
+
+    /// One look at the record of attached volume `id`.
+    fn follow(&self, nbd: &Serving, id: &str, mut a: Attached) -> Result<(), String> {
+        let session = self.backend.session();
+        let backend = self.config.activation.as_ref();
+        let me = nbd.setup().host_id;
+        let Some(r) = session
+            .read_board(&a.board)
+            .map_err(|e| e.to_string())?
+            .record
+        else {
+            return Ok(());
+        };
+        let same = (r.host, r.epoch) == a.server;
+        match r.state {
+            ServeState::Pausing if same && !a.held => {
+                backend.hold(&a.wrap).map_err(|e| e.to_string())?;
+                a.held = true;
+                self.update(id, &a);
+                self.write_slot(&a, SlotState::Drained, r.epoch)
+                    .map_err(|e| e.to_string())?;
+                tracing::info!(volume_id = %id, epoch = r.epoch, "held for the pool's handover");
+            }
+            ServeState::Released if r.successor == me => {
+                if !a.held {
+                    backend.hold(&a.wrap).map_err(|e| e.to_string())?;
+                    a.held = true;
+                    self.update(id, &a);
+                }
+                self.take_over(nbd, id, &a)?;
+            }
+            ServeState::Serving if same && a.held => {
+                // The server's unstage failed after pausing: back to it.
+                self.write_slot(&a, SlotState::Staged, r.epoch)
+                    .map_err(|e| e.to_string())?;
+                backend.release(&a.wrap).map_err(|e| e.to_string())?;
+                a.held = false;
+                self.update(id, &a);
+            }
+            ServeState::Serving if !same && r.host != me => self.reconnect(nbd, id, a, &r)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Replaces attached volume `id`'s entry (when it is still attached).
+    fn update(&self, id: &str, a: &Attached) {
+        if let Some(s) = self.staged().get_mut(id) {
+            if matches!(s.remote, Some(Remote::Attached(_))) {
+                s.remote = Some(Remote::Attached(a.clone()));
+            }
+        }
+    }
+
+    /// This node is the successor: activate, serve, switch the wrapper to the thin LV.
+    fn take_over(&self, nbd: &Serving, id: &str, a: &Attached) -> Result<(), String> {
+        let session = self.backend.session();
+        let backend = self.config.activation.as_ref();
+        let act = match session.activate(&a.board.vg, &a.board.lv, false, false, backend) {
+            Ok(act) => act,
+            // The old server has not released yet: the next look tries again.
+            Err(lvmeta::Error::Lease(LeaseError::Busy { .. })) => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let size = match self.start_serving(nbd, &act, &a.board) {
+            Ok(size) => size,
+            Err(e) => {
+                if act.deactivate(backend).is_err() {
+                    act.keep_lease();
+                }
+                return Err(e.message().to_owned());
+            }
+        };
+        let thin = act.device.to_string_lossy().into_owned();
+        let switched = backend
+            .switch(&a.wrap, &thin, Sectors(size / 512), a.slot.1.read_only)
+            .and_then(|()| backend.release(&a.wrap));
+        if let Err(e) = switched {
+            // Still over the NBD device of a server that is gone: serving goes on, and
+            // the wrapper stays held until an unstage removes it.
+            tracing::error!(volume_id = %id, error = %e, "cannot switch the wrapper to the thin LV");
+        }
+        if let Err(e) = NbdNetlink::open().and_then(|nl| nl.disconnect(a.index)) {
+            tracing::warn!(volume_id = %id, nbd = a.index, error = %e, "cannot disconnect the NBD device");
+        }
+        if let Err(e) = self.write_slot(a, SlotState::Leaving, a.slot.1.epoch) {
+            tracing::warn!(volume_id = %id, error = %e, "cannot leave the board slot");
+        }
+        if let Some(s) = self.staged().get_mut(id) {
+            s.activation = Some(act);
+            s.remote = Some(Remote::Served {
+                wrap: a.wrap.clone(),
+                board: a.board.clone(),
+            });
+        }
+        tracing::info!(volume_id = %id, "took the pool over: served from here");
+        Ok(())
+    }
+
+    /// Another node serves now: connect to it and release the wrapper.
+    fn reconnect(
+        &self,
+        nbd: &Serving,
+        id: &str,
+        mut a: Attached,
+        r: &ServeRecord,
+    ) -> Result<(), String> {
+        let backend = self.config.activation.as_ref();
+        if !a.held {
+            backend.hold(&a.wrap).map_err(|e| e.to_string())?;
+            a.held = true;
+            self.update(id, &a);
+        }
+        // The new server admits this node only with its slot STAGED for the new epoch.
+        self.write_slot(&a, SlotState::Staged, r.epoch)
+            .map_err(|e| e.to_string())?;
+        let setup = nbd.setup();
+        let to = super::shared::reach(r.addr, setup.addr);
+        let name = export_name(&a.board.lv_id, setup.host_id, &r.secret);
+        let (socks, _) =
+            attach::handshake_sockets(to, Some(setup.addr), name.as_bytes(), setup.connections)
+                .map_err(|e| e.to_string())?;
+        let fds: Vec<_> = socks.iter().map(std::os::fd::AsFd::as_fd).collect();
+        NbdNetlink::open()
+            .and_then(|nl| nl.reconfigure(a.index, &identifier(&a.board), &fds, None))
+            .map_err(|e| e.to_string())?;
+        backend.release(&a.wrap).map_err(|e| e.to_string())?;
+        a.held = false;
+        a.server = (r.host, r.epoch);
+        a.slot.1.epoch = r.epoch;
+        a.slot.1.state = SlotState::Staged;
+        self.update(id, &a);
+        tracing::info!(volume_id = %id, server = %to, epoch = r.epoch, "reconnected to the pool's new server");
+        Ok(())
+    }
+}
