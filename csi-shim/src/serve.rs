@@ -96,6 +96,22 @@ impl Serving {
             .local_addr()
     }
 
+    /// A connection to the export of `lv_id` inside this process (see
+    /// [`Listener::serve_local`]): how this node's own NBD device reaches a volume it has
+    /// just taken over.
+    pub fn local_stream(&self, lv_id: &str) -> std::io::Result<std::os::unix::net::UnixStream> {
+        let export = self.get(lv_id).map(|s| s.export).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("LV {lv_id} is not served here"),
+            )
+        })?;
+        self.listener
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .serve_local(export)
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Served>> {
         self.exports.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -12,7 +12,9 @@
 //!   guests' own QEMU link (IPv6 link-local, `--nbd-ip`) and B's node attaches it with the
 //!   kernel NBD client; each side reads the other's writes; then KubeVirt's migration: A
 //!   unstages while B writes, the pool moves to B, B's writer sees no error and B keeps no
-//!   NBD device.
+//!   NBD device;
+//! - A serving an RWX thin block volume is powered off while B writes to it: B takes the
+//!   pool once sanlock counts A dead, and B's writer sees a pause, never an error.
 //!
 //! Hosts that fail (a path cut or hung, a power-off): `vm_fencing.rs`. Runs on a machine
 //! with QEMU (not inside a VM); needs qemu-system-x86, busybox-static, kmod and apt-get
@@ -215,5 +217,46 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
         b.vm.ok(&format!(
             "lvm vgck --devices {LUN} --config global/use_lvmlockd=1 vg 2>&1"
         ));
+
+        // The serving VM powered off under a writer on B: B's I/O waits in its NBD device
+        // until sanlock counts A dead, then B takes the pool (its device's queued I/O
+        // completes through its own export) and the writer goes on without an error.
+        let dies = create(&mut b, "pvc-dies", "thin", &rwx_block).await;
+        a.use_volume(&dies, &rwx_block).await;
+        let tb = b.use_volume(&dies, &rwx_block).await;
+        b.vm.ok(&format!(
+            "setsid {seqio} write {tb} B 512 /run/t/dies.status >/run/t/dies.log 2>&1 \
+             </dev/null &\necho $! >/run/t/dies.pid\nsleep 2"
+        ));
+        let before = b.vm.ok("cat /run/t/dies.status");
+        a.vm.power_off();
+        let off = std::time::Instant::now();
+        let moved = b.vm.ok(
+            "for i in $(seq 2400); do \
+               n=$(cat /sys/block/nbd*/backend 2>/dev/null | grep -c '^lvmeta:'); \
+               [ \"$n\" = 0 ] && [ -e /dev/mapper/vg-pvc--dies ] && echo moved && exit 0; \
+               sleep 0.1; done; echo stuck",
+        );
+        assert_eq!(moved.trim(), "moved", "B took the pool of a powered-off A");
+        eprintln!("vm_two_hosts: B served the pool {:?} after A's power-off", off.elapsed());
+        b.vm.ok("sleep 2");
+        let status = b.vm.ok(
+            "p=$(cat /run/t/dies.pid); kill $p; while kill -0 $p 2>/dev/null; do sleep 0.1; done\n\
+             cat /run/t/dies.status",
+        );
+        assert!(status.contains("failed=0 "), "B's writer saw errors: {status}");
+        let acked = |st: &str| -> u64 {
+            st.split_whitespace()
+                .find_map(|w| w.strip_prefix("acked="))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no acked= in {st:?}"))
+        };
+        assert!(
+            acked(&status) > acked(&before) + 32,
+            "B's writer went on after the takeover: {before} then {status}"
+        );
+        let scan = b.vm.ok(&format!("{seqio} scan {tb} 512"));
+        assert!(scan.contains("B count=512"), "B's writes on B: {scan}");
+        b.release(&dies).await;
     });
 }

@@ -9,6 +9,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -84,6 +85,31 @@ impl Listener {
     /// Payload bytes in flight now.
     pub fn bytes_in_flight(&self) -> u64 {
         self.server.bytes_in_flight()
+    }
+
+    /// A connection to `export` inside this process: one end of a unix socket pair past
+    /// the handshake (for the kernel's NBD client), the other served by this listener's
+    /// server on a thread of its own. Counts against the connection limit like any other.
+    pub fn serve_local(&self, export: Arc<Export>) -> io::Result<UnixStream> {
+        let (mut client, served) = UnixStream::pair()?;
+        self.open.fetch_add(1, Ordering::SeqCst);
+        let (open, server) = (self.open.clone(), self.server.clone());
+        let spawned = std::thread::Builder::new()
+            .name("nbd-local".into())
+            .spawn(move || {
+                let only = |_: &[u8]| Some(export.clone());
+                if let Err(e) = server.serve(served, &only) {
+                    tracing::debug!(error = %e, "local NBD connection ended");
+                }
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
+        if let Err(e) = spawned {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            return Err(e);
+        }
+        super::go(&mut client, b"local")
+            .map_err(|e| io::Error::other(format!("local NBD: {e}")))?;
+        Ok(client)
     }
 
     /// Stops accepting (connections already open go on until their exports close).

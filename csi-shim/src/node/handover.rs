@@ -17,6 +17,14 @@
 //! new server, hands the sockets to its NBD device (RECONFIGURE) and releases its wrapper.
 //! A PAUSING record that goes back to SERVING (the server's unstage failed) releases the
 //! holds.
+//!
+//! A server that dies: each client checks every [`PROBE_EVERY`] that its server accepts a
+//! connection. When it does not, the client tries to activate the LV; sanlock grants the
+//! pool's lease only once the server's host is dead (fenced or reset), and to one client.
+//! That client serves the next epoch, hands its own NBD device a connection to the new
+//! export inside its process (RECONFIGURE: the I/O queued there completes), then holds,
+//! switches and releases its wrapper as above; the others reconnect. Until then the
+//! clients' I/O waits in their NBD devices (up to `--nbd-dead-timeout`).
 
 use std::time::{Duration, Instant};
 
@@ -40,6 +48,12 @@ pub const DRAIN_WAIT: Duration = Duration::from_secs(10);
 
 /// How often each node looks at the records of the pools it attached.
 pub const SHARED_POLL: Duration = Duration::from_millis(100);
+
+/// How often a client checks that its server answers.
+pub const PROBE_EVERY: Duration = Duration::from_secs(2);
+
+/// How long a server has to accept a probe's connection.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Node {
     /// Step 1 and 2 above for the pool of `board`, which `act` holds.
@@ -164,14 +178,7 @@ impl Node {
                     .map_err(|e| e.to_string())?;
                 tracing::info!(volume_id = %id, epoch = r.epoch, "held for the pool's handover");
             }
-            ServeState::Released if r.successor == me => {
-                if !a.held {
-                    backend.hold(&a.wrap).map_err(|e| e.to_string())?;
-                    a.held = true;
-                    self.update(id, &a);
-                }
-                self.take_over(nbd, id, &a)?;
-            }
+            ServeState::Released if r.successor == me => self.take_over(nbd, id, &a)?,
             ServeState::Serving if same && a.held => {
                 // The server's unstage failed after pausing: back to it.
                 self.write_slot(&a, SlotState::Staged, r.epoch)
@@ -181,6 +188,7 @@ impl Node {
                 self.update(id, &a);
             }
             ServeState::Serving if !same && r.host != me => self.reconnect(nbd, id, a, &r)?,
+            ServeState::Serving if same && !a.held => self.probe(nbd, id, a, &r)?,
             _ => {}
         }
         Ok(())
@@ -195,7 +203,32 @@ impl Node {
         }
     }
 
-    /// This node is the successor: activate, serve, switch the wrapper to the thin LV.
+    /// Every [`PROBE_EVERY`], whether the server of attached volume `id` answers; when it
+    /// does not, this node takes the pool, which sanlock allows only once the server's host
+    /// is dead (fenced or reset), so the server writes nothing after this node serves.
+    fn probe(
+        &self,
+        nbd: &Serving,
+        id: &str,
+        mut a: Attached,
+        r: &ServeRecord,
+    ) -> Result<(), String> {
+        if a.probed.is_some_and(|t| t.elapsed() < PROBE_EVERY) {
+            return Ok(());
+        }
+        a.probed = Some(Instant::now());
+        self.update(id, &a);
+        let to = super::shared::reach(r.addr, nbd.setup().addr);
+        if std::net::TcpStream::connect_timeout(&to, PROBE_TIMEOUT).is_ok() {
+            return Ok(());
+        }
+        tracing::info!(volume_id = %id, server = %to, "the pool's server does not answer: taking the pool once its host is dead");
+        self.take_over(nbd, id, &a)
+    }
+
+    /// This node takes the pool: activate (once the lease is free), serve, switch the
+    /// wrapper to the thin LV. A wrapper not held yet (the server died, or this node missed
+    /// the pause) first has its NBD device's queued I/O sent to the new local export.
     fn take_over(&self, nbd: &Serving, id: &str, a: &Attached) -> Result<(), String> {
         let session = self.backend.session();
         let backend = self.config.activation.as_ref();
@@ -214,6 +247,20 @@ impl Node {
                 return Err(e.message().to_owned());
             }
         };
+        if !a.held {
+            let local = nbd
+                .local_stream(&a.board.lv_id)
+                .and_then(|sock| {
+                    let fd = std::os::fd::AsFd::as_fd(&sock);
+                    NbdNetlink::open()
+                        .and_then(|nl| nl.reconfigure(a.index, &identifier(&a.board), &[fd], None))
+                })
+                .and_then(|()| backend.hold(&a.wrap).map_err(std::io::Error::other));
+            if let Err(e) = local {
+                // Serving goes on; this node's own I/O waits for the next look.
+                tracing::error!(volume_id = %id, error = %e, "cannot move this node's NBD device to the local export");
+            }
+        }
         let thin = act.device.to_string_lossy().into_owned();
         let switched = backend
             .switch(&a.wrap, &thin, Sectors(size / 512), a.slot.1.read_only)
@@ -249,11 +296,8 @@ impl Node {
         r: &ServeRecord,
     ) -> Result<(), String> {
         let backend = self.config.activation.as_ref();
-        if !a.held {
-            backend.hold(&a.wrap).map_err(|e| e.to_string())?;
-            a.held = true;
-            self.update(id, &a);
-        }
+        // Not held (the old server died, or this node missed the pause): no hold now, its
+        // I/O in flight is stuck in the NBD device until the new sockets take it.
         // The new server admits this node only with its slot STAGED for the new epoch.
         self.write_slot(&a, SlotState::Staged, r.epoch)
             .map_err(|e| e.to_string())?;
@@ -267,7 +311,9 @@ impl Node {
         NbdNetlink::open()
             .and_then(|nl| nl.reconfigure(a.index, &identifier(&a.board), &fds, None))
             .map_err(|e| e.to_string())?;
-        backend.release(&a.wrap).map_err(|e| e.to_string())?;
+        if a.held {
+            backend.release(&a.wrap).map_err(|e| e.to_string())?;
+        }
         a.held = false;
         a.server = (r.host, r.epoch);
         a.slot.1.epoch = r.epoch;

@@ -59,6 +59,8 @@ pub(super) struct Attached {
     pub server: (u64, u64),
     /// Is the wrapper held (the server is pausing or changing)?
     pub held: bool,
+    /// When the server was last checked to answer.
+    pub probed: Option<std::time::Instant>,
 }
 
 /// What a shared staging made.
@@ -344,6 +346,7 @@ impl Node {
                 board,
                 server: (record.host, record.epoch),
                 held: false,
+                probed: None,
             }),
         })
     }
