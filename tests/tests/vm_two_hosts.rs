@@ -10,7 +10,8 @@
 //!   kernel wrote), and its snapshot restored on B shows the data at the cut;
 //! - an RWX thin block volume staged on A then B: A's node serves it over NBD across the
 //!   guests' own QEMU link (IPv6 link-local, `--nbd-ip`) and B's node attaches it with the
-//!   kernel NBD client; each side reads the other's writes; then KubeVirt's migration: A
+//!   kernel NBD client; each side reads the other's writes; it grows while staged on both
+//!   (the attached node waits for the serving one); then KubeVirt's migration: A
 //!   unstages while B writes, the pool moves to B, B's writer sees no error and B keeps no
 //!   NBD device;
 //! - A serving an RWX thin block volume is powered off while B writes to it: B takes the
@@ -172,6 +173,77 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
             on_b.contains("A count=128 max=128") && on_b.contains("B count=128 max=256"),
             "B reads A's writes through NBD: {on_b}"
         );
+        // Grown while staged on both: B's NodeExpandVolume waits (UNAVAILABLE) until A's
+        // grew the export; then both devices show the new size and B writes past the old
+        // end, read on A.
+        b.controller
+            .controller_expand_volume(ControllerExpandVolumeRequest {
+                volume_id: nbd.clone(),
+                capacity_range: Some(CapacityRange {
+                    required_bytes: 128 * MIB,
+                    limit_bytes: 0,
+                }),
+                volume_capability: Some(rwx_block.clone()),
+                ..Default::default()
+            })
+            .await
+            .expect("ControllerExpandVolume while staged on two nodes");
+        let grow = |path: &str| NodeExpandVolumeRequest {
+            volume_id: nbd.clone(),
+            volume_path: path.to_owned(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 128 * MIB,
+                limit_bytes: 0,
+            }),
+            volume_capability: Some(rwx_block.clone()),
+            ..Default::default()
+        };
+        let e = b
+            .node
+            .node_expand_volume(grow(&tb))
+            .await
+            .expect_err("A has not grown its export yet");
+        assert_eq!(e.code(), Code::Unavailable, "{e}");
+        a.node
+            .node_expand_volume(grow(&ta))
+            .await
+            .expect("NodeExpandVolume on the serving node");
+        b.node
+            .node_expand_volume(grow(&tb))
+            .await
+            .expect("NodeExpandVolume on the attached node");
+        for (h, t) in [(&mut a, &ta), (&mut b, &tb)] {
+            let size = h.vm.ok(&format!("blockdev --getsize64 {t}"));
+            assert_eq!(size.trim(), (128 * MIB).to_string(), "size on host {}", h.id);
+        }
+        let wrote = b.vm.ok(&format!(
+            "set -e\nhead -c 65536 /dev/urandom >/run/t/grown\n\
+             dd if=/run/t/grown of={tb} bs=65536 seek=1600 conv=notrunc,fsync oflag=direct 2>/dev/null\n\
+             sha256sum </run/t/grown"
+        ));
+        let read = a.vm.ok(&format!(
+            "dd if={ta} bs=65536 skip=1600 count=1 iflag=direct 2>/dev/null | sha256sum"
+        ));
+        assert_eq!(read, wrote, "A reads B's write past the old end");
+        // A snapshot through B's controller while staged on both (A's node cuts it); the
+        // volume itself cannot be deleted while staged.
+        b.controller
+            .create_snapshot(CreateSnapshotRequest {
+                source_volume_id: nbd.clone(),
+                name: "snap-nbd".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("CreateSnapshot while staged on two nodes");
+        let e = b
+            .controller
+            .delete_volume(DeleteVolumeRequest {
+                volume_id: nbd.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("DeleteVolume of a volume staged on two nodes");
+        eprintln!("vm_two_hosts: DeleteVolume while staged: {e}");
         let served = a.vm.ok("cat /sys/block/dm-*/dm/name | grep -c '^lvmeta-h1-'");
         assert_eq!(served.trim(), "2", "A's wrapper (upper and lower)");
         let attached = b.vm.ok("cat /sys/block/nbd*/backend 2>/dev/null | grep -c '^lvmeta:'");

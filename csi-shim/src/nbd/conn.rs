@@ -178,7 +178,6 @@ impl Server {
         replies: &Sender<Reply>,
         alive: &Arc<AtomicBool>,
     ) -> Result<(), ServeError> {
-        let size = export.size();
         let in_flight = Budget::new(self.limits.max_in_flight);
         let own_bytes = payload_budget(self.limits.connection_bytes);
         loop {
@@ -186,7 +185,8 @@ impl Server {
             if req.command == Command::Disconnect {
                 return Ok(());
             }
-            let checked = req.check(size, export.read_only);
+            // Read each time: the export grows while connections stay open.
+            let checked = req.check(export.size(), export.read_only);
             let count = in_flight.take(1);
             let data_len = match req.command {
                 Command::Write => req.len,

@@ -40,7 +40,8 @@ pub struct Export {
     /// Set first by [`Export::close`]: a request that gets the device after it does no I/O
     /// (the lock alone does not promise the closer a turn before later readers).
     closing: AtomicBool,
-    size: u64,
+    /// The device's size; it grows with [`Export::replace_device`].
+    size: AtomicU64,
     block: u32,
     /// Writes, trims and zeroes are refused (EPERM).
     pub read_only: bool,
@@ -55,7 +56,7 @@ impl Export {
     /// An open export of `dev` accepting `max_connections` connections at once.
     pub fn new(dev: Box<dyn BlockDevice>, read_only: bool, max_connections: usize) -> Arc<Self> {
         Arc::new(Self {
-            size: dev.size(),
+            size: AtomicU64::new(dev.size()),
             block: dev.io_align(),
             dev: RwLock::new(Some(dev)),
             closing: AtomicBool::new(false),
@@ -68,7 +69,19 @@ impl Export {
 
     /// The export's size in bytes.
     pub fn size(&self) -> u64 {
-        self.size
+        self.size.load(Ordering::SeqCst)
+    }
+
+    /// Serves `dev` from now on (the same LV, opened again after it grew): waits for the
+    /// I/O in flight, swaps, and takes the new size. Connections stay open; a closed
+    /// export stays closed.
+    pub fn replace_device(&self, dev: Box<dyn BlockDevice>) {
+        let mut held = self.dev.write().unwrap_or_else(|p| p.into_inner());
+        if held.is_none() || self.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        self.size.store(dev.size(), Ordering::SeqCst);
+        *held = Some(dev);
     }
 
     /// The smallest block clients must use (the device's I/O alignment).

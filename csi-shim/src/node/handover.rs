@@ -281,6 +281,7 @@ impl Node {
             s.remote = Some(Remote::Served {
                 wrap: a.wrap.clone(),
                 board: a.board.clone(),
+                read_only: a.slot.1.read_only,
             });
         }
         tracing::info!(volume_id = %id, "took the pool over: served from here");

@@ -32,6 +32,7 @@ use super::want::Want;
 use super::Node;
 
 /// How a staged volume is shared with other nodes.
+#[derive(Clone)]
 pub(super) enum Remote {
     /// This node holds the pool and serves the LV.
     Served {
@@ -39,6 +40,8 @@ pub(super) enum Remote {
         wrap: Wrap,
         /// The pool's board.
         board: PoolBoard,
+        /// Is the wrapper read-only (a reader-only mode)?
+        read_only: bool,
     },
     /// Another node serves the LV; this node attached it.
     Attached(Attached),
@@ -172,7 +175,14 @@ impl Node {
             want.read_only,
         );
         match upper {
-            Ok(upper) => Ok((upper, Remote::Served { wrap, board })),
+            Ok(upper) => Ok((
+                upper,
+                Remote::Served {
+                    wrap,
+                    board,
+                    read_only: want.read_only,
+                },
+            )),
             Err(e) => {
                 nbd.remove(&board.lv_id);
                 Err(from_activation(e.into()))
@@ -362,7 +372,7 @@ impl Node {
     ) -> Result<(), Status> {
         let backend = self.config.activation.as_ref();
         match remote {
-            Remote::Served { wrap, board } => {
+            Remote::Served { wrap, board, .. } => {
                 let nbd = self.nbd()?;
                 // Refused while this node's pods have it open: nothing paused yet.
                 backend
@@ -399,6 +409,76 @@ impl Node {
                     .map_err(from_activation)
             }
         }
+    }
+
+    /// NodeExpandVolume's part for a volume served here, after the thin LV grew: the
+    /// export serves the new size and the wrapper shows it (a pause, no error).
+    pub(super) fn grow_served(
+        &self,
+        thin: &std::path::Path,
+        remote: &Remote,
+    ) -> Result<(), Status> {
+        let Remote::Served {
+            wrap,
+            board,
+            read_only,
+        } = remote
+        else {
+            return Ok(());
+        };
+        let dev = FileDevice::open_data(thin).map_err(io_status(&thin.display().to_string()))?;
+        let bytes = lvmeta::dev::BlockDevice::size(&dev);
+        if let Some(s) = self.nbd()?.get(&board.lv_id) {
+            s.export.replace_device(Box::new(dev));
+        }
+        self.config
+            .activation
+            .resize_wrap(
+                wrap,
+                &thin.to_string_lossy(),
+                Sectors(bytes / 512),
+                *read_only,
+            )
+            .map_err(|e| from_activation(e.into()))
+    }
+
+    /// NodeExpandVolume's part for a volume attached here: once the server exports at
+    /// least `bytes` (UNAVAILABLE until it does), the NBD device and the wrapper take it.
+    pub(super) fn grow_attached(&self, a: &Attached, bytes: u64) -> Result<(), Status> {
+        let nbd = self.nbd()?;
+        let session = self.backend.session();
+        let record = session
+            .read_board(&a.board)
+            .map_err(from_activation)?
+            .record
+            .filter(|r| r.state == ServeState::Serving && (r.host, r.epoch) == a.server)
+            .ok_or_else(|| Status::unavailable("the pool's server is changing: try again"))?;
+        let setup = nbd.setup();
+        let to = reach(record.addr, setup.addr);
+        let name = export_name(&a.board.lv_id, setup.host_id, &record.secret);
+        let (_sock, neg) = attach::handshake_sockets(to, Some(setup.addr), name.as_bytes(), 1)
+            .map_err(io_status(&format!("asking {to} for the size")))?;
+        if neg.size < bytes {
+            return Err(Status::unavailable(format!(
+                "the node serving the volume exports {} bytes, not yet {bytes}: it grows it on \
+                 its own NodeExpandVolume",
+                neg.size
+            )));
+        }
+        let index = a.index;
+        NbdNetlink::open()
+            .and_then(|nl| nl.reconfigure(index, &identifier(&a.board), &[], Some(bytes)))
+            .map_err(io_status(&format!("growing /dev/nbd{index}")))?;
+        let dev = attach::device_path(index);
+        self.config
+            .activation
+            .resize_wrap(
+                &a.wrap,
+                &dev.to_string_lossy(),
+                Sectors(bytes / 512),
+                a.slot.1.read_only,
+            )
+            .map_err(|e| from_activation(e.into()))
     }
 
     /// Does the board name another host with `board`'s LV staged (or drained for a

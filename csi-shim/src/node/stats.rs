@@ -14,6 +14,7 @@ use crate::params;
 use crate::status::from_activation;
 use crate::volume::Volume;
 
+use super::shared::Remote;
 use super::want::Want;
 use super::{sys_status, Holds, Node};
 
@@ -169,11 +170,28 @@ impl Node {
                 )))
             }
         };
-        // The device takes its new size (a thin pool its queue, then cleared by a commit).
-        self.backend
-            .session()
-            .refresh(&vg, &lv, act)
-            .map_err(from_activation)?;
+        // The device takes its new size (a thin pool its queue, then cleared by a commit);
+        // one attached over NBD once its server grew it, one served here with its export.
+        let shared = self.staged().get(&req.volume_id).and_then(|s| {
+            let thin = s.activation.as_ref().map(|a| a.device.clone());
+            s.remote.as_ref().map(|r| (r.clone(), thin))
+        });
+        match shared {
+            Some((Remote::Attached(a), _)) => self.grow_attached(&a, vol.bytes)?,
+            Some((served, Some(thin))) => {
+                self.backend
+                    .session()
+                    .refresh(&vg, &lv, act)
+                    .map_err(from_activation)?;
+                self.grow_served(&thin, &served)?;
+            }
+            _ => {
+                self.backend
+                    .session()
+                    .refresh(&vg, &lv, act)
+                    .map_err(from_activation)?;
+            }
+        }
         let want = req.volume_capability.as_ref().map(Want::of).transpose()?;
         if let Some(fs) = self.fs_of(&req.volume_id, &dev, want.as_ref())? {
             self.config

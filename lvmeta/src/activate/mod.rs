@@ -153,6 +153,17 @@ pub trait Backend: Send + Sync {
     fn release(&self, w: &wrap::Wrap) -> Result<(), ActivateError> {
         Err(no_wrappers(self.name(), w))
     }
+    /// Gives `w` a new size over `backing`, which grew under it (I/O pauses meanwhile).
+    fn resize_wrap(
+        &self,
+        w: &wrap::Wrap,
+        backing: &str,
+        sectors: crate::units::Sectors,
+        read_only: bool,
+    ) -> Result<(), ActivateError> {
+        let _ = (backing, sectors, read_only);
+        Err(no_wrappers(self.name(), w))
+    }
 }
 
 /// A backend without device-mapper cannot stack a wrapper.

@@ -359,4 +359,14 @@ impl Backend for DmBackend {
     fn release(&self, w: &super::wrap::Wrap) -> Result<(), ActivateError> {
         DmBackend::release(self, w)
     }
+
+    fn resize_wrap(
+        &self,
+        w: &super::wrap::Wrap,
+        backing: &str,
+        sectors: crate::units::Sectors,
+        read_only: bool,
+    ) -> Result<(), ActivateError> {
+        DmBackend::resize(self, w, backing, sectors, read_only)
+    }
 }

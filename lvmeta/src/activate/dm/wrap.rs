@@ -104,6 +104,44 @@ impl DmBackend {
         Ok(())
     }
 
+    /// Gives `w` a new size over the same `backing` (grown under it): held, the lower and
+    /// then the upper table reloaded, released. I/O pauses, never fails.
+    pub fn resize(
+        &self,
+        w: &Wrap,
+        backing: &str,
+        sectors: Sectors,
+        read_only: bool,
+    ) -> Result<(), ActivateError> {
+        self.hold(w)?;
+        let resized = self.switch(w, backing, sectors, read_only).and_then(|()| {
+            let lower = self
+                .mine(&w.lower_name(), &w.lower_uuid())?
+                .ok_or_else(|| ActivateError::Io {
+                    device: format!("{MAPPER_DIR}/{}", w.lower_name()),
+                    why: "no such wrapper device".into(),
+                })?;
+            let upper = w.upper_name();
+            let flags = match read_only {
+                true => DmFlags::DM_READONLY,
+                false => DmFlags::empty(),
+            };
+            self.dm
+                .table_load(
+                    &DevId::Name(dm_name_of(&upper)?),
+                    &linear_over(sectors, lower),
+                    DmOptions::default().set_flags(flags),
+                )
+                .map(drop)
+                .map_err(|e| dm_err(&format!("load {upper}"), e))
+        });
+        // Released whatever happened: the release makes a loaded table live.
+        let released = self.release(w);
+        resized.and(released)?;
+        tracing::info!(device = %w.upper_name(), sectors = sectors.0, "wrapper resized");
+        Ok(())
+    }
+
     /// Releases `w`'s upper device: queued I/O goes on, to the lower device's backing now.
     pub fn release(&self, w: &Wrap) -> Result<(), ActivateError> {
         let name = w.upper_name();
