@@ -60,6 +60,57 @@ fn sum_file(h: &mut Guest, file: &str) -> String {
     h.vm.ok(&format!("sha256sum <{file}"))
 }
 
+/// Planned handovers of one RWX thin volume, back and forth between the guests.
+const HANDOVERS: usize = 4;
+
+/// `to` (staged as a client, published at `target`) writes while `from` (serving) unstages
+/// `vol`: the pool must come to `to` with no failed write, leaving nothing of `vol` on
+/// `from`. Returns the writer's longest write in ms (the pause).
+async fn migrate(from: &mut Guest, to: &mut Guest, vol: &str, target: &str, seqio: &str) -> u64 {
+    to.vm.ok(&format!(
+        "setsid {seqio} write {target} W 512 /run/t/seqio.status >/run/t/seqio.log 2>&1 \
+         </dev/null &\necho $! >/run/t/seqio.pid\nsleep 1"
+    ));
+    from.release(vol).await;
+    let dm = format!(
+        "/dev/mapper/{}",
+        vol.replace("vg/", "vg-").replace("pvc-", "pvc--")
+    );
+    let moved = to.vm.ok(&format!(
+        "for i in $(seq 300); do \
+           n=$(cat /sys/block/nbd*/backend 2>/dev/null | grep -c '^lvmeta:'); \
+           [ \"$n\" = 0 ] && [ -e {dm} ] && echo moved && exit 0; \
+           sleep 0.1; done; echo stuck"
+    ));
+    assert_eq!(moved.trim(), "moved", "the pool came to host {}", to.id);
+    to.vm.ok("sleep 1");
+    let status = to.vm.ok(
+        "p=$(cat /run/t/seqio.pid); kill $p; while kill -0 $p 2>/dev/null; do sleep 0.1; done\n\
+         cat /run/t/seqio.status",
+    );
+    assert!(
+        status.contains("failed=0 "),
+        "host {}'s writer: {status}",
+        to.id
+    );
+    let scan = to.vm.ok(&format!("{seqio} scan {target} 512"));
+    assert!(scan.contains("W count="), "host {}'s writes: {scan}", to.id);
+    let wrapper = from.vm.ok(&format!(
+        "cat /sys/block/dm-*/dm/name | grep -c '^lvmeta-h{}-' || true",
+        from.id
+    ));
+    assert_eq!(wrapper.trim(), "0", "host {}'s wrapper gone", from.id);
+    let gone = from
+        .vm
+        .ok(&format!("[ -e {dm} ] && echo active || echo gone"));
+    assert_eq!(gone.trim(), "gone", "the thin LV left host {}", from.id);
+    status
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("longest_ms="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no longest_ms in {status:?}"))
+}
+
 #[test]
 fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
     let test = "two_hosts_share_and_hand_over_volumes_on_one_lun";
@@ -252,35 +303,33 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
         let rox_fs = cap(Access::MultiNodeReaderOnly, Some("ext4"));
         let e = b.stage(&nbd, &rox_fs).await.expect_err("thin fs on several nodes");
         assert_eq!(e.code(), Code::InvalidArgument, "{e}");
-        // KubeVirt's migration: the target (B) stages, the source (A) unstages while B
-        // writes. The pool moves to B with no I/O error, and no NBD hop is left.
-        b.vm.ok(&format!(
-            "setsid {seqio} write {tb} B 512 /run/t/seqio.status >/run/t/seqio.log 2>&1 \
-             </dev/null &\necho $! >/run/t/seqio.pid\nsleep 1"
-        ));
-        a.release(&nbd).await;
-        let moved = b.vm.ok(
-            "for i in $(seq 300); do \
-               n=$(cat /sys/block/nbd*/backend 2>/dev/null | grep -c '^lvmeta:'); \
-               [ \"$n\" = 0 ] && [ -e /dev/mapper/vg-pvc--nbd ] && echo moved && exit 0; \
-               sleep 0.1; done; echo stuck",
+        // KubeVirt's migration, back and forth: the target stages (above, B), the source
+        // unstages while the target writes. Each time the pool moves to the target with no
+        // I/O error and no NBD hop left; the writer's longest write is the pause.
+        let mut pauses = vec![migrate(&mut a, &mut b, &nbd, &tb, &seqio).await];
+        for round in 0..HANDOVERS - 1 {
+            let (from, to) = match round % 2 {
+                0 => (&mut b, &mut a),
+                _ => (&mut a, &mut b),
+            };
+            let t = to.use_volume(&nbd, &rwx_block).await;
+            pauses.push(migrate(from, to, &nbd, &t, &seqio).await);
+        }
+        pauses.sort_unstable();
+        eprintln!(
+            "vm_two_hosts: planned handover pauses (longest write, ms): {pauses:?}, p50 {} max {}",
+            pauses[pauses.len() / 2],
+            pauses[pauses.len() - 1]
         );
-        assert_eq!(moved.trim(), "moved", "the pool came to B");
-        b.vm.ok("sleep 1");
-        let status = b.vm.ok(
-            "p=$(cat /run/t/seqio.pid); kill $p; while kill -0 $p 2>/dev/null; do sleep 0.1; done\n\
-             cat /run/t/seqio.status",
-        );
-        assert!(status.contains("failed=0 "), "B's writer saw errors: {status}");
-        let scan = b.vm.ok(&format!("{seqio} scan {tb} 512"));
-        assert!(scan.contains("B count="), "B's writes on B: {scan}");
-        let served = a.vm.ok("cat /sys/block/dm-*/dm/name | grep -c '^lvmeta-h1-' || true");
-        assert_eq!(served.trim(), "0", "A's wrapper gone");
-        let gone = a.vm.ok("[ -e /dev/mapper/vg-pvc--nbd ] && echo active || echo gone");
-        assert_eq!(gone.trim(), "gone", "the thin LV left A");
-        b.release(&nbd).await;
-        let left = b.vm.ok("cat /sys/block/dm-*/dm/name | grep -c '^lvmeta-h2-' || true");
-        assert_eq!(left.trim(), "0", "B's wrapper gone");
+        let last = if HANDOVERS.is_multiple_of(2) { &mut a } else { &mut b };
+        last.release(&nbd).await;
+        for h in [&mut a, &mut b] {
+            let left = h.vm.ok(&format!(
+                "cat /sys/block/dm-*/dm/name | grep -c '^lvmeta-h{}-' || true",
+                h.id
+            ));
+            assert_eq!(left.trim(), "0", "host {}'s wrapper gone", h.id);
+        }
 
         for h in [&mut a, &mut b] {
             h.assert_nothing_mounted();

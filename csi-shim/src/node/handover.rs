@@ -55,6 +55,18 @@ pub const PROBE_EVERY: Duration = Duration::from_secs(2);
 /// How long a server has to accept a probe's connection.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// What one look at a record asks of an attached volume.
+enum Step {
+    /// PAUSING: hold the wrapper, report drained.
+    Hold,
+    /// RELEASED to this node, or a dead server: take the pool.
+    TakeOver,
+    /// SERVING again by the same server: release the wrapper.
+    Resume,
+    /// SERVING by another server: connect to it.
+    Reconnect,
+}
+
 impl Node {
     /// Step 1 and 2 above for the pool of `board`, which `act` holds.
     pub(super) fn hand_over(
@@ -146,20 +158,16 @@ impl Node {
             })
             .collect();
         for (id, a) in attached {
-            // A call on the volume in flight (its unstage) goes first.
-            let Ok(_g) = self.backend.inflight().enter(&id) else {
-                continue;
-            };
             if let Err(e) = self.follow(nbd, &id, a) {
                 tracing::warn!(volume_id = %id, error = %e, "following the pool's server");
             }
         }
     }
 
-    /// One look at the record of attached volume `id`.
-    fn follow(&self, nbd: &Serving, id: &str, mut a: Attached) -> Result<(), String> {
+    /// One look at the record of attached volume `id`: read without the volume's in-flight
+    /// mark (kubelet's calls are not turned away every tick), acted on under it.
+    fn follow(&self, nbd: &Serving, id: &str, a: Attached) -> Result<(), String> {
         let session = self.backend.session();
-        let backend = self.config.activation.as_ref();
         let me = nbd.setup().host_id;
         let Some(r) = session
             .read_board(&a.board)
@@ -169,8 +177,27 @@ impl Node {
             return Ok(());
         };
         let same = (r.host, r.epoch) == a.server;
-        match r.state {
-            ServeState::Pausing if same && !a.held => {
+        let step = match r.state {
+            ServeState::Pausing if same && !a.held => Step::Hold,
+            ServeState::Released if r.successor == me => Step::TakeOver,
+            // The server's unstage failed after pausing: back to it.
+            ServeState::Serving if same && a.held => Step::Resume,
+            ServeState::Serving if !same && r.host != me => Step::Reconnect,
+            ServeState::Serving if same && !a.held && self.unanswered(nbd, id, a, &r) => {
+                Step::TakeOver
+            }
+            _ => return Ok(()),
+        };
+        // A call on the volume in flight (its unstage) goes first; the next look retries.
+        let Ok(_g) = self.backend.inflight().enter(id) else {
+            return Ok(());
+        };
+        let Some(mut a) = self.attached(id) else {
+            return Ok(());
+        };
+        let backend = self.config.activation.as_ref();
+        match step {
+            Step::Hold => {
                 backend.hold(&a.wrap).map_err(|e| e.to_string())?;
                 a.held = true;
                 self.update(id, &a);
@@ -178,20 +205,25 @@ impl Node {
                     .map_err(|e| e.to_string())?;
                 tracing::info!(volume_id = %id, epoch = r.epoch, "held for the pool's handover");
             }
-            ServeState::Released if r.successor == me => self.take_over(nbd, id, &a)?,
-            ServeState::Serving if same && a.held => {
-                // The server's unstage failed after pausing: back to it.
+            Step::TakeOver => self.take_over(nbd, id, &a)?,
+            Step::Resume => {
                 self.write_slot(&a, SlotState::Staged, r.epoch)
                     .map_err(|e| e.to_string())?;
                 backend.release(&a.wrap).map_err(|e| e.to_string())?;
                 a.held = false;
                 self.update(id, &a);
             }
-            ServeState::Serving if !same && r.host != me => self.reconnect(nbd, id, a, &r)?,
-            ServeState::Serving if same && !a.held => self.probe(nbd, id, a, &r)?,
-            _ => {}
+            Step::Reconnect => self.reconnect(nbd, id, a, &r)?,
         }
         Ok(())
+    }
+
+    /// Attached volume `id` as staged now.
+    fn attached(&self, id: &str) -> Option<Attached> {
+        match &self.staged().get(id)?.remote {
+            Some(Remote::Attached(a)) => Some(a.clone()),
+            _ => None,
+        }
     }
 
     /// Replaces attached volume `id`'s entry (when it is still attached).
@@ -203,27 +235,21 @@ impl Node {
         }
     }
 
-    /// Every [`PROBE_EVERY`], whether the server of attached volume `id` answers; when it
-    /// does not, this node takes the pool, which sanlock allows only once the server's host
-    /// is dead (fenced or reset), so the server writes nothing after this node serves.
-    fn probe(
-        &self,
-        nbd: &Serving,
-        id: &str,
-        mut a: Attached,
-        r: &ServeRecord,
-    ) -> Result<(), String> {
+    /// Every [`PROBE_EVERY`]: does the server of attached volume `id` fail to accept a
+    /// connection? Then this node tries to take the pool, which sanlock allows only once
+    /// the server's host is dead (fenced or reset): the server writes nothing after that.
+    fn unanswered(&self, nbd: &Serving, id: &str, mut a: Attached, r: &ServeRecord) -> bool {
         if a.probed.is_some_and(|t| t.elapsed() < PROBE_EVERY) {
-            return Ok(());
+            return false;
         }
         a.probed = Some(Instant::now());
         self.update(id, &a);
         let to = super::shared::reach(r.addr, nbd.setup().addr);
         if std::net::TcpStream::connect_timeout(&to, PROBE_TIMEOUT).is_ok() {
-            return Ok(());
+            return false;
         }
         tracing::info!(volume_id = %id, server = %to, "the pool's server does not answer: taking the pool once its host is dead");
-        self.take_over(nbd, id, &a)
+        true
     }
 
     /// This node takes the pool: activate (once the lease is free), serve, switch the

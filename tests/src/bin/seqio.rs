@@ -6,7 +6,8 @@
 //! seqio write DEV ID BLOCKS STATUS   write blocks round robin, seq 1, 2, ..., for ever; a
 //!                                    failed write is tried again (as an application or
 //!                                    the page cache would); STATUS gets `acked=N failed=N
-//!                                    error=...` as it goes
+//!                                    longest_ms=N error=...` as it goes (longest_ms: the
+//!                                    slowest write so far, a pause's length)
 //! seqio mark DEV ID BLOCKS           write every block once (seq 1..=BLOCKS)
 //! seqio scan DEV BLOCKS              per writer: blocks holding its writes, highest seq
 //! ```
@@ -57,10 +58,10 @@ fn block(id: char, seq: u64) -> Vec<u8> {
     b
 }
 
-fn status(path: &Path, acked: u64, failed: u64, error: &str) {
+fn status(path: &Path, acked: u64, failed: u64, longest_ms: u128, error: &str) {
     let tmp = path.with_extension("tmp");
     let text = format!(
-        "acked={acked} failed={failed} at={} error={error}\n",
+        "acked={acked} failed={failed} at={} longest_ms={longest_ms} error={error}\n",
         now_ns()
     );
     if std::fs::write(&tmp, text).is_ok() {
@@ -85,10 +86,14 @@ fn main() -> std::process::ExitCode {
         } => {
             let d = open(&dev);
             let (mut seq, mut failed, mut error) = (0u64, 0u64, String::from("none"));
+            let mut longest = 0u128;
             loop {
                 let next = seq + 1;
                 let at = (next - 1) % blocks.max(1) * BLOCK as u64;
-                match d.write_at(at, &block(id, next)) {
+                let t = std::time::Instant::now();
+                let wrote = d.write_at(at, &block(id, next));
+                longest = longest.max(t.elapsed().as_millis());
+                match wrote {
                     Ok(()) => seq = next,
                     Err(e) => {
                         failed += 1;
@@ -97,7 +102,7 @@ fn main() -> std::process::ExitCode {
                     }
                 }
                 if (seq + failed) % 32 == 0 {
-                    status(&st, seq, failed, &error);
+                    status(&st, seq, failed, longest, &error);
                 }
             }
         }
