@@ -305,6 +305,10 @@ fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
             tracing::warn!(error = %e, "cannot ask the lock manager at start; the fencing sweep tries again every second")
         }
     }
+    // Volumes this node shared over NBD before it restarted: served and watched again.
+    if let Some(n) = &node {
+        n.recover_shared();
+    }
     let watch = csi_shim::fencing::watch(backend.clone(), node.clone())
         .map_err(|e| format!("starting the fencing thread: {e}"))?;
     let rt = tokio::runtime::Builder::new_multi_thread()

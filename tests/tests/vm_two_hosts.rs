@@ -136,8 +136,16 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let nbd_a = format!("--nbd-ip {}", guest::link_addr(1, &vm_a.link_interface()));
-        let nbd_b = format!("--nbd-ip {}", guest::link_addr(2, &vm_b.link_interface()));
+        // A short request timeout: a request in flight when a server process ends is
+        // retried after it (the kernel requeues it only then).
+        let nbd_a = format!(
+            "--nbd-ip {} --nbd-timeout 10",
+            guest::link_addr(1, &vm_a.link_interface())
+        );
+        let nbd_b = format!(
+            "--nbd-ip {} --nbd-timeout 10",
+            guest::link_addr(2, &vm_b.link_interface())
+        );
         let mut a = guest::start_shim(vm_a, 1, &nbd_a).await;
         let mut b = guest::start_shim(vm_b, 2, &nbd_b).await;
         let rwx_block = cap(Access::MultiNodeMultiWriter, None);
@@ -303,6 +311,28 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
         let rox_fs = cap(Access::MultiNodeReaderOnly, Some("ext4"));
         let e = b.stage(&nbd, &rox_fs).await.expect_err("thin fs on several nodes");
         assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        // A's node plugin restarts while B writes: A serves its volume again under a new
+        // epoch, B reconnects, and B's writer sees a pause, no error.
+        b.vm.ok(&format!(
+            "setsid {seqio} write {tb} R 512 /run/t/restart.status >/run/t/restart.log 2>&1 \
+             </dev/null &\necho $! >/run/t/restart.pid\nsleep 1"
+        ));
+        a.restart(&nbd_a).await;
+        let before = b.vm.ok("sleep 1; cat /run/t/restart.status");
+        let status = b.vm.ok(
+            "b=$(sed 's/.*acked=\\([0-9]*\\).*/\\1/' /run/t/restart.status)\n\
+             for i in $(seq 600); do \
+               n=$(sed 's/.*acked=\\([0-9]*\\).*/\\1/' /run/t/restart.status); \
+               [ $n -gt $((b + 64)) ] && break; sleep 0.1; done\n\
+             p=$(cat /run/t/restart.pid); kill $p; while kill -0 $p 2>/dev/null; do sleep 0.1; done\n\
+             cat /run/t/restart.status",
+        );
+        assert!(
+            status.contains("failed=0 "),
+            "B's writer across A's restart: {before} then {status}"
+        );
+        eprintln!("vm_two_hosts: B's writer across A's plugin restart: {status}");
+
         // KubeVirt's migration, back and forth: the target stages (above, B), the source
         // unstages while the target writes. Each time the pool moves to the target with no
         // I/O error and no NBD hop left; the writer's longest write is the pause.

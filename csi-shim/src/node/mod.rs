@@ -19,6 +19,7 @@
 mod fence;
 mod handover;
 mod publish;
+mod recover;
 mod requests;
 mod service;
 mod shared;
@@ -80,7 +81,9 @@ struct Staged {
     device: PathBuf,
     /// How the volume is shared with other nodes, when it is.
     remote: Option<shared::Remote>,
-    staging: Place,
+    /// Where it is staged; `None` for a volume found again after a restart, until kubelet
+    /// stages it again.
+    staging: Option<Place>,
     /// `None` for a block volume.
     fs: Option<String>,
     /// The volume's mode, as read when it was staged.
@@ -150,7 +153,7 @@ impl Node {
     fn staging_of(&self, id: &str) -> Option<Place> {
         self.staged()
             .get(id)
-            .and_then(|s| s.staging.duplicate().ok())
+            .and_then(|s| s.staging.as_ref()?.duplicate().ok())
     }
 
     /// Releases every lease and forgets every staged volume, leaving devices and mounts as

@@ -32,11 +32,16 @@ impl Node {
         self.backend.served(&vg)?;
         let _g = self.backend.inflight().enter(&req.volume_id)?;
         // Staged here already: answered from what was read then, without a read.
-        let cached = self.staged().get(&req.volume_id).map(|s| {
-            let same = s.staging.path() == staging.path() && s.fs == want.fs;
+        let cached = self.staged().get_mut(&req.volume_id).map(|s| {
+            // Found again after a restart: staged where kubelet says.
+            if s.staging.is_none() && s.fs == want.fs {
+                s.staging = staging.duplicate().ok();
+            }
+            let at = s.staging.as_ref().map(|p| p.path().to_owned());
+            let same = at.as_deref() == Some(staging.path()) && s.fs == want.fs;
             (
                 same,
-                s.staging.path().to_owned(),
+                at.unwrap_or_default(),
                 s.fs.clone(),
                 s.device.clone(),
                 s.mode,
@@ -106,7 +111,7 @@ impl Node {
                     activation: made.activation,
                     device: made.device,
                     remote: Some(made.remote),
-                    staging,
+                    staging: Some(staging),
                     fs: want.fs,
                     mode: vol.mode,
                     targets: Vec::new(),
@@ -142,7 +147,7 @@ impl Node {
                 device: activation.device.clone(),
                 activation: Some(activation),
                 remote: None,
-                staging,
+                staging: Some(staging),
                 fs: want.fs,
                 mode: vol.mode,
                 targets: Vec::new(),
@@ -222,12 +227,12 @@ impl Node {
             .place("staging_target_path", &req.staging_target_path)?;
         let _g = self.backend.inflight().enter(&req.volume_id)?;
         let _serving = self.serving.lock().unwrap_or_else(|p| p.into_inner());
-        let cached = self
-            .staged()
-            .get(&req.volume_id)
-            .map(|s| (s.staging.path().to_owned(), s.device.clone()));
+        let cached = self.staged().get(&req.volume_id).map(|s| {
+            let at = s.staging.as_ref().map(|p| p.path().to_owned());
+            (at, s.device.clone())
+        });
         let dev = match cached {
-            Some((at, _)) if staging.as_ref().map(Place::path) != Some(at.as_path()) => {
+            Some((Some(at), _)) if staging.as_ref().map(Place::path) != Some(at.as_path()) => {
                 tracing::warn!(volume_id = %params::shown(&req.volume_id), staged_at = %at.display(), "NodeUnstageVolume for another staging path: nothing done");
                 return Ok(());
             }

@@ -57,7 +57,8 @@ impl Node {
         if !matches!(self.holds(&path, &dev)?, Holds::This) {
             // A path of this volume's staging whose mount is gone: abnormal, not unknown.
             let known = self.staged().get(&req.volume_id).is_some_and(|s| {
-                s.staging.path() == path.path() || s.targets.iter().any(|t| t == path.path())
+                s.staging.as_ref().is_some_and(|p| p.path() == path.path())
+                    || s.targets.iter().any(|t| t == path.path())
             });
             if !known || path.open().ok().flatten().is_none() {
                 return Err(not_here());

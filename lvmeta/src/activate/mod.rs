@@ -134,6 +134,11 @@ pub trait Backend: Send + Sync {
     fn unwrap(&self, w: &wrap::Wrap) -> Result<(), ActivateError> {
         Err(no_wrappers(self.name(), w))
     }
+    /// The `major:minor` `w`'s lower device maps, when `w` is made on this host.
+    fn wrapped(&self, w: &wrap::Wrap) -> Result<Option<(u32, u32)>, ActivateError> {
+        let _ = w;
+        Ok(None)
+    }
     /// Holds `w`'s upper device: I/O in flight completes, new I/O waits for the release.
     fn hold(&self, w: &wrap::Wrap) -> Result<(), ActivateError> {
         Err(no_wrappers(self.name(), w))

@@ -41,6 +41,11 @@ impl Wrap {
         format!("lvmeta-h{}-{}", self.host, self.lv_id)
     }
 
+    /// The upper device's node, where pods find it.
+    pub fn upper_path(&self) -> std::path::PathBuf {
+        std::path::Path::new("/dev/mapper").join(self.upper_name())
+    }
+
     /// The lower device's name.
     pub fn lower_name(&self) -> String {
         format!("{}-lower", self.upper_name())

@@ -342,6 +342,10 @@ impl Backend for DmBackend {
         DmBackend::unwrap(self, w)
     }
 
+    fn wrapped(&self, w: &super::wrap::Wrap) -> Result<Option<(u32, u32)>, ActivateError> {
+        DmBackend::wrapped_backing(self, w)
+    }
+
     fn hold(&self, w: &super::wrap::Wrap) -> Result<(), ActivateError> {
         DmBackend::hold(self, w)
     }

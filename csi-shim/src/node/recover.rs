@@ -1,0 +1,159 @@
+//! Thin volumes shared over NBD, found again when a node plugin starts (a restart, an
+//! upgrade): their wrappers and NBD devices outlived the process, their data path must not
+//! stop with it.
+//!
+//! - A wrapper over this host's thin LV: this node served it. The LV is activated again
+//!   (the lease the ended process left as an orphan is adopted) and served under a new
+//!   epoch and secret; its clients see the new record and reconnect.
+//! - A wrapper over one of this volume's NBD devices: this node attached it. It is watched
+//!   again, from its slot on the board; a server that changed meanwhile is reconnected to.
+//! - Either way the volume is staged again with no staging path, which kubelet's next
+//!   NodeStage sets and its NodeUnstage tears down as usual.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use lvmeta::activate::wrap::Wrap;
+use lvmeta::lease::board::{ServeState, SlotState};
+use lvmeta::session::PoolBoard;
+
+use crate::attach;
+use crate::serve::Serving;
+use crate::volume::Mode;
+
+use super::shared::{identifier, Attached, Remote};
+use super::{Node, Staged};
+
+/// `major:minor` of the block device at `path`, when there is one.
+fn devnum(path: &Path) -> Option<(u32, u32)> {
+    let rdev = std::fs::metadata(path).ok()?.rdev();
+    let major = u32::try_from(nix::sys::stat::major(rdev)).ok()?;
+    let minor = u32::try_from(nix::sys::stat::minor(rdev)).ok()?;
+    Some((major, minor))
+}
+
+impl Node {
+    /// Finds the thin volumes of the served VGs that this host shares over NBD and takes
+    /// them up again (see the module); returns how many. Called once, before serving.
+    pub fn recover_shared(&self) -> usize {
+        let Some(nbd) = self.nbd.as_deref() else {
+            return 0;
+        };
+        let mut found = 0;
+        for vg in self.backend.vgs().to_vec() {
+            let view = match self.backend.session().vg(&vg) {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(vg, error = %e, "cannot read the VG to find shared volumes");
+                    continue;
+                }
+            };
+            for lv in view.lvs.iter().filter(|l| l.thin_pool().is_some()) {
+                match self.recover_one(nbd, &vg, &lv.name) {
+                    Ok(true) => found += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::error!(vg, lv = %lv.name, error = %e, "a volume shared over NBD could not be taken up again")
+                    }
+                }
+            }
+        }
+        if found > 0 {
+            tracing::info!(volumes = found, "volumes shared over NBD taken up again");
+        }
+        found
+    }
+
+    /// Takes thin LV `lv` of `vg` up again when this host has a wrapper of it.
+    fn recover_one(&self, nbd: &Serving, vg: &str, lv: &str) -> Result<bool, String> {
+        let session = self.backend.session();
+        let backend = self.config.activation.as_ref();
+        let Some(board) = session.pool_board(vg, lv).map_err(|e| e.to_string())? else {
+            return Ok(false);
+        };
+        let wrap = Wrap::new(nbd.setup().host_id, &board.vg_id, &board.lv_id);
+        let Some(backing) = backend.wrapped(&wrap).map_err(|e| e.to_string())? else {
+            return Ok(false);
+        };
+        let id = format!("{vg}/{lv}");
+        let nbds = attach::devices_of(&identifier(&board)).map_err(|e| e.to_string())?;
+        let attached = nbds
+            .into_iter()
+            .find(|i| devnum(&attach::device_path(*i)) == Some(backing));
+        let (activation, remote) = match attached {
+            Some(index) => (None, self.attached_again(nbd, &board, wrap.clone(), index)?),
+            None => {
+                let act = session
+                    .activate(vg, lv, false, false, backend)
+                    .map_err(|e| e.to_string())?;
+                if devnum(&act.device) != Some(backing) {
+                    return Err(format!(
+                        "wrapper {} maps {}:{}, neither this LV nor its NBD device",
+                        wrap.upper_name(),
+                        backing.0,
+                        backing.1
+                    ));
+                }
+                self.start_serving(nbd, &act, &board)
+                    .map_err(|e| e.message().to_owned())?;
+                let remote = Remote::Served {
+                    wrap: wrap.clone(),
+                    board,
+                    read_only: false,
+                };
+                (Some(act), remote)
+            }
+        };
+        tracing::info!(volume_id = %id, served = activation.is_some(), "shared volume taken up again");
+        self.staged().insert(
+            id,
+            Staged {
+                activation,
+                device: wrap.upper_path(),
+                remote: Some(remote),
+                staging: None,
+                fs: None,
+                mode: Mode::Thin,
+                targets: Vec::new(),
+            },
+        );
+        Ok(true)
+    }
+
+    /// The attached volume of `board` on NBD device `index`, from this host's slot.
+    fn attached_again(
+        &self,
+        nbd: &Serving,
+        board: &PoolBoard,
+        wrap: Wrap,
+        index: u32,
+    ) -> Result<Remote, String> {
+        let me = nbd.setup().host_id;
+        let found = self
+            .backend
+            .session()
+            .read_board(board)
+            .map_err(|e| e.to_string())?;
+        let bare: String = board.lv_id.chars().filter(|c| *c != '-').collect();
+        let slot = found
+            .slots
+            .into_iter()
+            .find(|(_, s)| s.host == me && s.lv_id == bare && s.state != SlotState::Leaving)
+            .ok_or("no slot of this host on the board")?;
+        // Attached to the record's server when the slot was written for its epoch; any
+        // other record is reconnected to by the watch.
+        let server = match found.record {
+            Some(r) if r.state == ServeState::Serving => (r.host, slot.1.epoch),
+            _ => (0, slot.1.epoch),
+        };
+        Ok(Remote::Attached(Attached {
+            wrap,
+            index,
+            board: board.clone(),
+            server,
+            held: false,
+            probed: None,
+            slot,
+        }))
+    }
+}
