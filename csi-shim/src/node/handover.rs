@@ -15,8 +15,8 @@
 //! the NBD device to the thin LV, releases the wrapper and disconnects. Every other
 //! client's watch sees the new SERVING record: it re-marks its slot STAGED, connects to the
 //! new server, hands the sockets to its NBD device (RECONFIGURE) and releases its wrapper.
-//! A PAUSING record that goes back to SERVING (the server's unstage failed) releases the
-//! holds.
+//! A PAUSING or RELEASED record older than [`STALL`] (its server or successor died or failed) lets any held
+//! client take the pool once the lease is free; the lease decides who wins.
 //!
 //! A server that dies: each client checks every [`PROBE_EVERY`] that its server accepts a
 //! connection. When it does not, the client tries to activate the LV; sanlock grants the
@@ -55,14 +55,21 @@ pub const PROBE_EVERY: Duration = Duration::from_secs(2);
 /// How long a server has to accept a probe's connection.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long a PAUSING or RELEASED record may stand before clients stop waiting for the
+/// node it names.
+const STALL: Duration = Duration::from_secs(30);
+
+/// Has `r` stood longer than [`STALL`]?
+fn stalled(r: &ServeRecord) -> bool {
+    super::shared::now_ms().saturating_sub(r.written_ms) > STALL.as_millis() as u64
+}
+
 /// What one look at a record asks of an attached volume.
 enum Step {
     /// PAUSING: hold the wrapper, report drained.
     Hold,
     /// RELEASED to this node, or a dead server: take the pool.
     TakeOver,
-    /// SERVING again by the same server: release the wrapper.
-    Resume,
     /// SERVING by another server: connect to it.
     Reconnect,
 }
@@ -113,6 +120,28 @@ impl Node {
         let drained = self.wait_drained(board, &clients, pausing.epoch);
         if !drained {
             tracing::warn!(vg = %board.vg, pool = %board.pool, "clients did not all drain in time: handing over anyway");
+        }
+        // The successor is one that drained (it is alive and following), when one did.
+        let after = session.read_board(board).map_err(from_activation)?;
+        let live = after
+            .slots
+            .iter()
+            .filter(|(i, s)| {
+                clients.iter().any(|c| c.0 == *i)
+                    && s.state == SlotState::Drained
+                    && s.epoch == pausing.epoch
+            })
+            .map(|(_, s)| s.host)
+            .min();
+        if let Some(host) = live.filter(|h| *h != successor) {
+            let again = ServeRecord {
+                successor: host,
+                written_ms: now_ms(),
+                ..pausing
+            };
+            session
+                .write_serve_record(board, act, &again)
+                .map_err(from_activation)?;
         }
         Ok(())
     }
@@ -180,10 +209,18 @@ impl Node {
         let step = match r.state {
             ServeState::Pausing if same && !a.held => Step::Hold,
             ServeState::Released if r.successor == me => Step::TakeOver,
-            // The server's unstage failed after pausing: back to it.
-            ServeState::Serving if same && a.held => Step::Resume,
             ServeState::Serving if !same && r.host != me => Step::Reconnect,
-            ServeState::Serving if same && !a.held && self.unanswered(nbd, id, a, &r) => {
+            // A takeover of this node's that did not finish: finish it.
+            ServeState::Serving if r.host == me => Step::TakeOver,
+            ServeState::Serving if same && !a.held && self.unanswered(nbd, id, &a, &r) => {
+                Step::TakeOver
+            }
+            // A handover that stalled (its server or its successor died or failed): any
+            // client may take the pool, once the lease is free.
+            ServeState::Pausing | ServeState::Released
+                if a.held && stalled(&r) && self.due(id, &a) =>
+            {
+                tracing::warn!(volume_id = %id, epoch = r.epoch, "the pool's handover stalled: taking the pool once its lease is free");
                 Step::TakeOver
             }
             _ => return Ok(()),
@@ -206,13 +243,6 @@ impl Node {
                 tracing::info!(volume_id = %id, epoch = r.epoch, "held for the pool's handover");
             }
             Step::TakeOver => self.take_over(nbd, id, &a)?,
-            Step::Resume => {
-                self.write_slot(&a, SlotState::Staged, r.epoch)
-                    .map_err(|e| e.to_string())?;
-                backend.release(&a.wrap).map_err(|e| e.to_string())?;
-                a.held = false;
-                self.update(id, &a);
-            }
             Step::Reconnect => self.reconnect(nbd, id, a, &r)?,
         }
         Ok(())
@@ -238,17 +268,31 @@ impl Node {
     /// Every [`PROBE_EVERY`]: does the server of attached volume `id` fail to accept a
     /// connection? Then this node tries to take the pool, which sanlock allows only once
     /// the server's host is dead (fenced or reset): the server writes nothing after that.
-    fn unanswered(&self, nbd: &Serving, id: &str, mut a: Attached, r: &ServeRecord) -> bool {
-        if a.probed.is_some_and(|t| t.elapsed() < PROBE_EVERY) {
+    fn unanswered(&self, nbd: &Serving, id: &str, a: &Attached, r: &ServeRecord) -> bool {
+        if !self.due(id, a) {
             return false;
         }
-        a.probed = Some(Instant::now());
-        self.update(id, &a);
         let to = super::shared::reach(r.addr, nbd.setup().addr);
         if std::net::TcpStream::connect_timeout(&to, PROBE_TIMEOUT).is_ok() {
             return false;
         }
         tracing::info!(volume_id = %id, server = %to, "the pool's server does not answer: taking the pool once its host is dead");
+        true
+    }
+
+    /// Is a check of attached volume `id` due (one every [`PROBE_EVERY`])? Marks it done
+    /// in the entry when it still is `a`'s device (nothing else of the entry is written).
+    fn due(&self, id: &str, a: &Attached) -> bool {
+        if a.probed.is_some_and(|t| t.elapsed() < PROBE_EVERY) {
+            return false;
+        }
+        if let Some(s) = self.staged().get_mut(id) {
+            if let Some(Remote::Attached(now)) = &mut s.remote {
+                if now.index == a.index && now.slot.0 == a.slot.0 {
+                    now.probed = Some(Instant::now());
+                }
+            }
+        }
         true
     }
 
@@ -283,8 +327,14 @@ impl Node {
                 })
                 .and_then(|()| backend.hold(&a.wrap).map_err(std::io::Error::other));
             if let Err(e) = local {
-                // Serving goes on; this node's own I/O waits for the next look.
-                tracing::error!(volume_id = %id, error = %e, "cannot move this node's NBD device to the local export");
+                // Serving goes on and the pool stays held (the activation kept in the
+                // entry); this node's own device is moved on the next look.
+                if let Some(s) = self.staged().get_mut(id) {
+                    s.activation = Some(act);
+                }
+                return Err(format!(
+                    "cannot move this node's NBD device to the local export: {e}"
+                ));
             }
         }
         let thin = act.device.to_string_lossy().into_owned();

@@ -86,16 +86,24 @@ impl Node {
                 let act = session
                     .activate(vg, lv, false, false, backend)
                     .map_err(|e| e.to_string())?;
-                if devnum(&act.device) != Some(backing) {
-                    return Err(format!(
+                let served = match devnum(&act.device) == Some(backing) {
+                    true => self
+                        .start_serving(nbd, &act, &board)
+                        .map(drop)
+                        .map_err(|e| e.message().to_owned()),
+                    false => Err(format!(
                         "wrapper {} maps {}:{}, neither this LV nor its NBD device",
                         wrap.upper_name(),
                         backing.0,
                         backing.1
-                    ));
+                    )),
+                };
+                if let Err(e) = served {
+                    // The LV stays active under a wrapper pods may write through: its lease
+                    // stays held (an orphan once this process ends), never released.
+                    act.keep_lease();
+                    return Err(e);
                 }
-                self.start_serving(nbd, &act, &board)
-                    .map_err(|e| e.message().to_owned())?;
                 let remote = Remote::Served {
                     wrap: wrap.clone(),
                     board,

@@ -199,6 +199,9 @@ impl Node {
         board: &PoolBoard,
     ) -> Result<u64, Status> {
         let session = self.backend.session();
+        // Opened before any record names this node: a record never points at nothing.
+        let dev = FileDevice::open_data(&act.device)
+            .map_err(io_status(&act.device.display().to_string()))?;
         let _records = nbd.records();
         let (secret, epoch) = match nbd.pool_secret(&board.pool_lv_id) {
             Some(known) => known,
@@ -222,8 +225,6 @@ impl Node {
                 (secret, record.epoch)
             }
         };
-        let dev = FileDevice::open_data(&act.device)
-            .map_err(io_status(&act.device.display().to_string()))?;
         // Every client node may open its connections.
         let most = nbd.setup().connections.max(1) * lvmeta::lease::board::SLOTS;
         let export = Export::new(Box::new(dev), false, most);
@@ -381,6 +382,16 @@ impl Node {
                 // Other nodes staged it (connected or about to): the pool goes to one.
                 let connected = nbd.get(&board.lv_id).map_or(0, |s| s.export.connections());
                 if connected > 0 || self.staged_elsewhere(nbd, board)? {
+                    // The record and the lease are the pool's: it moves only with the last
+                    // of its LVs active here.
+                    if self.pool_in_use_here(id, board) {
+                        return Err(Status::unavailable(format!(
+                            "volume {} is attached on other nodes and other volumes of its \
+                             pool are staged here: unstage them first, or unstage it on the \
+                             other nodes",
+                            params::shown(id)
+                        )));
+                    }
                     let act = act.ok_or_else(|| {
                         Status::internal(format!(
                             "volume {} is served without an activation",
@@ -479,6 +490,18 @@ impl Node {
                 a.slot.1.read_only,
             )
             .map_err(|e| from_activation(e.into()))
+    }
+
+    /// Is another volume staged here active in `board`'s pool?
+    fn pool_in_use_here(&self, id: &str, board: &PoolBoard) -> bool {
+        self.staged().iter().any(|(other, s)| {
+            other != id
+                && s.activation.as_ref().is_some_and(|a| {
+                    a.placement.vg == board.vg
+                        && matches!(&a.placement.layout,
+                            lvmeta::activate::Layout::Thin { pool, .. } if pool.name == board.pool)
+                })
+        })
     }
 
     /// Does the board name another host with `board`'s LV staged (or drained for a
