@@ -187,13 +187,11 @@ pub fn parse_export_name(name: &[u8]) -> Option<(String, u64, [u8; 16])> {
 /// Does `board` let host `host`, connecting from `peer`, reach thin LV `lv_id`: a STAGED
 /// slot of that host for that LV, for record epoch `epoch`, naming that address?
 pub fn admits(board: &Board, lv_id: &str, epoch: u64, host: u64, peer: Option<IpAddr>) -> bool {
-    let bare: String = lv_id.chars().filter(|c| *c != '-').collect();
     let Some(peer) = peer.map(canonical) else {
         return false;
     };
-    board.slots.iter().any(|(_, s)| {
+    board.slots_of(lv_id).any(|(_, s)| {
         s.host == host
-            && s.lv_id == bare
             && s.epoch == epoch
             && s.state == SlotState::Staged
             && canonical(s.addr) == peer

@@ -39,7 +39,7 @@ use crate::attach::{self, netlink::NbdNetlink};
 use crate::serve::{export_name, Serving};
 use crate::status::from_activation;
 
-use super::shared::{identifier, now_ms, Attached, Remote};
+use super::shared::{clients_of, identifier, now_ms, Attached, Remote};
 use super::Node;
 
 /// How long a server waits for its clients to drain before it closes the export anyway
@@ -85,17 +85,7 @@ impl Node {
         let session = self.backend.session();
         let me = nbd.setup().host_id;
         let found = session.read_board(board).map_err(from_activation)?;
-        let bare: String = board.lv_id.chars().filter(|c| *c != '-').collect();
-        let clients: Vec<(usize, u64)> = found
-            .slots
-            .iter()
-            .filter(|(_, s)| {
-                s.lv_id == bare
-                    && s.host != me
-                    && matches!(s.state, SlotState::Staged | SlotState::Drained)
-            })
-            .map(|(i, s)| (*i, s.host))
-            .collect();
+        let clients = clients_of(&found, board, me);
         let Some(successor) = clients.iter().map(|c| c.1).min() else {
             return Err(Status::unavailable(
                 "other nodes are connected to this volume without a slot naming them: not \

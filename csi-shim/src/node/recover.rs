@@ -48,8 +48,21 @@ impl Node {
                     continue;
                 }
             };
+            let host = nbd.setup().host_id;
+            let vg_id = view.id.to_string();
             for lv in view.lvs.iter().filter(|l| l.thin_pool().is_some()) {
-                match self.recover_one(nbd, &vg, &lv.name) {
+                // One device-mapper lookup per thin LV; the board (a read under the VG
+                // lease) only for those this host has a wrapper of.
+                let wrap = Wrap::new(host, &vg_id, &lv.id.to_string());
+                let backing = match self.config.activation.wrapped(&wrap) {
+                    Ok(Some(b)) => b,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::error!(vg, lv = %lv.name, error = %e, "cannot look for the volume's wrapper");
+                        continue;
+                    }
+                };
+                match self.recover_one(nbd, &vg, &lv.name, wrap, backing) {
                     Ok(true) => found += 1,
                     Ok(false) => {}
                     Err(e) => {
@@ -64,15 +77,18 @@ impl Node {
         found
     }
 
-    /// Takes thin LV `lv` of `vg` up again when this host has a wrapper of it.
-    fn recover_one(&self, nbd: &Serving, vg: &str, lv: &str) -> Result<bool, String> {
+    /// Takes thin LV `lv` of `vg` up again: this host has `wrap` of it over `backing`.
+    fn recover_one(
+        &self,
+        nbd: &Serving,
+        vg: &str,
+        lv: &str,
+        wrap: Wrap,
+        backing: (u32, u32),
+    ) -> Result<bool, String> {
         let session = self.backend.session();
         let backend = self.config.activation.as_ref();
         let Some(board) = session.pool_board(vg, lv).map_err(|e| e.to_string())? else {
-            return Ok(false);
-        };
-        let wrap = Wrap::new(nbd.setup().host_id, &board.vg_id, &board.lv_id);
-        let Some(backing) = backend.wrapped(&wrap).map_err(|e| e.to_string())? else {
             return Ok(false);
         };
         let id = format!("{vg}/{lv}");
@@ -142,11 +158,10 @@ impl Node {
             .session()
             .read_board(board)
             .map_err(|e| e.to_string())?;
-        let bare: String = board.lv_id.chars().filter(|c| *c != '-').collect();
         let slot = found
-            .slots
-            .into_iter()
-            .find(|(_, s)| s.host == me && s.lv_id == bare && s.state != SlotState::Leaving)
+            .slots_of(&board.lv_id)
+            .find(|(_, s)| s.host == me && s.state != SlotState::Leaving)
+            .cloned()
             .ok_or("no slot of this host on the board")?;
         // Attached to the record's server when the slot was written for its epoch; any
         // other record is reconnected to by the watch.

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use lvmeta::activate::wrap::Wrap;
 use lvmeta::activate::Activation;
 use lvmeta::dev::FileDevice;
-use lvmeta::lease::board::{ServeRecord, ServeState, Slot, SlotState};
+use lvmeta::lease::board::{Board, ServeRecord, ServeState, Slot, SlotState};
 use lvmeta::lease::LeaseError;
 use lvmeta::session::{ActivationRead, PoolBoard};
 use lvmeta::units::Sectors;
@@ -81,6 +81,16 @@ pub(super) fn now_ms() -> u64 {
 
 pub(super) fn io_status(what: &str) -> impl Fn(std::io::Error) -> Status + '_ {
     move |e| Status::unavailable(format!("{what}: {e}"))
+}
+
+/// The slots (index, host) of hosts other than `me` with `board`'s LV staged, or drained
+/// for a handover: the clients a server has.
+pub(super) fn clients_of(found: &Board, board: &PoolBoard, me: u64) -> Vec<(usize, u64)> {
+    found
+        .slots_of(&board.lv_id)
+        .filter(|(_, s)| s.host != me && matches!(s.state, SlotState::Staged | SlotState::Drained))
+        .map(|(i, s)| (*i, s.host))
+        .collect()
 }
 
 /// `server` as this node reaches it from `me`: a link-local server through this node's own
@@ -507,18 +517,12 @@ impl Node {
     /// Does the board name another host with `board`'s LV staged (or drained for a
     /// handover)?
     fn staged_elsewhere(&self, nbd: &Serving, board: &PoolBoard) -> Result<bool, Status> {
-        let me = nbd.setup().host_id;
-        let bare: String = board.lv_id.chars().filter(|c| *c != '-').collect();
         let found = self
             .backend
             .session()
             .read_board(board)
             .map_err(from_activation)?;
-        Ok(found.slots.iter().any(|(_, s)| {
-            s.lv_id == bare
-                && s.host != me
-                && matches!(s.state, SlotState::Staged | SlotState::Drained)
-        }))
+        Ok(!clients_of(&found, board, nbd.setup().host_id).is_empty())
     }
 
     /// After the pool's last served LV went: the record says RELEASED, written while
@@ -576,16 +580,15 @@ impl Node {
             }
         }
         let found = session.read_board(&board).map_err(from_activation)?;
-        let bare: String = board.lv_id.chars().filter(|c| *c != '-').collect();
-        for (i, s) in found.slots {
-            if s.host == host && s.lv_id == bare && s.state != SlotState::Leaving {
+        for (i, s) in found.slots_of(&board.lv_id) {
+            if s.host == host && s.state != SlotState::Leaving {
                 let left = Slot {
                     state: SlotState::Leaving,
                     written_ms: now_ms(),
-                    ..s
+                    ..s.clone()
                 };
                 session
-                    .write_board_slot(&board, i, &left)
+                    .write_board_slot(&board, *i, &left)
                     .map_err(from_activation)?;
             }
         }

@@ -341,14 +341,19 @@ impl Board {
         Ok(Self { record, slots })
     }
 
+    /// The slots naming LV `lv_id` (lvm2's id, with or without its dashes), with their
+    /// index.
+    pub fn slots_of<'a>(&'a self, lv_id: &str) -> impl Iterator<Item = &'a (usize, Slot)> + 'a {
+        let lv: String = lv_id.chars().filter(|c| *c != '-').collect();
+        self.slots.iter().filter(move |(_, s)| s.lv_id == lv)
+    }
+
     /// The slot a host should use for `lv_id`: its own, else a free or left one; None when
     /// every slot is taken by others.
     pub fn slot_for(&self, host: u64, lv_id: &str) -> Option<usize> {
-        let lv: String = lv_id.chars().filter(|c| *c != '-').collect();
         let own = self
-            .slots
-            .iter()
-            .find(|(_, s)| s.host == host && s.lv_id == lv)
+            .slots_of(lv_id)
+            .find(|(_, s)| s.host == host)
             .map(|(i, _)| *i);
         let reusable = |i: usize| match self.slots.iter().find(|(j, _)| *j == i) {
             None => true,

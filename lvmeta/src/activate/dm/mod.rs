@@ -64,6 +64,14 @@ fn dm_err(what: &str, e: impl std::fmt::Display) -> ActivateError {
 }
 
 /// `name` as device-mapper takes it (at most 127 bytes, no `/`).
+/// The flags of a table load: read-only when asked.
+fn table_flags(read_only: bool) -> DmFlags {
+    match read_only {
+        true => DmFlags::DM_READONLY,
+        false => DmFlags::empty(),
+    }
+}
+
 fn dm_name_of(name: &str) -> Result<&DmName, ActivateError> {
     DmName::new(name).map_err(|e| dm_err(&format!("device name {name:?}"), e))
 }

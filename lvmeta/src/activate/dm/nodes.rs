@@ -2,11 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-use devicemapper::{DevId, DmFlags, DmOptions, DmUuid, DM};
+use devicemapper::{DevId, DmOptions, DmUuid, DM};
 
 use super::super::{ActivateError, Layout, Placement};
 use super::tables::{linear_table, striped_table, TableLine};
-use super::{dm_err, dm_name, dm_name_of, Dev, DmBackend, MAPPER_DIR};
+use super::{dm_err, dm_name, dm_name_of, table_flags, Dev, DmBackend, MAPPER_DIR};
 
 /// The `major:minor` of the block device at `path`.
 pub(super) fn block_devnum(path: &str) -> Result<(u32, u32), ActivateError> {
@@ -154,11 +154,7 @@ impl DmBackend {
         }
         let name = dm_name_of(&d.name)?;
         let uuid = DmUuid::new(&d.uuid).map_err(|e| dm_err("device uuid", e))?;
-        let flags = if d.read_only {
-            DmFlags::DM_READONLY
-        } else {
-            DmFlags::empty()
-        };
+        let flags = table_flags(d.read_only);
         let id = DevId::Name(name);
         let info = self
             .dm

@@ -13,7 +13,7 @@ use devicemapper::{DevId, DmFlags, DmOptions};
 use super::super::wrap::{backing_of, linear_over, Wrap};
 use super::super::ActivateError;
 use super::nodes::block_devnum;
-use super::{dm_err, dm_name_of, Dev, DmBackend, MAPPER_DIR};
+use super::{dm_err, dm_name_of, table_flags, Dev, DmBackend, MAPPER_DIR};
 use crate::units::Sectors;
 
 impl DmBackend {
@@ -84,10 +84,7 @@ impl DmBackend {
         self.mine_or_missing(&name, &w.lower_uuid())?;
         let table = linear_over(sectors, block_devnum(backing)?);
         let id = DevId::Name(dm_name_of(&name)?);
-        let flags = match read_only {
-            true => DmFlags::DM_READONLY,
-            false => DmFlags::empty(),
-        };
+        let flags = table_flags(read_only);
         self.dm
             .table_load(&id, &table, DmOptions::default().set_flags(flags))
             .map_err(|e| dm_err(&format!("load {name}"), e))?;
@@ -122,10 +119,7 @@ impl DmBackend {
                     why: "no such wrapper device".into(),
                 })?;
             let upper = w.upper_name();
-            let flags = match read_only {
-                true => DmFlags::DM_READONLY,
-                false => DmFlags::empty(),
-            };
+            let flags = table_flags(read_only);
             self.dm
                 .table_load(
                     &DevId::Name(dm_name_of(&upper)?),
