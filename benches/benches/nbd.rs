@@ -95,7 +95,7 @@ fn attach_vol(nl: &NbdNetlink, addr: std::net::SocketAddr) -> (u32, PathBuf) {
         identifier: format!("lvmeta-bench:{}", std::process::id()),
         source: None,
     };
-    let (index, _) = attach(nl, addr, b"vol", &o).expect("attach");
+    let index = attach(nl, addr, b"vol", &o).expect("attach").index;
     let path = device_path(index);
     let t0 = Instant::now();
     while !FileDevice::open(&path).is_ok_and(|d| d.size() == THIN) {

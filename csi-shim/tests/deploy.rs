@@ -344,7 +344,11 @@ fn check_consistency(objs: &[Value]) {
         }
     }
 
-    let image = format!("ghcr.io/lvmeta/lvmeta:{}", env!("CARGO_PKG_VERSION"));
+    // deploy/kustomization.yaml's placeholder for the admin's registry, at this version.
+    let image = format!(
+        "registry.example.com/EDIT-ME/lvmeta:{}",
+        env!("CARGO_PKG_VERSION")
+    );
     let topology = csi_shim::params::topology_key(vg).expect("a VG with topology");
     for o in of_kind(objs, "Deployment").chain(of_kind(objs, "DaemonSet")) {
         let spec: PodSpec =
@@ -378,7 +382,7 @@ fn check_pod(what: &str, spec: &PodSpec, config: &str, image: &str, accounts: &B
     for c in all {
         let at = format!("{what} container {}", c.name);
         let img = c.image.as_deref().unwrap_or_default();
-        if img.starts_with("ghcr.io/lvmeta/") {
+        if img.split(':').next() == image.split(':').next() {
             assert_eq!(img, image, "{at}");
         } else {
             assert!(img.contains(":v"), "{at}: a pinned sidecar version ({img})");

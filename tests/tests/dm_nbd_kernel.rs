@@ -60,8 +60,9 @@ fn attach(nl: &NbdNetlink, addr: std::net::SocketAddr, id: &str, timeout: u64) -
         identifier: id.to_owned(),
         source: None,
     };
-    let (index, neg) = attach::attach(nl, addr, b"vol", &o).expect("attach");
-    assert_eq!(neg.size, SIZE);
+    let made = attach::attach(nl, addr, b"vol", &o).expect("attach");
+    assert_eq!(made.negotiated.size, SIZE);
+    let index = made.index;
     let path = device_path(index);
     wait_for("the nbd device's size", Duration::from_secs(10), || {
         FileDevice::open(&path).is_ok_and(|d| d.size() == SIZE)

@@ -11,7 +11,9 @@
 //! - an RWX thin block volume staged on A then B: A's node serves it over NBD across the
 //!   guests' own QEMU link (IPv6 link-local, `--nbd-ip`) and B's node attaches it with the
 //!   kernel NBD client; each side reads the other's writes; it grows while staged on both
-//!   (the attached node waits for the serving one); then KubeVirt's migration: A
+//!   (the attached node waits for the serving one); hostile clients with the pool's
+//!   secret (a wrong secret, a host with no slot, an LV not staged there, the wrong
+//!   address), garbage and a flood are refused; then KubeVirt's migration: A
 //!   unstages while B writes, the pool moves to B, B's writer sees no error and B keeps no
 //!   NBD device;
 //! - A serving an RWX thin block volume is powered off while B writes to it: B takes the
@@ -109,6 +111,93 @@ async fn migrate(from: &mut Guest, to: &mut Guest, vol: &str, target: &str, seqi
         .find_map(|w| w.strip_prefix("longest_ms="))
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no longest_ms in {status:?}"))
+}
+
+/// Hostile clients of A's NBD listener while A serves `vol` to B: from B (the storage
+/// network's other end) and from A itself, holding the pool's real secret read from the
+/// LUN. Only B's own name from B's address reaches the volume; garbage and a flood of
+/// stalled handshakes are closed, and B's kernel client (`tb`) keeps writing meanwhile.
+fn hostile_clients(a: &mut Guest, b: &mut Guest, vol: &str, tb: &str, seqio: &str) {
+    let tool = workspace_bin("lvmeta-tests", "nbd-hostile")
+        .display()
+        .to_string();
+    let (a_ip, b_ip) = (
+        guest::link_addr(1, &a.vm.link_interface()),
+        guest::link_addr(2, &b.vm.link_interface()),
+    );
+    let addr = format!("[{a_ip}]:10809");
+    let lv = vol.trim_start_matches("vg/");
+    let name = |h: &mut Guest, host: u64, other: &str| {
+        h.vm.ok(&format!("{tool} name {LUN} vg {lv} {host} {other}"))
+            .trim()
+            .to_owned()
+    };
+    let b_name = name(b, 2, "");
+    let go =
+        |h: &mut Guest, from: &str, n: &str| h.vm.ok(&format!("{tool} go '{addr}' '{from}' '{n}'"));
+    let ok = go(b, &b_ip, &b_name);
+    assert!(
+        ok.contains("admitted") && ok.contains("read=ok"),
+        "B's own name: {ok}"
+    );
+    let mut wrong_secret = b_name.clone();
+    let last = if wrong_secret.ends_with('0') {
+        "1"
+    } else {
+        "0"
+    };
+    wrong_secret.replace_range(wrong_secret.len() - 1.., last);
+    let no_slot = name(b, 7, "");
+    let stolen = name(b, 2, "pvc-thin");
+    for (what, on_a, n) in [
+        ("a wrong secret", false, &wrong_secret),
+        ("a host with no slot", false, &no_slot),
+        ("an LV B did not stage", false, &stolen),
+        ("B's name from A's address", true, &b_name),
+    ] {
+        let out = match on_a {
+            true => go(a, &a_ip, n),
+            false => go(b, &b_ip, n),
+        };
+        assert!(out.starts_with("refused"), "{what}: {out}");
+        eprintln!("vm_two_hosts: hostile client, {what}: {}", out.trim());
+    }
+    let junk = b.vm.ok(&format!("{tool} garbage '{addr}' '{b_ip}'"));
+    assert_eq!(junk.trim(), "closed", "garbage after the greeting");
+    // More stalled handshakes than the listener takes, while B's kernel client writes.
+    b.vm.ok(&format!(
+        "setsid {tool} flood '{addr}' '{b_ip}' 300 8 >/run/t/flood.out 2>&1 </dev/null &
+sleep 2"
+    ));
+    b.vm.ok(&format!("{seqio} mark {tb} F 64"));
+    let flood = b.vm.ok(
+        "for i in $(seq 300); do [ -s /run/t/flood.out ] && break; sleep 0.1; done
+cat /run/t/flood.out",
+    );
+    eprintln!("vm_two_hosts: hostile flood: {}", flood.trim());
+    let count = |k: &str| -> usize {
+        flood
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {flood:?}"))
+    };
+    assert!(count("opened=") >= 256, "{flood}");
+    assert_eq!(
+        count("closed_early="),
+        count("opened="),
+        "stalled handshakes closed: {flood}"
+    );
+    let on_b = b.vm.ok(&format!("{seqio} scan {tb} 64"));
+    assert!(
+        on_b.contains("F count=64"),
+        "B's writes during the flood: {on_b}"
+    );
+    let again = go(b, &b_ip, &b_name);
+    assert!(
+        again.contains("read=ok"),
+        "B's own name after the flood: {again}"
+    );
 }
 
 #[test]
@@ -303,6 +392,8 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
             .await
             .expect_err("DeleteVolume of a volume staged on two nodes");
         eprintln!("vm_two_hosts: DeleteVolume while staged: {e}");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+        assert!(e.message().contains("host ids [2]"), "names B: {e}");
         let served = a.vm.ok("cat /sys/block/dm-*/dm/name | grep -c '^lvmeta-h1-'");
         assert_eq!(served.trim(), "2", "A's wrapper (upper and lower)");
         let attached = b.vm.ok("cat /sys/block/nbd*/backend 2>/dev/null | grep -c '^lvmeta:'");
@@ -311,6 +402,7 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
         let rox_fs = cap(Access::MultiNodeReaderOnly, Some("ext4"));
         let e = b.stage(&nbd, &rox_fs).await.expect_err("thin fs on several nodes");
         assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        hostile_clients(&mut a, &mut b, &nbd, &tb, &seqio);
         // A's node plugin restarts while B writes: A serves its volume again under a new
         // epoch, B reconnects, and B's writer sees a pause, no error.
         b.vm.ok(&format!(

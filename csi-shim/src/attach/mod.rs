@@ -8,13 +8,18 @@
 //!   a restart (`/sys/block/nbdN/backend`) and a reconfiguration cannot reach another's.
 //! - Dead sockets are replaced with RECONFIGURE, never by tearing the device down: I/O
 //!   waits (up to the dead-connection timeout) instead of failing.
+//! - RECONFIGURE fills dead slots only (the kernel drops a socket for which it finds none,
+//!   and says nothing): before it, this process ends the device's old connections through
+//!   its own handles on them ([`Sockets`]), so that the kernel counts them dead.
 
 pub mod netlink;
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, SocketAddrV6, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, SocketAddrV6, TcpStream};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::nbd::{go, Negotiated};
 use netlink::{Connect, NbdNetlink};
@@ -56,14 +61,53 @@ pub fn handshake_sockets(
     Ok((socks, neg))
 }
 
-/// Attaches export `name` at `addr` as a new kernel NBD device; its index and what the
-/// server said of the export.
+/// How long the kernel's receive threads get to see connections this process ended.
+const KERNEL_SEES_END: Duration = Duration::from_millis(200);
+
+/// This process's handles on the sockets it gave a kernel NBD device.
+/// - The kernel holds its own reference; these only let this process end a connection the
+///   kernel still thinks alive (its server gone or replaced). The kernel's receive thread
+///   then fails, marks the socket dead and requeues its requests; RECONFIGURE can fill it.
+/// - Empty after this process restarts (the kernel's sockets are not found again).
+#[derive(Clone, Default)]
+pub struct Sockets(Arc<Vec<TcpStream>>);
+
+impl Sockets {
+    /// Handles on `socks`, which a kernel NBD device was given.
+    pub fn new(socks: Vec<TcpStream>) -> Self {
+        Self(Arc::new(socks))
+    }
+
+    /// Ends every connection, both ways, and gives the kernel a moment to count them dead.
+    pub fn end(&self) {
+        if self.0.is_empty() {
+            return;
+        }
+        for s in self.0.iter() {
+            // Already ended (by the kernel or the peer): nothing more to do.
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        std::thread::sleep(KERNEL_SEES_END);
+    }
+}
+
+/// A kernel NBD device made by [`attach`].
+pub struct Attachment {
+    /// The device's index (`/dev/nbdN`).
+    pub index: u32,
+    /// What the server said of the export.
+    pub negotiated: Negotiated,
+    /// This process's handles on the device's sockets.
+    pub sockets: Sockets,
+}
+
+/// Attaches export `name` at `addr` as a new kernel NBD device.
 pub fn attach(
     nl: &NbdNetlink,
     addr: SocketAddr,
     name: &[u8],
     o: &AttachOptions,
-) -> io::Result<(u32, Negotiated)> {
+) -> io::Result<Attachment> {
     let (socks, neg) = handshake_sockets(addr, o.source, name, o.connections)?;
     let conf = Connect {
         size: neg.size,
@@ -75,11 +119,15 @@ pub fn attach(
     };
     let fds: Vec<_> = socks.iter().map(|s| s.as_fd()).collect();
     let index = nl.connect(&conf, &fds)?;
-    Ok((index, neg))
+    Ok(Attachment {
+        index,
+        negotiated: neg,
+        sockets: Sockets::new(socks),
+    })
 }
 
 /// A TCP connection to `to`, bound first to `from`'s address (any port) when given.
-fn connect_from(from: Option<SocketAddr>, to: SocketAddr) -> io::Result<TcpStream> {
+pub fn connect_from(from: Option<SocketAddr>, to: SocketAddr) -> io::Result<TcpStream> {
     use nix::sys::socket::{
         bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrStorage,
     };

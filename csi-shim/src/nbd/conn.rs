@@ -10,7 +10,7 @@
 //!   the export's closing (without replies: the client requeues them).
 //! - Data are never cached here: FLUSH and FUA ask the device to make replied writes stable.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,8 +18,9 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lvmeta::dev::{AlignedBuf, BlockDevice};
+use lvmeta::dev::BlockDevice;
 
+use super::buffers::{Buffers, Pooled, IDLE_PER_CONNECTION};
 use super::handshake::{handshake, read_array, Find, ServeError};
 use super::limits::{payload_budget, Budget, Limits, Permit};
 use super::proto::{self, errno, Command, Request};
@@ -122,14 +123,7 @@ impl Server {
     /// Serves one connection: the handshake within the limits' deadline, then requests
     /// until the client disconnects, the socket fails or the export closes.
     pub fn serve<W: Wire>(&self, mut wire: W, find: &Find<'_>) -> Result<(), ServeError> {
-        let deadline = Instant::now() + self.limits.handshake;
-        let chosen = handshake(
-            &mut Deadline {
-                wire: &mut wire,
-                deadline,
-            },
-            find,
-        )?;
+        let chosen = handshake(&mut Deadline::new(&mut wire, self.limits.handshake), find)?;
         // Transmission: a client may be idle as long as it likes, but must take its replies.
         wire.set_read_timeout_of(None)?;
         wire.set_write_timeout_of(None)?;
@@ -180,6 +174,7 @@ impl Server {
     ) -> Result<(), ServeError> {
         let in_flight = Budget::new(self.limits.max_in_flight);
         let own_bytes = payload_budget(self.limits.connection_bytes);
+        let buffers = Buffers::new(IDLE_PER_CONNECTION);
         loop {
             let req = Request::parse(read_array(reader)?)?;
             if req.command == Command::Disconnect {
@@ -205,16 +200,11 @@ impl Server {
             // nothing of the node's.
             let own = own_bytes.take(u64::from(data_len));
             let bytes = self.budget.take(u64::from(data_len));
-            let mut data = AlignedBuf::new(data_len as usize);
+            let mut data = buffers.take(data_len as usize);
             if req.command == Command::Write {
                 // The whole payload must arrive in time: a stalled one would hold its budget.
                 let t = self.limits.reply_timeout;
-                let deadline = Instant::now() + t;
-                let mut within = Deadline {
-                    wire: &mut *reader,
-                    deadline,
-                };
-                within.read_exact(data.as_mut_slice())?;
+                Deadline::new(&mut *reader, t).read_exact(data.as_mut_slice())?;
                 reader.set_read_timeout_of(None)?;
             }
             let work = Work {
@@ -272,7 +262,7 @@ struct Work {
     export: Arc<Export>,
     req: Request,
     checked: Result<(), u32>,
-    data: AlignedBuf,
+    data: Pooled,
     permits: (Permit, Permit, Permit),
     replies: Sender<Reply>,
     /// Cleared when the connection fails: its queued requests are not run.
@@ -309,7 +299,7 @@ impl Work {
 /// A reply ready to send, holding its budget until sent.
 struct Reply {
     head: [u8; 16],
-    data: Option<AlignedBuf>,
+    data: Option<Pooled>,
     _permits: (Permit, Permit, Permit),
 }
 
@@ -327,16 +317,12 @@ fn send_replies<W: Wire>(
         if !alive.load(Ordering::SeqCst) || export.is_closed() {
             continue;
         }
-        let mut within = Deadline {
-            wire: &mut writer,
-            deadline: Instant::now() + timeout,
-        };
-        let sent = within
-            .write_all(&reply.head)
-            .and_then(|()| match &reply.data {
-                Some(d) => within.write_all(d.as_slice()),
-                None => Ok(()),
-            });
+        let mut within = Deadline::new(&mut writer, timeout);
+        let data = reply.data.as_ref().map_or(&[][..], Pooled::as_slice);
+        let sent = write_all_vectored(
+            &mut within,
+            &mut [IoSlice::new(&reply.head), IoSlice::new(data)],
+        );
         if let Err(e) = sent.and_then(|()| within.flush()) {
             tracing::debug!(error = %e, "NBD reply not sent; ending the connection");
             alive.store(false, Ordering::SeqCst);
@@ -355,7 +341,7 @@ impl Drop for Attached<'_> {
 }
 
 /// Runs a checked request on the export's device; the errno on failure.
-fn run(dev: &dyn BlockDevice, req: &Request, data: &mut AlignedBuf) -> Result<(), u32> {
+fn run(dev: &dyn BlockDevice, req: &Request, data: &mut Pooled) -> Result<(), u32> {
     let eio = |e: io::Error| {
         tracing::warn!(device = dev.name(), offset = req.offset, len = req.len, error = %e, "NBD request failed");
         errno::EIO
@@ -376,21 +362,50 @@ fn run(dev: &dyn BlockDevice, req: &Request, data: &mut AlignedBuf) -> Result<()
     }
 }
 
-/// A wire whose reads and writes must all finish by `deadline` (a handshake, a payload,
-/// a reply).
-struct Deadline<'a, W: Wire> {
-    wire: &'a mut W,
-    deadline: Instant,
+/// Writes every byte of `bufs`, header and data in as few system calls as the socket takes.
+fn write_all_vectored(w: &mut impl Write, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        match w.write_vectored(bufs) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
-impl<W: Wire> Deadline<'_, W> {
-    /// What is left before the deadline; an error once it passed.
-    fn left(&self) -> io::Result<Duration> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+/// A wire whose reads and writes must all finish within a timeout (a handshake, a
+/// payload, a reply).
+/// - The socket's timeout is armed once per direction, not per system call: each call
+///   then waits at most the whole timeout, and none starts past the deadline, so a stalled
+///   message ends within twice its timeout.
+struct Deadline<'a, W: Wire> {
+    wire: &'a mut W,
+    timeout: Duration,
+    deadline: Instant,
+    /// (read, write) timeouts armed.
+    armed: (bool, bool),
+}
+
+impl<'a, W: Wire> Deadline<'a, W> {
+    /// `wire` with `timeout` from now.
+    fn new(wire: &'a mut W, timeout: Duration) -> Self {
+        Self {
+            wire,
+            timeout,
+            deadline: Instant::now() + timeout,
+            armed: (false, false),
+        }
+    }
+
+    /// An error once the deadline passed.
+    fn check(&self) -> io::Result<()> {
+        if Instant::now() >= self.deadline {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "past the deadline"));
         }
-        Ok(left)
+        Ok(())
     }
 }
 
@@ -398,18 +413,37 @@ impl<W: Wire> Deadline<'_, W> {
 /// a connection are served by different threads, and the timeouts are the socket's.
 impl<W: Wire> Read for Deadline<'_, W> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.wire.set_read_timeout_of(Some(self.left()?))?;
+        self.check()?;
+        if !self.armed.0 {
+            self.wire.set_read_timeout_of(Some(self.timeout))?;
+            self.armed.0 = true;
+        }
         self.wire.read(buf)
     }
 }
 
 impl<W: Wire> Write for Deadline<'_, W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.wire.set_write_timeout_of(Some(self.left()?))?;
+        self.arm_write()?;
         self.wire.write(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.arm_write()?;
+        self.wire.write_vectored(bufs)
     }
     fn flush(&mut self) -> io::Result<()> {
         self.wire.flush()
+    }
+}
+
+impl<W: Wire> Deadline<'_, W> {
+    fn arm_write(&mut self) -> io::Result<()> {
+        self.check()?;
+        if !self.armed.1 {
+            self.wire.set_write_timeout_of(Some(self.timeout))?;
+            self.armed.1 = true;
+        }
+        Ok(())
     }
 }
 

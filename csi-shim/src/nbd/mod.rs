@@ -5,6 +5,7 @@
 //! - `handshake.rs`: the fixed newstyle handshake, whole within a deadline.
 //! - `conn.rs`: one connection's transmission, pipelined: requests are read in order, run on
 //!   a shared worker pool, and answered as they complete (matched by cookie).
+//! - `buffers.rs`: payload buffers reused within a connection.
 //! - `limits.rs`: what any client may cost: bytes and requests in flight, connections.
 //! - `listener.rs`: the TCP listener on the node's configured address.
 //!
@@ -12,6 +13,7 @@
 //! connections without replying: the kernel client requeues unanswered requests on its next
 //! connection instead of failing them, so a pod sees a pause, never an error.
 
+mod buffers;
 mod client;
 mod conn;
 mod handshake;

@@ -308,6 +308,8 @@ impl Node {
             }
         };
         if !a.held {
+            // The dead server's connections may look alive to the kernel still.
+            a.sockets.end();
             let local = nbd
                 .local_stream(&a.board.lv_id)
                 .and_then(|sock| {
@@ -371,6 +373,8 @@ impl Node {
         let setup = nbd.setup();
         let to = super::shared::reach(r.addr, setup.addr);
         let name = export_name(&a.board.lv_id, setup.host_id, &r.secret);
+        // The old connections are ended first: the kernel fills dead slots only.
+        a.sockets.end();
         let (socks, _) =
             attach::handshake_sockets(to, Some(setup.addr), name.as_bytes(), setup.connections)
                 .map_err(|e| e.to_string())?;
@@ -382,6 +386,7 @@ impl Node {
             backend.release(&a.wrap).map_err(|e| e.to_string())?;
         }
         a.held = false;
+        a.sockets = attach::Sockets::new(socks);
         a.server = (r.host, r.epoch);
         a.slot.1.epoch = r.epoch;
         a.slot.1.state = SlotState::Staged;

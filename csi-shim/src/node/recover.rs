@@ -177,6 +177,7 @@ impl Node {
             held: false,
             probed: None,
             slot,
+            sockets: attach::Sockets::default(),
         }))
     }
 }

@@ -8,7 +8,7 @@
 //! - A node that finds the lease held reads the record, claims a slot on the board under
 //!   the VG lease (its host id, the LV, its address), then connects and attaches.
 //! - A client unstages by removing its wrapper, disconnecting and leaving its slot. The
-//!   server unstages only once no client is connected (a handover is not built yet).
+//!   server's unstage hands the pool to a staged client first (`handover.rs`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -64,6 +64,8 @@ pub(super) struct Attached {
     pub held: bool,
     /// When the server was last checked to answer.
     pub probed: Option<std::time::Instant>,
+    /// This process's handles on the NBD device's sockets (none after a restart).
+    pub sockets: attach::Sockets,
 }
 
 /// What a shared staging made.
@@ -329,7 +331,7 @@ impl Node {
         let name = export_name(&board.lv_id, host, &record.secret);
         let attached = NbdNetlink::open()
             .and_then(|nl| attach::attach(&nl, to, name.as_bytes(), &opts).map(|a| (nl, a)));
-        let (nl, (nbd_index, neg)) = match attached {
+        let (nl, made) = match attached {
             Ok(a) => a,
             Err(e) => {
                 leave(&slot);
@@ -339,35 +341,36 @@ impl Node {
             }
         };
         let wrap = Wrap::new(host, &board.vg_id, &board.lv_id);
-        let dev = attach::device_path(nbd_index);
+        let dev = attach::device_path(made.index);
         let upper = self.config.activation.wrap(
             &wrap,
             &dev.to_string_lossy(),
-            Sectors(neg.size / 512),
+            Sectors(made.negotiated.size / 512),
             want.read_only,
         );
         let upper = match upper {
             Ok(u) => u,
             Err(e) => {
-                if let Err(d) = nl.disconnect(nbd_index) {
+                if let Err(d) = nl.disconnect(made.index) {
                     tracing::warn!(vg, lv, error = %d, "disconnecting after a failed stage");
                 }
                 leave(&slot);
                 return Err(from_activation(e.into()));
             }
         };
-        tracing::info!(vg, lv, server = %to, nbd = nbd_index, device = %upper.display(), "attached over NBD");
+        tracing::info!(vg, lv, server = %to, nbd = made.index, device = %upper.display(), "attached over NBD");
         Ok(SharedStage {
             activation: None,
             device: upper,
             remote: Remote::Attached(Attached {
                 wrap,
-                index: nbd_index,
+                index: made.index,
                 slot: (index, slot),
                 board,
                 server: (record.host, record.epoch),
                 held: false,
                 probed: None,
+                sockets: made.sockets,
             }),
         })
     }

@@ -284,6 +284,39 @@ impl<'s> Volumes<'s> {
         }
     }
 
+    /// Refuses when thin LV `name` is served over NBD to other nodes now: its pool's
+    /// record is live and slots of its epoch stage `name` (stale slots of older epochs do
+    /// not count). The refusal names the serving host and the staging ones.
+    fn check_not_shared(&self, name: &str) -> Result<(), VolumeError> {
+        use lvmeta::lease::board::{ServeState, SlotState};
+        let Some(b) = self.session.pool_board(&self.vg, name)? else {
+            return Ok(());
+        };
+        let board = self.session.read_board(&b)?;
+        let Some(record) = board
+            .record
+            .as_ref()
+            .filter(|r| r.state != ServeState::Released)
+        else {
+            return Ok(());
+        };
+        let mut hosts: Vec<u64> = board
+            .slots_of(&b.lv_id)
+            .filter(|(_, s)| s.state == SlotState::Staged && s.epoch == record.epoch)
+            .map(|(_, s)| s.host)
+            .collect();
+        if hosts.is_empty() {
+            return Ok(());
+        }
+        hosts.sort_unstable();
+        hosts.dedup();
+        Err(VolumeError::Refused(format!(
+            "volume {}/{name} is staged on several nodes: host id {} serves it over NBD to \
+             host ids {hosts:?}; unstage it on every node first",
+            self.vg, record.host
+        )))
+    }
+
     /// `removal` of `name`, then (unless erasure is off) the extents it freed held in a wipe
     /// LV, in one edit.
     fn remove_holding(

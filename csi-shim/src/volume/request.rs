@@ -290,7 +290,14 @@ impl Volumes<'_> {
         let r = Request::Delete {
             name: name.to_owned(),
         };
-        self.through_holder(&r, wait, |v| v.delete(name))
+        match self.through_holder(&r, wait, |v| v.delete(name)) {
+            // The pool's holder did not delete it: staged on several nodes says why.
+            Err(VolumeError::Pending(m)) => {
+                self.check_not_shared(name)?;
+                Err(VolumeError::Pending(m))
+            }
+            done => done,
+        }
     }
 
     /// Undoes what serving `r` made when the node could not deliver it to its kernel pool:

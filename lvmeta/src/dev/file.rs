@@ -195,6 +195,15 @@ impl AlignedBuf {
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.raw[self.start..self.start + self.len]
     }
+    /// The most bytes the buffer can hold without a new allocation.
+    pub fn capacity(&self) -> usize {
+        self.raw.len().saturating_sub(self.start)
+    }
+    /// Makes the buffer `len` bytes long, at most its capacity (larger is clamped).
+    /// - The bytes are whatever the buffer last held: a reused buffer is not zeroed again.
+    pub fn set_len(&mut self, len: usize) {
+        self.len = len.min(self.capacity());
+    }
 }
 
 /// Size and logical sector size of a block device, from its end offset and sysfs.
