@@ -159,7 +159,8 @@ fn nbd(c: &mut Criterion) {
         false,
         4,
     );
-    let find: Arc<Finder> = Arc::new(move |_, n: &[u8]| (n == b"vol").then(|| export.clone()));
+    let find: Arc<Finder> =
+        Arc::new(move |_, n: &[u8]| (n == b"vol").then(|| export.clone().into()));
     let server = Listener::bind(
         "127.0.0.1:0".parse().expect("addr"),
         find,

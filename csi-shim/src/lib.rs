@@ -22,6 +22,7 @@ pub mod inflight;
 pub mod keeper;
 pub mod kubelet;
 pub mod listing;
+pub mod lun_path;
 pub mod malloc;
 pub mod metrics;
 pub mod mount;

@@ -194,7 +194,12 @@ fn main() -> std::process::ExitCode {
 
 fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
     let mut devs: Vec<Box<dyn BlockDevice>> = Vec::new();
+    let stable: Vec<&std::path::Path> = csi_shim::lun_path::STABLE_DIRS
+        .iter()
+        .map(std::path::Path::new)
+        .collect();
     for p in &args.devices {
+        csi_shim::lun_path::check(p, &stable).map_err(|e| format!("--devices {e}"))?;
         devs.push(Box::new(
             FileDevice::open_rw(p).map_err(|e| format!("{}: {e}", p.display()))?,
         ));

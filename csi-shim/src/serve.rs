@@ -7,6 +7,9 @@
 //!   hosts that see the LUN can read it);
 //! - the pool's board has a STAGED slot of that host for that LV, and the connection comes
 //!   from the address that slot names.
+//!
+//! A host whose slot is a reader-only staging (ROX) gets the export read-only: told so in
+//! the handshake, its writes, trims and zeroes refused (EPERM).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -18,7 +21,7 @@ use lvmeta::session::PoolBoard;
 use crate::driver::Driver;
 use crate::nbd::limits::Limits;
 use crate::nbd::listener::{Finder, Listener};
-use crate::nbd::Export;
+use crate::nbd::{Export, Grant};
 
 /// How this node takes part in NBD (node options `--nbd-*`).
 #[derive(Debug, Clone)]
@@ -185,17 +188,24 @@ pub fn parse_export_name(name: &[u8]) -> Option<(String, u64, [u8; 16])> {
 }
 
 /// Does `board` let host `host`, connecting from `peer`, reach thin LV `lv_id`: a STAGED
-/// slot of that host for that LV, for record epoch `epoch`, naming that address?
-pub fn admits(board: &Board, lv_id: &str, epoch: u64, host: u64, peer: Option<IpAddr>) -> bool {
-    let Some(peer) = peer.map(canonical) else {
-        return false;
-    };
-    board.slots_of(lv_id).any(|(_, s)| {
+/// slot of that host for that LV, for record epoch `epoch`, naming that address? When it
+/// does, whether that host may only read (every such slot is a reader-only staging).
+pub fn admits(
+    board: &Board,
+    lv_id: &str,
+    epoch: u64,
+    host: u64,
+    peer: Option<IpAddr>,
+) -> Option<bool> {
+    let peer = peer.map(canonical)?;
+    let mut matching = board.slots_of(lv_id).filter(|(_, s)| {
         s.host == host
             && s.epoch == epoch
             && s.state == SlotState::Staged
             && canonical(s.addr) == peer
-    })
+    });
+    let first = matching.next()?;
+    Some(first.1.read_only && matching.all(|(_, s)| s.read_only))
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is.
@@ -216,7 +226,7 @@ fn admit_by_name(
     driver: &Driver,
     peer: Option<IpAddr>,
     name: &[u8],
-) -> Option<Arc<Export>> {
+) -> Option<Grant> {
     let Some((lv_id, host, secret)) = parse_export_name(name) else {
         // Not a name this node gives, so no secret of ours is in it.
         let shown = crate::params::shown(&String::from_utf8_lossy(name)).to_string();
@@ -233,16 +243,21 @@ fn admit_by_name(
         return None;
     };
     match driver.session().read_board(&served.board) {
-        Ok(board) if admits(&board, &lv_id, served.epoch, host, peer) => Some(served.export),
-        Ok(_) => {
-            tracing::warn!(
-                ?peer,
-                host,
-                lv_id,
-                "NBD export refused: that host has no slot staging it from this address"
-            );
-            None
-        }
+        Ok(board) => match admits(&board, &lv_id, served.epoch, host, peer) {
+            Some(read_only_client) => Some(Grant {
+                export: served.export,
+                read_only_client,
+            }),
+            None => {
+                tracing::warn!(
+                    ?peer,
+                    host,
+                    lv_id,
+                    "NBD export refused: that host has no slot staging it from this address"
+                );
+                None
+            }
+        },
         Err(e) => {
             tracing::warn!(?peer, host, lv_id, error = %e, "NBD export refused: the board cannot be read");
             None
@@ -313,21 +328,27 @@ mod tests {
     fn only_a_staged_slot_of_that_host_lv_and_address_admits() {
         let ip: IpAddr = "192.0.2.7".parse().expect("ip");
         let b = board(SlotState::Staged, ip);
-        assert!(admits(&b, LV, 1, 2, Some(ip)));
+        assert_eq!(admits(&b, LV, 1, 2, Some(ip)), Some(false));
         let mapped: IpAddr = "::ffff:192.0.2.7".parse().expect("ip");
-        assert!(admits(&b, LV, 1, 2, Some(mapped)), "v4-mapped peer");
-        assert!(!admits(&b, LV, 2, 2, Some(ip)), "a slot of another epoch");
-        assert!(!admits(&b, LV, 1, 3, Some(ip)), "another host");
-        assert!(!admits(&b, "other", 1, 2, Some(ip)), "another LV");
-        assert!(!admits(
-            &b,
-            LV,
-            1,
-            2,
-            Some("192.0.2.8".parse().expect("ip"))
-        ));
-        assert!(!admits(&b, LV, 1, 2, None), "no peer address");
-        assert!(!admits(&board(SlotState::Leaving, ip), LV, 1, 2, Some(ip)));
+        assert!(
+            admits(&b, LV, 1, 2, Some(mapped)).is_some(),
+            "v4-mapped peer"
+        );
+        assert!(
+            admits(&b, LV, 2, 2, Some(ip)).is_none(),
+            "a slot of another epoch"
+        );
+        assert!(admits(&b, LV, 1, 3, Some(ip)).is_none(), "another host");
+        assert!(admits(&b, "other", 1, 2, Some(ip)).is_none(), "another LV");
+        let elsewhere = Some("192.0.2.8".parse().expect("ip"));
+        assert!(admits(&b, LV, 1, 2, elsewhere).is_none(), "another address");
+        assert!(admits(&b, LV, 1, 2, None).is_none(), "no peer address");
+        let leaving = board(SlotState::Leaving, ip);
+        assert!(admits(&leaving, LV, 1, 2, Some(ip)).is_none());
+        // A reader-only staging may only read.
+        let mut ro = board(SlotState::Staged, ip);
+        ro.slots[0].1.read_only = true;
+        assert_eq!(admits(&ro, LV, 1, 2, Some(ip)), Some(true));
     }
 
     #[test]

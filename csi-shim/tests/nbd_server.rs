@@ -70,7 +70,7 @@ impl BlockDevice for Gated {
 
 fn listen(export: Arc<Export>, limits: Limits) -> Listener {
     let find: Arc<Finder> =
-        Arc::new(move |_, name: &[u8]| (name == b"vol").then(|| export.clone()));
+        Arc::new(move |_, name: &[u8]| (name == b"vol").then(|| export.clone().into()));
     Listener::bind("127.0.0.1:0".parse().expect("addr"), find, limits).expect("bind")
 }
 

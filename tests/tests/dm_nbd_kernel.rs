@@ -92,7 +92,7 @@ fn the_kernel_client_attaches_reconnects_and_detaches() {
     let find: Arc<Finder> = {
         let current = current.clone();
         Arc::new(move |_, name: &[u8]| {
-            (name == b"vol").then(|| current.lock().expect("export").clone())
+            (name == b"vol").then(|| current.lock().expect("export").clone().into())
         })
     };
     let server = Listener::bind(
@@ -224,7 +224,7 @@ fn a_wrapper_moves_from_nbd_to_the_local_device_under_a_writer() {
         4,
     );
     let find: Arc<Finder> =
-        Arc::new(move |_, name: &[u8]| (name == b"vol").then(|| export.clone()));
+        Arc::new(move |_, name: &[u8]| (name == b"vol").then(|| export.clone().into()));
     let server = Listener::bind(
         "127.0.0.1:0".parse().expect("addr"),
         find,

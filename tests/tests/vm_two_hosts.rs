@@ -13,9 +13,11 @@
 //!   kernel NBD client; each side reads the other's writes; it grows while staged on both
 //!   (the attached node waits for the serving one); hostile clients with the pool's
 //!   secret (a wrong secret, a host with no slot, an LV not staged there, the wrong
-//!   address), garbage and a flood are refused; then KubeVirt's migration: A
-//!   unstages while B writes, the pool moves to B, B's writer sees no error and B keeps no
-//!   NBD device;
+//!   address), garbage and a flood are refused; it is retuned (ControllerModifyVolume)
+//!   while staged on both; a reader-only (ROX) client may read and not write on the
+//!   server; B's plugin restarted while its wrapper is held releases it; then
+//!   KubeVirt's migration: A unstages while B writes, the pool moves to B, B's writer sees
+//!   no error and B keeps no NBD device;
 //! - A serving an RWX thin block volume is powered off while B writes to it: B takes the
 //!   pool once sanlock counts A dead, and B's writer sees a pause, never an error.
 //!
@@ -28,6 +30,7 @@ use csi_shim::csi::*;
 use lvmeta_tests::csi_hosts::{cap, create_request, MIB};
 use lvmeta_tests::guest::{self, Guest, LUN};
 use lvmeta_tests::{privileged, workspace_bin};
+use std::collections::HashMap;
 use tonic::Code;
 
 async fn create(h: &mut Guest, name: &str, mode: &str, c: &VolumeCapability) -> String {
@@ -403,6 +406,37 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
         let e = b.stage(&nbd, &rox_fs).await.expect_err("thin fs on several nodes");
         assert_eq!(e.code(), Code::InvalidArgument, "{e}");
         hostile_clients(&mut a, &mut b, &nbd, &tb, &seqio);
+        // New pool settings through B's controller while staged on both: A's node, which
+        // holds the pool, reloads its kernel pool.
+        b.controller
+            .controller_modify_volume(ControllerModifyVolumeRequest {
+                volume_id: nbd.clone(),
+                mutable_parameters: HashMap::from([("zero".to_owned(), "false".to_owned())]),
+                ..Default::default()
+            })
+            .await
+            .expect("ControllerModifyVolume while staged on two nodes");
+        let table = a.vm.ok("dmsetup table vg-pvc--nbd--pool-tpool");
+        assert!(table.contains("skip_block_zeroing"), "A's pool: {table}");
+        // A reader-only staging is read-only on the server too: B's own name, from B's
+        // address, reads but cannot write.
+        let rox = cap(Access::MultiNodeReaderOnly, None);
+        let ro_vol = create(&mut b, "pvc-rox", "thin", &rox).await;
+        a.use_volume(&ro_vol, &rox).await;
+        b.use_volume(&ro_vol, &rox).await;
+        let ro_try = b.vm.ok(&format!(
+            "n=$({tool} name {LUN} vg pvc-rox 2)\n{tool} go --write '[{a_ip}]:10809' '{b_ip}' \"$n\"",
+            tool = workspace_bin("lvmeta-tests", "nbd-hostile").display(),
+            a_ip = guest::link_addr(1, &a.vm.link_interface()),
+            b_ip = guest::link_addr(2, &b.vm.link_interface()),
+        ));
+        assert!(
+            ro_try.contains("read=ok") && ro_try.contains("write=error 1"),
+            "a reader-only client's write (EPERM): {ro_try}"
+        );
+        eprintln!("vm_two_hosts: reader-only client: {}", ro_try.trim());
+        b.release(&ro_vol).await;
+        a.release(&ro_vol).await;
         // A's node plugin restarts while B writes: A serves its volume again under a new
         // epoch, B reconnects, and B's writer sees a pause, no error.
         b.vm.ok(&format!(
@@ -424,6 +458,21 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
             "B's writer across A's restart: {before} then {status}"
         );
         eprintln!("vm_two_hosts: B's writer across A's plugin restart: {status}");
+        // B's plugin restarts with its wrapper held (as when it stops in the middle of a
+        // handover): the new process reads the hold and releases it, A serving on.
+        let upper = b
+            .vm
+            .ok("cd /dev/mapper && ls | grep '^lvmeta-h2-' | grep -v -- '-lower$'")
+            .trim()
+            .to_owned();
+        b.vm.ok(&format!("dmsetup suspend --noflush {upper}"));
+        b.restart(&nbd_b).await;
+        let state = b.vm.ok(&format!(
+            "for i in $(seq 300); do dmsetup info {upper} | grep -q 'State: *ACTIVE' && \
+             echo released && exit 0; sleep 0.1; done; dmsetup info {upper}"
+        ));
+        assert_eq!(state.trim(), "released", "B's held wrapper after B's restart");
+        b.vm.ok(&format!("timeout 60 {seqio} mark {tb} S 8"));
 
         // KubeVirt's migration, back and forth: the target stages (above, B), the source
         // unstages while the target writes. Each time the pool moves to the target with no

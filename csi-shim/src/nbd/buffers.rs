@@ -5,34 +5,77 @@
 //! - A pool belongs to one connection, so a reused buffer only ever held data of the
 //!   export that connection is attached to; and every byte a reply sends was written by
 //!   the socket read or the device read of that request (a failed read sends no data).
-//! - The pool keeps at most `keep` bytes idle; what is in flight is bounded by the
-//!   connection's budget ([`super::limits`]), not here.
+//! - A pool keeps at most `keep` bytes idle, and all pools of a node together at most
+//!   their shared [`Idle`] cap; what is in flight is bounded by the budgets of
+//!   [`super::limits`], not here.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use lvmeta::dev::AlignedBuf;
 
-/// Idle bytes a connection keeps for its next requests: a few of the kernel client's
-/// largest requests (its `max_sectors`, 1 MiB and more), little beside what flight takes.
-pub const IDLE_PER_CONNECTION: usize = 4 << 20;
+/// Idle bytes a connection keeps for its next requests: four of the kernel client's
+/// largest requests (its `max_sectors`, 1 MiB), each with its alignment slack.
+pub const IDLE_PER_CONNECTION: usize = 4 * ((1 << 20) + 4096);
+
+/// Idle bytes all connections of a node keep together.
+pub const IDLE_PER_NODE: usize = 64 << 20;
+
+/// Idle bytes of every pool of a node, against one cap.
+pub struct Idle {
+    held: AtomicUsize,
+    cap: usize,
+}
+
+impl Idle {
+    /// A node-wide count capped at `cap` bytes.
+    pub fn new(cap: usize) -> Arc<Self> {
+        Arc::new(Self {
+            held: AtomicUsize::new(0),
+            cap,
+        })
+    }
+
+    /// Counts `n` more idle bytes if the cap allows.
+    fn reserve(&self, n: usize) -> bool {
+        self.held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
+                (h + n <= self.cap).then_some(h + n)
+            })
+            .is_ok()
+    }
+
+    fn free(&self, n: usize) {
+        self.held.fetch_sub(n, Ordering::SeqCst);
+    }
+}
 
 /// Idle buffers of one connection.
 pub struct Buffers {
     idle: Mutex<Vec<AlignedBuf>>,
     keep: usize,
+    node: Arc<Idle>,
 }
 
 impl Buffers {
-    /// A pool keeping at most `keep` idle bytes.
-    pub fn new(keep: usize) -> Arc<Self> {
+    /// A pool keeping at most `keep` idle bytes, counted in `node` too.
+    pub fn new(keep: usize, node: Arc<Idle>) -> Arc<Self> {
         Arc::new(Self {
             idle: Mutex::new(Vec::new()),
             keep,
+            node,
         })
     }
 
-    /// A buffer of `len` bytes: the smallest idle one large enough, or a new one.
+    /// A buffer of `len` bytes: the smallest idle one large enough, or a new one (an
+    /// empty one for no payload, which takes nothing from the pool).
     pub fn take(self: &Arc<Self>, len: usize) -> Pooled {
+        if len == 0 {
+            return Pooled {
+                buf: Some(AlignedBuf::new(0)),
+                pool: self.clone(),
+            };
+        }
         let reused = {
             let mut idle = self.lock();
             let best = idle
@@ -43,6 +86,9 @@ impl Buffers {
                 .map(|(i, _)| i);
             best.map(|i| idle.swap_remove(i))
         };
+        if let Some(b) = &reused {
+            self.node.free(b.capacity());
+        }
         let mut buf = reused.unwrap_or_else(|| AlignedBuf::new(len));
         buf.set_len(len);
         Pooled {
@@ -55,13 +101,20 @@ impl Buffers {
         let mut idle = self.lock();
         let held = held(&idle);
         // Zero-length buffers hold nothing worth keeping.
-        if buf.capacity() > 0 && held + buf.capacity() <= self.keep {
+        let n = buf.capacity();
+        if n > 0 && held + n <= self.keep && self.node.reserve(n) {
             idle.push(buf);
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<AlignedBuf>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        self.node.free(held(&self.lock()));
     }
 }
 
@@ -102,7 +155,7 @@ mod tests {
 
     #[test]
     fn a_buffer_comes_back_and_serves_a_smaller_request() {
-        let pool = Buffers::new(1 << 20);
+        let pool = Buffers::new(1 << 20, Idle::new(1 << 30));
         let first = pool.take(64 << 10);
         let at = first.as_slice().as_ptr();
         drop(first);
@@ -119,7 +172,7 @@ mod tests {
 
     #[test]
     fn the_pool_keeps_no_more_than_its_bound() {
-        let pool = Buffers::new(100 << 10);
+        let pool = Buffers::new(100 << 10, Idle::new(1 << 30));
         let (a, b) = (pool.take(64 << 10), pool.take(64 << 10));
         drop(a);
         drop(b);
@@ -128,8 +181,33 @@ mod tests {
     }
 
     #[test]
+    fn the_node_cap_bounds_every_pool_and_frees_with_them() {
+        let node = Idle::new(100 << 10);
+        let (a, b) = (
+            Buffers::new(1 << 20, node.clone()),
+            Buffers::new(1 << 20, node.clone()),
+        );
+        let (x, y) = (a.take(64 << 10), b.take(64 << 10));
+        drop(x);
+        drop(y);
+        assert!(
+            held(&a.lock()) + held(&b.lock()) <= 100 << 10,
+            "one kept, one freed"
+        );
+        drop(a);
+        drop(b);
+        assert_eq!(node.held.load(Ordering::SeqCst), 0);
+        // No payload takes nothing from a pool.
+        let c = Buffers::new(1 << 20, node.clone());
+        drop(c.take(4096));
+        let empty = c.take(0);
+        assert!(empty.as_slice().is_empty());
+        assert!(held(&c.lock()) >= 4096, "the idle buffer stays");
+    }
+
+    #[test]
     fn a_larger_request_gets_a_new_buffer() {
-        let pool = Buffers::new(1 << 20);
+        let pool = Buffers::new(1 << 20, Idle::new(1 << 30));
         drop(pool.take(4096));
         let big = pool.take(128 << 10);
         assert_eq!(big.as_slice().len(), 128 << 10);

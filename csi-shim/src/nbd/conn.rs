@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use lvmeta::dev::BlockDevice;
 
-use super::buffers::{Buffers, Pooled, IDLE_PER_CONNECTION};
+use super::buffers::{Buffers, Idle, Pooled, IDLE_PER_CONNECTION, IDLE_PER_NODE};
 use super::handshake::{handshake, read_array, Find, ServeError};
 use super::limits::{payload_budget, Budget, Limits, Permit};
 use super::proto::{self, errno, Command, Request};
@@ -81,6 +81,8 @@ type Job = Box<dyn FnOnce() + Send>;
 pub struct Server {
     limits: Limits,
     budget: Arc<Budget>,
+    /// Idle payload buffers of every connection, against one cap.
+    idle: Arc<Idle>,
     jobs: Mutex<Option<Sender<Job>>>,
     workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
@@ -104,6 +106,7 @@ impl Server {
         }
         Ok(Arc::new(Self {
             budget: payload_budget(limits.budget_bytes),
+            idle: Idle::new(IDLE_PER_NODE),
             limits,
             jobs: Mutex::new(Some(tx)),
             workers: Mutex::new(workers),
@@ -127,9 +130,10 @@ impl Server {
         // Transmission: a client may be idle as long as it likes, but must take its replies.
         wire.set_read_timeout_of(None)?;
         wire.set_write_timeout_of(None)?;
-        let Some(export) = chosen else {
+        let Some(grant) = chosen else {
             return Ok(());
         };
+        let (export, read_only) = (grant.export.clone(), grant.read_only());
         let ender = wire.split()?;
         let Some(id) = export.attach(Box::new(move || ender.end())) else {
             // Closed or full since the handshake looked: dropped, nothing was sent.
@@ -137,10 +141,15 @@ impl Server {
         };
         // Detached however transmission ends (a panic included): the slot is freed.
         let _attached = Attached(&export, id);
-        self.transmit(wire, &export)
+        self.transmit(wire, &export, read_only)
     }
 
-    fn transmit<W: Wire>(&self, mut reader: W, export: &Arc<Export>) -> Result<(), ServeError> {
+    fn transmit<W: Wire>(
+        &self,
+        mut reader: W,
+        export: &Arc<Export>,
+        read_only: bool,
+    ) -> Result<(), ServeError> {
         let (replies, queue) = channel::<Reply>();
         let writer = reader.split()?;
         let alive = Arc::new(AtomicBool::new(true));
@@ -149,7 +158,7 @@ impl Server {
         let sender = std::thread::Builder::new()
             .name("nbd-reply".into())
             .spawn(move || send_replies(writer, &queue, &closing, &writer_alive, timeout))?;
-        let read = self.read_requests(&mut reader, export, &replies, &alive);
+        let read = self.read_requests(&mut reader, export, read_only, &replies, &alive);
         if read.is_err() {
             // A connection that failed runs none of its queued requests: the client has
             // requeued them elsewhere, and a late run could land after their retries.
@@ -169,19 +178,20 @@ impl Server {
         &self,
         reader: &mut W,
         export: &Arc<Export>,
+        read_only: bool,
         replies: &Sender<Reply>,
         alive: &Arc<AtomicBool>,
     ) -> Result<(), ServeError> {
         let in_flight = Budget::new(self.limits.max_in_flight);
         let own_bytes = payload_budget(self.limits.connection_bytes);
-        let buffers = Buffers::new(IDLE_PER_CONNECTION);
+        let buffers = Buffers::new(IDLE_PER_CONNECTION, self.idle.clone());
         loop {
             let req = Request::parse(read_array(reader)?)?;
             if req.command == Command::Disconnect {
                 return Ok(());
             }
             // Read each time: the export grows while connections stay open.
-            let checked = req.check(export.size(), export.read_only);
+            let checked = req.check(export.size(), read_only);
             let count = in_flight.take(1);
             let data_len = match req.command {
                 Command::Write => req.len,
@@ -459,6 +469,7 @@ mod tests {
         };
         Server::new(limits)?.serve(wire, find)
     }
+    use crate::nbd::Grant;
     use lvmeta::dev::MemDevice;
     use proto::{opt, rep, CMD_FLAG_FUA, CMD_FLAG_NO_HOLE};
     use std::os::unix::net::UnixStream;
@@ -468,10 +479,23 @@ mod tests {
 
     /// A server on one end of a socket pair, exporting `vol` (read-only with `ro`).
     fn start(ro: bool) -> (UnixStream, JoinHandle<Result<(), ServeError>>) {
+        start_granted(ro, false)
+    }
+
+    /// As [`start`], the client granted read-only access with `ro_client`.
+    fn start_granted(
+        ro: bool,
+        ro_client: bool,
+    ) -> (UnixStream, JoinHandle<Result<(), ServeError>>) {
         let (server, client) = UnixStream::pair().expect("socket pair");
         let export = Export::new(Box::new(MemDevice::new("vol", SIZE, 512)), ro, 4);
         let handle = std::thread::spawn(move || {
-            let find = move |name: &[u8]| (name == b"vol").then(|| export.clone());
+            let find = move |name: &[u8]| {
+                (name == b"vol").then(|| Grant {
+                    export: export.clone(),
+                    read_only_client: ro_client,
+                })
+            };
             serve(server, &find)
         });
         (client, handle)
@@ -586,24 +610,30 @@ mod tests {
 
     #[test]
     fn a_read_only_export_refuses_writes_and_stays_in_step() {
-        let (mut c, server) = start(true);
-        hello(&mut c, 1);
+        for (mut c, server) in [start(true), start_granted(false, true)] {
+            read_only_session(&mut c);
+            drop(c);
+            // The client went away without DISC: the connection ends with the socket.
+            assert!(matches!(
+                server.join().expect("server"),
+                Err(ServeError::Io(_))
+            ));
+        }
+    }
+
+    /// A client of a read-only export (or grant): told so, its writes refused, reads served.
+    fn read_only_session(c: &mut UnixStream) {
+        hello(c, 1);
         // EXPORT_NAME, without NO_ZEROES: size, flags and 124 zero bytes.
-        option(&mut c, opt::EXPORT_NAME, b"vol");
-        let r = read_n(&mut c, 134);
+        option(c, opt::EXPORT_NAME, b"vol");
+        let r = read_n(c, 134);
         assert_eq!(r[..8], SIZE.to_be_bytes());
         let flags = u16::from_be_bytes(r[8..10].try_into().expect("2"));
         assert_ne!(flags & proto::transmission::READ_ONLY, 0);
         let w = req(Command::Write, 0, 0, 512);
-        assert_eq!(request(&mut c, w, &[7; 512]).0, errno::EPERM);
-        let (err, back) = request(&mut c, req(Command::Read, 0, 0, 512), &[]);
+        assert_eq!(request(c, w, &[7; 512]).0, errno::EPERM);
+        let (err, back) = request(c, req(Command::Read, 0, 0, 512), &[]);
         assert_eq!((err, back), (0, vec![0; 512]));
-        drop(c);
-        // The client went away without DISC: the connection ends with the socket.
-        assert!(matches!(
-            server.join().expect("server"),
-            Err(ServeError::Io(_))
-        ));
     }
 
     #[test]

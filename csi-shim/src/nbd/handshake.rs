@@ -5,10 +5,9 @@
 //!   `ERR_UNSUP` and the handshake goes on.
 
 use std::io::{self, Read, Write};
-use std::sync::Arc;
 
 use super::proto::{self, opt, rep, ProtoError};
-use super::Export;
+use super::Grant;
 
 /// Why a connection ended before the client disconnected.
 #[derive(Debug, thiserror::Error)]
@@ -22,13 +21,13 @@ pub enum ServeError {
 }
 
 /// Finds the export a client asked for by name, if that client may have it.
-pub type Find<'a> = dyn Fn(&[u8]) -> Option<Arc<Export>> + 'a;
+pub type Find<'a> = dyn Fn(&[u8]) -> Option<Grant> + 'a;
 
-/// The transmission flags of an export.
-pub(super) fn flags_of(export: &Export) -> u16 {
+/// The transmission flags of an export as granted.
+pub(super) fn flags_of(g: &Grant) -> u16 {
     use proto::transmission::*;
     let mut f = HAS_FLAGS | SEND_FLUSH | SEND_FUA | SEND_TRIM | SEND_WRITE_ZEROES | CAN_MULTI_CONN;
-    if export.read_only {
+    if g.read_only() {
         f |= READ_ONLY;
     }
     f
@@ -39,7 +38,7 @@ pub(super) fn flags_of(export: &Export) -> u16 {
 pub(super) fn handshake<S: Read + Write>(
     stream: &mut S,
     find: &Find<'_>,
-) -> Result<Option<Arc<Export>>, ServeError> {
+) -> Result<Option<Grant>, ServeError> {
     stream.write_all(&proto::greeting())?;
     stream.flush()?;
     let no_zeroes = proto::client_flags(read_array(stream)?)?;
@@ -53,7 +52,7 @@ pub(super) fn handshake<S: Read + Write>(
                 let Some(s) = find(&data) else {
                     return Ok(None);
                 };
-                let reply = proto::export_name_reply(s.size(), flags_of(&s), no_zeroes);
+                let reply = proto::export_name_reply(s.export.size(), flags_of(&s), no_zeroes);
                 stream.write_all(&reply)?;
                 stream.flush()?;
                 return Ok(Some(s));
@@ -68,8 +67,10 @@ pub(super) fn handshake<S: Read + Write>(
                 let refused = match &found {
                     None => Some(rep::ERR_INVALID),
                     Some(None) => Some(rep::ERR_UNKNOWN),
-                    Some(Some(s)) if s.is_closed() => Some(rep::ERR_SHUTDOWN),
-                    Some(Some(s)) if s.connections() >= s.max_connections => Some(rep::ERR_POLICY),
+                    Some(Some(s)) if s.export.is_closed() => Some(rep::ERR_SHUTDOWN),
+                    Some(Some(s)) if s.export.connections() >= s.export.max_connections => {
+                        Some(rep::ERR_POLICY)
+                    }
                     Some(Some(_)) => None,
                 };
                 let (None, Some(Some(s))) = (refused, found) else {
@@ -78,9 +79,9 @@ pub(super) fn handshake<S: Read + Write>(
                     stream.flush()?;
                     continue;
                 };
-                let info = proto::info_export(s.size(), flags_of(&s));
+                let info = proto::info_export(s.export.size(), flags_of(&s));
                 let mut r = proto::option_reply(option, rep::INFO, &info);
-                let b = s.block_size();
+                let b = s.export.block_size();
                 let sizes = proto::info_block_size(b, b.max(4096), proto::MAX_PAYLOAD);
                 r.extend(proto::option_reply(option, rep::INFO, &sizes));
                 r.extend(proto::option_reply(option, rep::ACK, &[]));

@@ -54,6 +54,32 @@ pub struct Export {
     open: Mutex<HashMap<u64, Box<dyn Fn() + Send>>>,
 }
 
+/// An export as one client may have it.
+#[derive(Clone)]
+pub struct Grant {
+    /// The export.
+    pub export: Arc<Export>,
+    /// This client may only read (a reader-only staging), whatever the export allows.
+    pub read_only_client: bool,
+}
+
+impl Grant {
+    /// Writes, trims and zeroes are refused to this client (EPERM).
+    pub fn read_only(&self) -> bool {
+        self.read_only_client || self.export.read_only
+    }
+}
+
+impl From<Arc<Export>> for Grant {
+    /// The export with everything it allows.
+    fn from(export: Arc<Export>) -> Self {
+        Self {
+            export,
+            read_only_client: false,
+        }
+    }
+}
+
 impl Export {
     /// An open export of `dev` accepting `max_connections` connections at once.
     pub fn new(dev: Box<dyn BlockDevice>, read_only: bool, max_connections: usize) -> Arc<Self> {

@@ -72,6 +72,9 @@ enum Step {
     TakeOver,
     /// SERVING by another server: connect to it.
     Reconnect,
+    /// SERVING by the same server while held (a handover it gave up, or a hold this
+    /// process took before it restarted): release.
+    Resume,
 }
 
 impl Node {
@@ -205,6 +208,7 @@ impl Node {
             ServeState::Serving if same && !a.held && self.unanswered(nbd, id, &a, &r) => {
                 Step::TakeOver
             }
+            ServeState::Serving if same && a.held => Step::Resume,
             // A handover that stalled (its server or its successor died or failed): any
             // client may take the pool, once the lease is free.
             ServeState::Pausing | ServeState::Released
@@ -219,22 +223,31 @@ impl Node {
         let Ok(_g) = self.backend.inflight().enter(id) else {
             return Ok(());
         };
-        let Some(mut a) = self.attached(id) else {
+        let Some(a) = self.attached(id) else {
             return Ok(());
         };
-        let backend = self.config.activation.as_ref();
         match step {
-            Step::Hold => {
-                backend.hold(&a.wrap).map_err(|e| e.to_string())?;
-                a.held = true;
-                self.update(id, &a);
-                self.write_slot(&a, SlotState::Drained, r.epoch)
-                    .map_err(|e| e.to_string())?;
-                tracing::info!(volume_id = %id, epoch = r.epoch, "held for the pool's handover");
-            }
-            Step::TakeOver => self.take_over(nbd, id, &a)?,
-            Step::Reconnect => self.reconnect(nbd, id, a, &r)?,
+            Step::Hold => self.set_held(id, a, true, r.epoch),
+            Step::TakeOver => self.take_over(nbd, id, &a),
+            Step::Reconnect => self.reconnect(nbd, id, a, &r),
+            Step::Resume => self.set_held(id, a, false, r.epoch),
         }
+    }
+
+    /// Holds attached volume `id`'s wrapper and reports DRAINED for `epoch`, or releases it
+    /// and reports STAGED.
+    fn set_held(&self, id: &str, mut a: Attached, hold: bool, epoch: u64) -> Result<(), String> {
+        let backend = self.config.activation.as_ref();
+        let (done, state) = match hold {
+            true => (backend.hold(&a.wrap), SlotState::Drained),
+            false => (backend.release(&a.wrap), SlotState::Staged),
+        };
+        done.map_err(|e| e.to_string())?;
+        a.held = hold;
+        self.update(id, &a);
+        self.write_slot(&a, state, epoch)
+            .map_err(|e| e.to_string())?;
+        tracing::info!(volume_id = %id, epoch, held = hold, "wrapper held for the pool's handover, or released as its server serves");
         Ok(())
     }
 
@@ -382,15 +395,18 @@ impl Node {
         NbdNetlink::open()
             .and_then(|nl| nl.reconfigure(a.index, &identifier(&a.board), &fds, None))
             .map_err(|e| e.to_string())?;
-        if a.held {
-            backend.release(&a.wrap).map_err(|e| e.to_string())?;
-        }
-        a.held = false;
+        // Recorded before the release: a release that fails is retried by the next look
+        // (Resume) with these sockets, not by another reconnect.
         a.sockets = attach::Sockets::new(socks);
         a.server = (r.host, r.epoch);
         a.slot.1.epoch = r.epoch;
         a.slot.1.state = SlotState::Staged;
         self.update(id, &a);
+        if a.held {
+            backend.release(&a.wrap).map_err(|e| e.to_string())?;
+            a.held = false;
+            self.update(id, &a);
+        }
         tracing::info!(volume_id = %id, server = %to, epoch = r.epoch, "reconnected to the pool's new server");
         Ok(())
     }

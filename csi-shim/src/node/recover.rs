@@ -14,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use lvmeta::activate::wrap::Wrap;
-use lvmeta::lease::board::{ServeState, SlotState};
+use lvmeta::lease::board::SlotState;
 use lvmeta::session::PoolBoard;
 
 use crate::attach;
@@ -163,18 +163,20 @@ impl Node {
             .find(|(_, s)| s.host == me && s.state != SlotState::Leaving)
             .cloned()
             .ok_or("no slot of this host on the board")?;
-        // Attached to the record's server when the slot was written for its epoch; any
-        // other record is reconnected to by the watch.
-        let server = match found.record {
-            Some(r) if r.state == ServeState::Serving => (r.host, slot.1.epoch),
-            _ => (0, slot.1.epoch),
-        };
+        // Whether the last process's reconnect reached the kernel is unknown (it writes
+        // the slot first): the watch reconnects to the serving host at its first look.
+        // The kernel takes the new sockets only where its own are dead; the others are
+        // this process's to end on the next reconnect.
+        // - Held when the last process stopped mid-handover: that reconnect releases it.
+        //   Unknown counts as held (a needless release is harmless, a missed one hangs I/O).
+        let held = self.config.activation.held(&wrap).unwrap_or(true);
+        let server = (0, slot.1.epoch);
         Ok(Remote::Attached(Attached {
             wrap,
             index,
             board: board.clone(),
             server,
-            held: false,
+            held,
             probed: None,
             slot,
             sockets: attach::Sockets::default(),

@@ -291,11 +291,12 @@ impl Volumes<'_> {
             name: name.to_owned(),
         };
         match self.through_holder(&r, wait, |v| v.delete(name)) {
-            // The pool's holder did not delete it: staged on several nodes says why.
-            Err(VolumeError::Pending(m)) => {
-                self.check_not_shared(name)?;
-                Err(VolumeError::Pending(m))
-            }
+            // The pool's holder did not delete it: staged on several nodes says why (a
+            // board that does not read leaves the answer as it was).
+            Err(VolumeError::Pending(m)) => match self.check_not_shared(name) {
+                Err(refused @ VolumeError::Refused(_)) => Err(refused),
+                _ => Err(VolumeError::Pending(m)),
+            },
             done => done,
         }
     }

@@ -143,6 +143,11 @@ pub trait Backend: Send + Sync {
     fn hold(&self, w: &wrap::Wrap) -> Result<(), ActivateError> {
         Err(no_wrappers(self.name(), w))
     }
+    /// Is `w`'s upper device held now (false when `w` is not made here)?
+    fn held(&self, w: &wrap::Wrap) -> Result<bool, ActivateError> {
+        let _ = w;
+        Ok(false)
+    }
     /// Points `w`'s lower device at block device `backing` (while held).
     fn switch(
         &self,

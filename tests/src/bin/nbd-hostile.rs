@@ -6,8 +6,10 @@
 //!                                        LV, with the pool's secret read from the LUN (as
 //!                                        root on any machine that sees the LUN can); with
 //!                                        AS, that name with thin LV AS's id instead
-//! nbd-hostile go ADDR SOURCE NAME        one handshake from SOURCE: `admitted size=N` and a
-//!                                        4 KiB read's outcome, or `refused: ...`
+//! nbd-hostile go [--write] ADDR SOURCE NAME
+//!                                        one handshake from SOURCE: `admitted size=N`, a
+//!                                        4 KiB read's outcome (and with --write a 4 KiB
+//!                                        write's, of zeroes at offset 0), or `refused: ...`
 //! nbd-hostile garbage ADDR SOURCE        bytes that are no NBD: `closed` once the server
 //!                                        hangs up
 //! nbd-hostile flood ADDR SOURCE N SECS   N connections that never finish their handshake,
@@ -47,6 +49,9 @@ enum Cmd {
     },
     /// Tries one handshake.
     Go {
+        /// Also tries a write.
+        #[arg(long)]
+        write: bool,
         addr: String,
         source: String,
         name: String,
@@ -71,7 +76,12 @@ fn main() {
             host,
             r#as,
         } => name(&lun, &vg, &lv, host, r#as.as_deref()),
-        Cmd::Go { addr, source, name } => go(&server(&addr), &source, &name),
+        Cmd::Go {
+            write,
+            addr,
+            source,
+            name,
+        } => go(&server(&addr), &source, &name, write),
         Cmd::Garbage { addr, source } => garbage(&server(&addr), &source),
         Cmd::Flood {
             addr,
@@ -109,35 +119,44 @@ fn name(lun: &Path, vg: &str, lv: &str, host: u64, other: Option<&str>) -> Strin
     export_name(&lv_id, host, &record.secret)
 }
 
-fn go(addr: &SocketAddr, from: &str, name: &str) -> String {
+fn go(addr: &SocketAddr, from: &str, name: &str, write: bool) -> String {
     match handshake_sockets(*addr, Some(source(from)), name.as_bytes(), 1) {
         Err(e) => format!("refused: {e}"),
         Ok((mut socks, neg)) => {
-            let read = read_4k(&mut socks[0]);
-            format!("admitted size={} read={read}", neg.size)
+            let read = transfer_4k(&mut socks[0], false);
+            let mut out = format!("admitted size={} read={read}", neg.size);
+            if write {
+                out += &format!(" write={}", transfer_4k(&mut socks[0], true));
+            }
+            out
         }
     }
 }
 
-/// One 4 KiB READ at offset 0 in transmission: `ok` or what went wrong.
-fn read_4k(s: &mut TcpStream) -> String {
-    let mut req = Vec::with_capacity(28);
+/// One 4 KiB READ (or WRITE of zeroes) at offset 0 in transmission: `ok`, `error ERRNO`
+/// or what went wrong.
+fn transfer_4k(s: &mut TcpStream, write: bool) -> String {
+    let mut req = Vec::with_capacity(28 + 4096);
     req.extend_from_slice(&0x2560_9513u32.to_be_bytes());
     req.extend_from_slice(&0u16.to_be_bytes()); // flags
-    req.extend_from_slice(&0u16.to_be_bytes()); // READ
+    req.extend_from_slice(&u16::from(write).to_be_bytes()); // READ 0, WRITE 1
     req.extend_from_slice(&7u64.to_be_bytes()); // cookie
     req.extend_from_slice(&0u64.to_be_bytes()); // offset
     req.extend_from_slice(&4096u32.to_be_bytes());
+    if write {
+        req.extend_from_slice(&[0u8; 4096]);
+    }
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     let mut reply = [0u8; 16];
     let mut data = vec![0u8; 4096];
-    let done = s
-        .write_all(&req)
-        .and_then(|()| s.read_exact(&mut reply))
-        .and_then(|()| s.read_exact(&mut data));
+    let mut done = s.write_all(&req).and_then(|()| s.read_exact(&mut reply));
+    let errno = u32::from_be_bytes([reply[4], reply[5], reply[6], reply[7]]);
+    if done.is_ok() && errno == 0 && !write {
+        done = s.read_exact(&mut data);
+    }
     match done {
-        Ok(()) if reply[4..8] == [0; 4] => "ok".into(),
-        Ok(()) => format!("error {:?}", &reply[4..8]),
+        Ok(()) if errno == 0 => "ok".into(),
+        Ok(()) => format!("error {errno}"),
         Err(e) => format!("failed: {e}"),
     }
 }

@@ -358,6 +358,10 @@ impl Backend for DmBackend {
         DmBackend::hold(self, w)
     }
 
+    fn held(&self, w: &super::wrap::Wrap) -> Result<bool, ActivateError> {
+        DmBackend::is_held(self, w)
+    }
+
     fn switch(
         &self,
         w: &super::wrap::Wrap,

@@ -71,6 +71,17 @@ impl DmBackend {
             .map_err(|e| dm_err(&format!("hold {name}"), e))
     }
 
+    /// Is `w`'s upper device held (suspended) now? False when `w` is not made.
+    pub fn is_held(&self, w: &Wrap) -> Result<bool, ActivateError> {
+        let name = w.upper_name();
+        if self.mine(&name, &w.upper_uuid())?.is_none() {
+            return Ok(false);
+        }
+        Ok(self
+            .info(&name)?
+            .is_some_and(|i| i.flags().contains(DmFlags::DM_SUSPEND)))
+    }
+
     /// Points `w`'s lower device at `backing` (same size, read-only when asked), to be done
     /// while held. A table that cannot be made live is cleared again.
     pub fn switch(
