@@ -8,8 +8,9 @@
 //! `cargo run -p lvmeta-tests --bin csi-demo` runs the driver's whole job on this machine.
 //!
 //! The VGs served must be on the devices given; a shared VG needs this host's sanlock host id
-//! (`--host-id`, or lvm2's lvmlocal.conf) and its lockspace started (`lvmeta vgchange
-//! --lockstart`); the Probe RPC says not ready until it is.
+//! (`--host-id`, lvm2's lvmlocal.conf, or the id this host's sanlock joined the VG's
+//! lockspace under) and its lockspace started (`lvmeta vgchange --lockstart [--host-id
+//! auto]`); the Probe RPC says not ready until it is.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,7 +34,8 @@ struct Args {
     #[arg(long = "vg", required = true)]
     vgs: Vec<String>,
     /// This host's sanlock host id (1..2000) for shared VGs (default: lvm2's lvmlocal.conf
-    /// `local/host_id`, in `LVM_SYSTEM_DIR` or /etc/lvm).
+    /// `local/host_id`, in `LVM_SYSTEM_DIR` or /etc/lvm; else the id this host's sanlock
+    /// daemon joined a served VG's lockspace under).
     #[arg(long, env = "LVMETA_HOST_ID")]
     host_id: Option<u64>,
     /// sanlock io_timeout in seconds when joining a lockspace.
@@ -113,6 +115,30 @@ const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(
 /// How long a SIGTERM waits for the fencing sweep that tells whether sanlock sent it.
 const STOP_SWEEP: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// This host's sanlock host id: `--host-id` (or `LVMETA_HOST_ID`), else lvm2's
+/// lvmlocal.conf, else the id under which this host's sanlock daemon joined a served VG's
+/// lockspace (`lvmeta vgchange --lockstart --host-id auto` chose it).
+fn host_id(args: &Args) -> Option<u64> {
+    use lvmeta::lease::LeaseManager;
+    args.host_id
+        .or_else(lvmeta::lease::lvmlocal_host_id)
+        .or_else(|| {
+            let standing = lvmeta::lease::sanlock::SanlockLeases::new()
+                .standing()
+                .ok()?;
+            standing
+                .lockspaces
+                .iter()
+                .filter(|l| !l.failed && l.host_id > 0)
+                .find(|l| {
+                    args.vgs
+                        .iter()
+                        .any(|vg| l.name == lvmeta::lease::layout::lockspace_name(vg))
+                })
+                .map(|l| l.host_id)
+        })
+}
+
 /// This node's NBD server, when `--nbd-ip` is given (it needs a host id).
 fn nbd_serving(
     args: &Args,
@@ -169,10 +195,7 @@ fn main() -> std::process::ExitCode {
     let holder = std::env::var(csi_shim::keeper::HOLDER_ENV)
         .ok()
         .and_then(|v| v.parse::<u32>().ok());
-    let leases = args
-        .host_id
-        .or_else(lvmeta::lease::lvmlocal_host_id)
-        .is_some();
+    let leases = host_id(&args).is_some();
     if args.node_id.is_some() && leases && holder.is_none() {
         return csi_shim::keeper::run();
     }
@@ -207,7 +230,7 @@ fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
     let metrics = Arc::new(csi_shim::metrics::Metrics::default());
     let mut session = Session::new(devs).with_lock_dir(args.locking_dir.clone());
     let host_devices = lvmeta::activate::best();
-    let host_id = args.host_id.or_else(lvmeta::lease::lvmlocal_host_id);
+    let host_id = host_id(&args);
     let manager: Option<Arc<dyn lvmeta::lease::LeaseManager>> = host_id.map(|_| {
         let m = match holder.and_then(|h| i32::try_from(h).ok()) {
             Some(pid) => lvmeta::lease::sanlock::SanlockLeases::with_holder(pid),

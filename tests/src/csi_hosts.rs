@@ -66,16 +66,14 @@ pub struct NodeHost {
 
 /// Runs the `lvmeta` CLI as host `host_id` (its sanlock run dir `run`) on `lun`.
 pub fn lvmeta_as(lun: &str, run: &Path, host_id: u32, args: &[&str]) {
+    lvmeta_run(lun, run, &host_id.to_string(), args);
+}
+
+/// As [`lvmeta_as`] with `--host-id HOST_ID` as given (a number or `auto`); its stdout.
+pub fn lvmeta_run(lun: &str, run: &Path, host_id: &str, args: &[&str]) -> String {
     let out = Command::new(lvmeta_bin())
         .arg(args[0])
-        .args([
-            "--devices",
-            lun,
-            "--host-id",
-            &host_id.to_string(),
-            "--io-timeout",
-            "2",
-        ])
+        .args(["--devices", lun, "--host-id", host_id, "--io-timeout", "2"])
         .args(["--lockingdir"])
         .arg(run.join("lock"))
         .args(["--rundir"])
@@ -89,6 +87,7 @@ pub fn lvmeta_as(lun: &str, run: &Path, host_id: u32, args: &[&str]) {
         "lvmeta {args:?} as host {host_id}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Connects to the CSI socket `socket`, waiting up to 20 s for it to appear.

@@ -74,12 +74,33 @@ pub fn system_block_devices() -> Vec<PathBuf> {
     out
 }
 
+/// This host's id in shared VGs' lockspaces, as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostIdArg {
+    /// This id.
+    Id(u64),
+    /// lvmlocal.conf's host_id when set; else chosen from the lockspace by `vgchange
+    /// --lockstart`, and other verbs use the id this host's sanlock daemon joined under.
+    Auto,
+}
+
+fn parse_host_id(s: &str) -> Result<HostIdArg, String> {
+    match s {
+        "auto" => Ok(HostIdArg::Auto),
+        n => n
+            .parse()
+            .map(HostIdArg::Id)
+            .map_err(|_| format!("{n:?}: a number 1..2000, or auto")),
+    }
+}
+
 /// How this host takes leases in shared VGs (writing verbs and reports).
 #[derive(Args, Clone)]
 pub struct LockArgs {
-    /// This host's id in shared VGs' lockspaces (default: lvmlocal.conf `local/host_id`).
-    #[arg(long = "host-id", env = "LVMETA_HOST_ID")]
-    pub host_id: Option<u64>,
+    /// This host's id in shared VGs' lockspaces, or `auto` (default: lvmlocal.conf
+    /// `local/host_id`).
+    #[arg(long = "host-id", env = "LVMETA_HOST_ID", value_parser = parse_host_id)]
+    pub host_id: Option<HostIdArg>,
     /// Seconds to wait for a lease held by another host.
     #[arg(long = "lock-wait", default_value_t = 60)]
     pub lock_wait: u64,
@@ -89,12 +110,18 @@ pub struct LockArgs {
 }
 
 impl LockArgs {
-    /// This host's lease manager, when a host id is given (or in lvmlocal.conf).
+    /// This host's lease manager, when a host id is given (or in lvmlocal.conf), or with
+    /// `auto` once this host's sanlock daemon joined a lockspace.
     pub fn host(&self) -> Result<Option<lvmeta::lease::Host>, (u8, String)> {
-        self.host_id
-            .or_else(lvmeta::lease::lvmlocal_host_id)
-            .map(|id| lease_host(id, self))
-            .transpose()
+        let id = match self.host_id {
+            Some(HostIdArg::Id(id)) => Some(id),
+            Some(HostIdArg::Auto) => match lvmeta::lease::lvmlocal_host_id() {
+                Some(id) => Some(id),
+                None => joined_host_id()?,
+            },
+            None => lvmeta::lease::lvmlocal_host_id(),
+        };
+        id.map(|id| lease_host(id, self)).transpose()
     }
 }
 
@@ -246,6 +273,35 @@ pub fn lease_host(host_id: u64, w: &LockArgs) -> Result<lvmeta::lease::Host, (u8
         w.io_timeout,
         std::time::Duration::from_secs(w.lock_wait),
     ))
+}
+
+/// The one host id under which this host's sanlock daemon joined lvm2 lockspaces.
+#[cfg(feature = "sanlock")]
+fn joined_host_id() -> Result<Option<u64>, (u8, String)> {
+    use lvmeta::lease::LeaseManager;
+    let standing = lvmeta::lease::sanlock::SanlockLeases::new()
+        .standing()
+        .map_err(failed)?;
+    let mut ids: Vec<u64> = standing
+        .lockspaces
+        .iter()
+        .filter(|l| l.name.starts_with(lvmeta::lease::LOCKSPACE_PREFIX) && !l.failed)
+        .map(|l| l.host_id)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    match ids[..] {
+        [] => Ok(None),
+        [id] => Ok(Some(id)),
+        _ => Err(failed(format!(
+            "--host-id auto: this host joined lockspaces under several host ids {ids:?}; give one"
+        ))),
+    }
+}
+
+#[cfg(not(feature = "sanlock"))]
+fn joined_host_id() -> Result<Option<u64>, (u8, String)> {
+    Ok(None)
 }
 
 #[cfg(not(feature = "sanlock"))]

@@ -6,7 +6,7 @@ use clap::Args;
 
 use lvmeta::edit::{self, SharedVg, VgSpec};
 
-use crate::args::{failed, names, refs, sectors_arg, session, WriteArgs};
+use crate::args::{failed, lease_host, names, refs, sectors_arg, session, HostIdArg, WriteArgs};
 use crate::CmdResult;
 
 /// `vgcreate`'s options.
@@ -132,7 +132,9 @@ impl VgremoveArgs {
 pub struct VgchangeArgs {
     #[command(flatten)]
     w: WriteArgs,
-    /// Join the VG's sanlock lockspace (needs --host-id or lvmlocal.conf host_id).
+    /// Join the VG's sanlock lockspace (needs --host-id or lvmlocal.conf host_id; with
+    /// `--host-id auto`, under an id chosen from the lockspace: the one this host held
+    /// before, else one no host ever held).
     #[arg(long = "lockstart")]
     lockstart: bool,
     /// Leave the VG's sanlock lockspace.
@@ -155,7 +157,17 @@ impl VgchangeArgs {
         let s = session(&self.w, &[])?;
         let (add, del) = (&self.add, &self.del);
         for vg in &self.vgs {
-            if self.lockstart {
+            // lvmlocal.conf's host_id still wins over auto.
+            let auto = self.w.lock.host_id == Some(HostIdArg::Auto)
+                && lvmeta::lease::lvmlocal_host_id().is_none();
+            if self.lockstart && auto {
+                let node = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+                let template = lease_host(1, &self.w.lock)?;
+                let chosen = s
+                    .lockstart_choosing(vg, &[node.trim()], &template)
+                    .map_err(failed)?;
+                println!("  VG {vg} lockspace started (host id {chosen})");
+            } else if self.lockstart {
                 s.lockstart(vg).map_err(failed)?;
                 println!("  VG {vg} lockspace started");
             }

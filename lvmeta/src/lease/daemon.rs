@@ -65,6 +65,9 @@ pub enum StatusError {
 /// What the daemon says of itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DaemonStatus {
+    /// The daemon's host name (`-e`, sanlock.conf `our_host_name`, or `<uuid>.<nodename>`):
+    /// what its delta leases carry.
+    pub our_host_name: String,
     /// The daemon arms the watchdog (through wdmd): a host whose lease users cannot be
     /// stopped is reset. `false` with `-w 0`.
     pub use_watchdog: bool,
@@ -246,6 +249,7 @@ pub fn parse(reply: &[u8]) -> Result<DaemonStatus, StatusError> {
         let text = name_of(raw);
         match kind {
             TYPE_DAEMON => {
+                st.our_host_name = field(&text, "our_host_name").unwrap_or_default().to_owned();
                 st.use_watchdog = flag(&text, "use_watchdog");
                 st.io_timeout = field(&text, "io_timeout").and_then(|v| v.parse().ok());
                 st.watchdog_fire_timeout =
@@ -392,6 +396,7 @@ mod tests {
     #[test]
     fn a_reply_gives_the_watchdog_lockspaces_and_leases() {
         let st = parse(&sample(true, false)).expect("parse");
+        assert_eq!(st.our_host_name, "x");
         assert!(st.use_watchdog);
         assert_eq!(
             (

@@ -234,8 +234,9 @@ impl LeaseManager for FakeLeases {
             .joined
             .iter()
             .filter(|(_, hosts)| !hosts.is_empty())
-            .map(|(name, _)| LockspaceHealth {
+            .map(|(name, hosts)| LockspaceHealth {
                 name: name.clone(),
+                host_id: hosts.first().copied().unwrap_or(0),
                 healthy: !s.failed.contains(name),
                 failed: s.failed.contains(name),
                 kept_by_orphans: true,
@@ -258,6 +259,7 @@ impl LeaseManager for FakeLeases {
             })
             .collect();
         Ok(Standing {
+            host_name: String::new(),
             watchdog: !s.no_watchdog,
             lockspaces,
             held,

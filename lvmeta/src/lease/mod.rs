@@ -18,6 +18,7 @@ mod fake;
 #[cfg(feature = "sanlock")]
 pub mod holder;
 mod host;
+pub mod hostid;
 pub mod layout;
 mod linger;
 mod lv_leases;
@@ -80,6 +81,14 @@ pub enum LeaseError {
     Busy {
         /// The resource.
         name: String,
+    },
+    /// Another live host holds this host id in the lockspace (sanlock's SANLK_HOSTID_BUSY).
+    #[error("host id {host_id} of lockspace {lockspace} is held by another live host")]
+    HostIdBusy {
+        /// The lockspace.
+        lockspace: String,
+        /// The host id.
+        host_id: u64,
     },
     /// This host has not joined the lockspace (or lost it).
     #[error("lockspace {lockspace} is not started on this host (lvmeta vgchange --lockstart)")]

@@ -9,9 +9,9 @@ use sanlock_sys::safe::{self, Client, Lockspace, Resource, Rv};
 use sanlock_sys::{
     SANLK_ACQUIRE_IDLIVE, SANLK_ACQUIRE_LVB, SANLK_ACQUIRE_ORPHAN, SANLK_ACQUIRE_ORPHAN_ONLY,
     SANLK_ACQUIRE_OTHER, SANLK_ACQUIRE_OWNED, SANLK_ACQUIRE_OWNED_RETRY, SANLK_ACQUIRE_SHRETRY,
-    SANLK_LEADER_MAGIC, SANLK_LSF_ALIGN1M, SANLK_LSF_ALIGN8M, SANLK_LSF_SECTOR4K,
-    SANLK_LSF_SECTOR512, SANLK_RES_ALIGN1M, SANLK_RES_ALIGN8M, SANLK_RES_PERSISTENT,
-    SANLK_RES_SECTOR4K, SANLK_RES_SECTOR512, SANLK_RES_SHARED,
+    SANLK_HOSTID_BUSY, SANLK_LEADER_MAGIC, SANLK_LSF_ALIGN1M, SANLK_LSF_ALIGN8M,
+    SANLK_LSF_SECTOR4K, SANLK_LSF_SECTOR512, SANLK_RES_ALIGN1M, SANLK_RES_ALIGN8M,
+    SANLK_RES_PERSISTENT, SANLK_RES_SECTOR4K, SANLK_RES_SECTOR512, SANLK_RES_SHARED,
 };
 use sanlock_sys::{
     SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_CONFIG_USED_BY_ORPHANS, SANLK_RESTRICT_SIGKILL,
@@ -327,6 +327,10 @@ impl LeaseManager for SanlockLeases {
             Ok(()) => Ok(()),
             // Already joined.
             Err(Rv(rv)) if rv == -libc::EEXIST => Ok(()),
+            Err(Rv(SANLK_HOSTID_BUSY)) => Err(LeaseError::HostIdBusy {
+                lockspace: s.name.clone(),
+                host_id: s.host_id,
+            }),
             Err(rv) => Err(err(
                 format!("join lockspace {} as host {}", s.name, s.host_id),
                 rv,
@@ -484,12 +488,14 @@ impl LeaseManager for SanlockLeases {
 /// The manager-neutral account of a sanlock status.
 pub fn standing_of(st: &daemon::DaemonStatus) -> Standing {
     Standing {
+        host_name: st.our_host_name.clone(),
         watchdog: st.use_watchdog,
         lockspaces: st
             .lockspaces
             .iter()
             .map(|l| LockspaceHealth {
                 name: l.name.clone(),
+                host_id: l.host_id,
                 healthy: l.healthy(),
                 failed: l.renew_fail || l.space_dead || l.killing_pids || l.list == "rem",
                 kept_by_orphans: l.used_by_orphans,

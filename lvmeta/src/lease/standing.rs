@@ -5,6 +5,8 @@
 /// The lock manager's account of this host.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Standing {
+    /// This host's name in the manager (what its lockspace records carry; may be empty).
+    pub host_name: String,
     /// The manager resets this host when lease holders of a failed lockspace do not stop
     /// (sanlock with its watchdog, through wdmd).
     pub watchdog: bool,
@@ -19,6 +21,8 @@ pub struct Standing {
 pub struct LockspaceHealth {
     /// Its name (`lvm_<vg>`).
     pub name: String,
+    /// This host's id in it.
+    pub host_id: u64,
     /// Joined and renewing: its leases hold.
     pub healthy: bool,
     /// Its renewals failed (or it is being left): its leases hold nothing any more.
@@ -78,6 +82,7 @@ mod tests {
         let mut s = Standing {
             lockspaces: vec![LockspaceHealth {
                 name: "lvm_vg".into(),
+                host_id: 1,
                 healthy: true,
                 failed: false,
                 kept_by_orphans: true,

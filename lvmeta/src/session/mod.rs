@@ -27,6 +27,7 @@ mod board;
 mod data;
 mod group;
 mod guard;
+mod hostid;
 mod pv;
 mod update;
 mod write;

@@ -1,0 +1,86 @@
+//! `vgchange --lockstart` for a host given no host id: the id is chosen from the VG's
+//! lockspace ([`crate::lease::hostid`]) and taken by joining it.
+//!
+//! - An id this host's sanlock daemon already joined the lockspace under wins (a second
+//!   process of the host, or a restart of the one that joined).
+//! - Then the ids the area names for this host, then ids no host ever held; an id another
+//!   live host takes meanwhile (SANLK_HOSTID_BUSY) is skipped for the next.
+
+use std::path::Path;
+
+use super::{places, Session};
+use crate::dev::{BlockDevice, FileDevice};
+use crate::lease::{self, hostid, LeaseError};
+use crate::Error;
+
+impl Session {
+    /// Joins shared VG `vg`'s lockspace under a host id chosen for this host: known by the
+    /// lock manager's host name and by `names` (the node name, as in sanlock's default
+    /// `<uuid>.<nodename>`); `template` is this host's lease manager (its own id is not
+    /// used). The id joined.
+    pub fn lockstart_choosing(
+        &self,
+        vg: &str,
+        names: &[&str],
+        template: &lease::Host,
+    ) -> Result<u64, Error> {
+        let host_for = |id| {
+            lease::Host::new(
+                template.manager.clone(),
+                id,
+                template.io_timeout,
+                template.wait,
+            )
+        };
+        let scan = self.current();
+        let sv = scan.vg(vg)?;
+        let at = places(&scan, sv);
+        let ls = lease::layout::lockspace(&sv.vg, &at.paths, 0, at.geometry).ok_or_else(|| {
+            LeaseError::Manager {
+                what: format!("lockspace of VG {vg}"),
+                why: "the VG has no lvmlock LV on a device given".into(),
+            }
+        })?;
+        // One lease manager serves every id: its account of this host tells whether the
+        // lockspace is joined already, and the name this host's records carry.
+        let standing = template.manager.standing()?;
+        let joined = standing
+            .lockspaces
+            .iter()
+            .find(|l| l.name == ls.name && !l.failed)
+            .map(|l| l.host_id);
+        if let Some(id) = joined.filter(|&id| id > 0) {
+            return Ok(id);
+        }
+        // Bounded by the geometry: 1 MiB, or 8 MiB with 4 KiB sectors.
+        let mut area = vec![0u8; at.geometry.align as usize];
+        let dev = FileDevice::open(Path::new(&ls.path)).map_err(|e| LeaseError::Manager {
+            what: format!("lockspace {} on {}", ls.name, ls.path),
+            why: e.to_string(),
+        })?;
+        dev.read_at(ls.offset, &mut area)
+            .map_err(|e| LeaseError::Manager {
+                what: format!("lockspace {} on {} at {}", ls.name, ls.path, ls.offset),
+                why: e.to_string(),
+            })?;
+        let mut names = names.to_vec();
+        names.push(&standing.host_name);
+        for id in hostid::candidates(&hostid::decode_area(&area, at.geometry), &names) {
+            match host_for(id).start(&sv.vg, &at) {
+                Ok(()) => {
+                    tracing::info!(lockspace = %ls.name, host_id = id, "joined under a chosen host id");
+                    return Ok(id);
+                }
+                Err(LeaseError::HostIdBusy { .. }) => {
+                    tracing::info!(lockspace = %ls.name, host_id = id, "host id taken by another host: trying the next");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(LeaseError::Manager {
+            what: format!("choosing a host id in lockspace {}", ls.name),
+            why: "every id is held by another host".into(),
+        }
+        .into())
+    }
+}
