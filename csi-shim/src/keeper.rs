@@ -39,8 +39,9 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// What the keeper's `oom_score_adj` is set to: never chosen by the OOM killer.
 const OOM_NEVER: &str = "-1000";
 
-/// Runs the keeper: this program again, with the same arguments, as the serving process.
-pub fn run() -> ExitCode {
+/// Runs the keeper: this program again, with the same arguments and this host's id
+/// `host_id` (as `LVMETA_HOST_ID`), as the serving process.
+pub fn run(host_id: Option<u64>) -> ExitCode {
     if let Err(e) = std::fs::write("/proc/self/oom_score_adj", OOM_NEVER) {
         tracing::warn!(error = %e, "lease keeper: cannot exempt itself from the OOM killer");
     }
@@ -61,7 +62,7 @@ pub fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = rt.block_on(keep());
+    let code = rt.block_on(keep(host_id));
     drop(holder);
     code
 }
@@ -82,7 +83,7 @@ fn again(me: u32, ok: bool) -> bool {
     }
 }
 
-async fn keep() -> ExitCode {
+async fn keep(host_id: Option<u64>) -> ExitCode {
     use tokio::signal::unix::{signal, SignalKind};
     let me = std::process::id();
     let (Ok(mut term), Ok(mut int)) = (
@@ -105,6 +106,9 @@ async fn keep() -> ExitCode {
         let mut child = match tokio::process::Command::new(&exe)
             .args(&args)
             .env(HOLDER_ENV, me.to_string())
+            // Resolved once (it may come from the sanlock daemon's account, which forgets
+            // a failed lockspace): every serving process uses the same id.
+            .envs(host_id.map(|id| ("LVMETA_HOST_ID", id.to_string())))
             .spawn()
         {
             Ok(c) => c,

@@ -129,7 +129,8 @@ fn host_id(args: &Args) -> Option<u64> {
             standing
                 .lockspaces
                 .iter()
-                .filter(|l| !l.failed && l.host_id > 0)
+                // A failed lockspace's id is still this host's.
+                .filter(|l| l.host_id > 0)
                 .find(|l| {
                     args.vgs
                         .iter()
@@ -195,9 +196,9 @@ fn main() -> std::process::ExitCode {
     let holder = std::env::var(csi_shim::keeper::HOLDER_ENV)
         .ok()
         .and_then(|v| v.parse::<u32>().ok());
-    let leases = host_id(&args).is_some();
-    if args.node_id.is_some() && leases && holder.is_none() {
-        return csi_shim::keeper::run();
+    let id = host_id(&args);
+    if args.node_id.is_some() && id.is_some() && holder.is_none() {
+        return csi_shim::keeper::run(id);
     }
     if let Some(h) = holder {
         if let Err(e) = csi_shim::keeper::serving(h) {

@@ -7,8 +7,13 @@
 //! and ids no host ever held are told apart from ids another host (an lvmlockd host
 //! beside the driver too) has used.
 //!
-//! - The order tried: ids last held under one of this host's names, most recently first;
-//!   then ids no host ever held, lowest first. Ids held under other names are never tried.
+//! - The order tried: ids last held under one of this host's names (released ones first,
+//!   then the most recently acquired); then ids no host ever held, lowest first. Ids held
+//!   under other names are never tried.
+//! - sanlock cuts its default name to 47 bytes, so a long node name is matched by the part
+//!   that fits after the uuid: nodes whose names share that part take each other's
+//!   released ids (never a live one: sanlock refuses), so they keep unique ids, not
+//!   always their own.
 //! - Two hosts that pick one free id at once are told apart by sanlock itself: its delta
 //!   lease acquire writes, waits and reads back, and the host that finds the other's
 //!   record fails (SANLK_HOSTID_BUSY); it tries its next id.
@@ -21,6 +26,10 @@ use super::Geometry;
 
 /// `DELTA_DISK_MAGIC`: a delta lease's leader.
 pub const DELTA_DISK_MAGIC: u32 = 0x1221_2010;
+/// The most bytes of a sanlock name (`NAME_ID_SIZE` 48 with its NUL).
+const NAME_MAX: usize = 47;
+/// The most hosts of a lockspace.
+const MAX_HOSTS: usize = 2000;
 /// The checksum covers the leader's first 168 bytes and sits right after them.
 const CHECKSUM_LEN: usize = 168;
 
@@ -46,35 +55,46 @@ impl DeltaRecord {
     }
 
     /// Was it last held by a host named `name` (exactly, or sanlock's default
-    /// `<uuid>.<name>`)?
+    /// `<uuid>.<name>`, cut as sanlock cuts it)?
     pub fn held_by(&self, name: &str) -> bool {
-        !name.is_empty()
-            && (self.name == name
-                || self
-                    .name
-                    .split_once('.')
-                    .is_some_and(|(_, node)| node == name))
+        if name.is_empty() {
+            return false;
+        }
+        if self.name == name {
+            return true;
+        }
+        let Some((uuid, node)) = self.name.split_once('.') else {
+            return false;
+        };
+        let fits = NAME_MAX.saturating_sub(uuid.len() + 1).min(name.len());
+        !node.is_empty() && name.as_bytes().get(..fits) == Some(node.as_bytes())
     }
 }
 
-/// The records of a lockspace area `area` of geometry `g`; `None` for sectors that are no
-/// valid delta leader.
+/// The records of a lockspace area `area` of geometry `g` (at most 2000 hosts); `None`
+/// for sectors that are no valid delta leader of their id in that geometry.
 pub fn decode_area(area: &[u8], g: Geometry) -> Vec<Option<DeltaRecord>> {
     let sector = g.sector as usize;
     if sector < 512 {
         return Vec::new();
     }
     area.chunks_exact(sector)
+        .take(MAX_HOSTS)
         .enumerate()
-        .map(|(i, s)| decode(s, i as u64 + 1))
+        .map(|(i, s)| decode(s, i as u64 + 1, g.sector))
         .collect()
 }
 
-fn decode(s: &[u8], host_id: u64) -> Option<DeltaRecord> {
+fn decode(s: &[u8], host_id: u64, sector: u32) -> Option<DeltaRecord> {
     if LE::read_u32(&s[0..4]) != DELTA_DISK_MAGIC {
         return None;
     }
     if LE::read_u32(&s[CHECKSUM_LEN..CHECKSUM_LEN + 4]) != checksum(&s[..CHECKSUM_LEN]) {
+        return None;
+    }
+    // Another geometry's record, or another id's: not this id's lease.
+    let owner = LE::read_u64(&s[32..40]);
+    if LE::read_u32(&s[12..16]) != sector || (owner != 0 && owner != host_id) {
         return None;
     }
     let name = &s[104..152];
@@ -95,7 +115,8 @@ pub fn candidates(records: &[Option<DeltaRecord>], names: &[&str]) -> Vec<u64> {
         .flatten()
         .filter(|r| names.iter().any(|n| r.held_by(n)))
         .collect();
-    own.sort_by_key(|r| std::cmp::Reverse((r.generation, r.timestamp)));
+    // Released first (rejoined at once); then by how recently each was acquired.
+    own.sort_by_key(|r| (r.timestamp != 0, std::cmp::Reverse(r.generation)));
     let free = records.iter().flatten().filter(|r| r.never_held());
     own.into_iter().chain(free).map(|r| r.host_id).collect()
 }
@@ -142,21 +163,29 @@ mod tests {
             sector(0, 0, "", 0),
         ]);
         let records = decode_area(&a, G);
-        assert_eq!(records.len(), 2048, "every sector of the area");
+        assert_eq!(records.len(), 2000, "every host's sector of the area");
         assert_eq!(candidates(&records[..5], &["node-b"]), vec![4, 2, 5]);
         assert_eq!(candidates(&records[..5], &["node-a"]), vec![1, 2, 5]);
         // A new host: never-held ids only (3 is an lvmlockd host's, stopped or not).
         assert_eq!(candidates(&records[..5], &["node-c"]), vec![2, 5]);
-        // Zeroed sectors past sanlock's hosts are no delta leaders and are never tried.
+        // Zeroed sectors are no delta leaders and are never tried.
         assert!(records[5..].iter().all(Option::is_none));
+        // Nor is a record of another id, or of another geometry.
+        let moved = area(&[sector(9, 1, "x.node-a", 0)]);
+        assert_eq!(decode_area(&moved, G)[0], None);
+        let g4k = Geometry {
+            sector: 4096,
+            align: 8 << 20,
+        };
+        assert!(decode_area(&a, g4k).iter().all(Option::is_none));
     }
 
     #[test]
     fn names_match_whole_or_after_the_uuid_only() {
-        let r = decode(&sector(2, 1, "abc.node-a", 9), 2).expect("record");
+        let r = decode(&sector(2, 1, "abc.node-a", 9), 2, 512).expect("record");
         assert!(r.held_by("node-a") && r.held_by("abc.node-a"));
         assert!(!r.held_by("node") && !r.held_by("a") && !r.held_by(""));
-        let exact = decode(&sector(2, 1, "node-a", 9), 2).expect("record");
+        let exact = decode(&sector(2, 1, "node-a", 9), 2, 512).expect("record");
         assert!(exact.held_by("node-a"));
     }
 
@@ -164,17 +193,33 @@ mod tests {
     fn damaged_records_count_as_held() {
         let mut s = sector(0, 0, "", 0);
         s[100] ^= 1; // within the checksummed bytes
-        assert_eq!(decode(&s, 1), None);
+        assert_eq!(decode(&s, 1, 512), None);
         let records = decode_area(&area(&[s, sector(0, 0, "", 0)]), G);
         assert_eq!(candidates(&records[..2], &["x"]), vec![2]);
     }
 
     #[test]
-    fn the_most_recent_of_several_own_ids_comes_first() {
-        let a = area(&[sector(1, 2, "u1.node-a", 10), sector(2, 5, "u2.node-a", 0)]);
+    fn released_own_ids_come_first_then_the_most_recent() {
+        let a = area(&[
+            sector(1, 2, "u1.node-a", 0),
+            sector(2, 5, "u2.node-a", 10),
+            sector(3, 7, "u3.node-a", 20),
+        ]);
         assert_eq!(
-            candidates(&decode_area(&a, G)[..2], &["node-a"]),
-            vec![2, 1]
+            candidates(&decode_area(&a, G)[..3], &["node-a"]),
+            vec![1, 3, 2]
         );
+    }
+
+    #[test]
+    fn long_node_names_match_as_sanlock_cuts_them() {
+        let uuid = "3c6e0b8a-7f1d-4c2e-9a5b-1d2e3f4a5b6c";
+        // snprintf into 48 bytes: 36 + 1 + 10 characters of the node name.
+        let cut = format!("{uuid}.worker-nod");
+        let r = decode(&sector(4, 1, &cut, 0), 4, 512).expect("record");
+        assert!(r.held_by("worker-node-01"));
+        assert!(r.held_by("worker-nod"));
+        assert!(!r.held_by("worker-no"));
+        assert!(!r.held_by("other-node-01"));
     }
 }

@@ -3,8 +3,10 @@
 //!
 //! - An id this host's sanlock daemon already joined the lockspace under wins (a second
 //!   process of the host, or a restart of the one that joined).
-//! - Then the ids the area names for this host, then ids no host ever held; an id another
-//!   live host takes meanwhile (SANLK_HOSTID_BUSY) is skipped for the next.
+//! - Then the id this host uses in its other lockspaces, if the area allows it; then the
+//!   ids the area names for this host, then ids no host ever held. The area is read again
+//!   before each try; an id another live host takes meanwhile (SANLK_HOSTID_BUSY) is
+//!   skipped for the next.
 
 use std::path::Path;
 
@@ -52,20 +54,41 @@ impl Session {
         if let Some(id) = joined.filter(|&id| id > 0) {
             return Ok(id);
         }
-        // Bounded by the geometry: 1 MiB, or 8 MiB with 4 KiB sectors.
-        let mut area = vec![0u8; at.geometry.align as usize];
+        // The id this host uses in its other lockspaces, where it is free here too: lvm2
+        // gives a host one id for every VG.
+        let elsewhere = standing
+            .lockspaces
+            .iter()
+            .filter(|l| l.name.starts_with(lease::LOCKSPACE_PREFIX) && l.host_id > 0)
+            .map(|l| l.host_id)
+            .next();
         let dev = FileDevice::open(Path::new(&ls.path)).map_err(|e| LeaseError::Manager {
             what: format!("lockspace {} on {}", ls.name, ls.path),
             why: e.to_string(),
         })?;
-        dev.read_at(ls.offset, &mut area)
-            .map_err(|e| LeaseError::Manager {
-                what: format!("lockspace {} on {} at {}", ls.name, ls.path, ls.offset),
-                why: e.to_string(),
-            })?;
         let mut names = names.to_vec();
         names.push(&standing.host_name);
-        for id in hostid::candidates(&hostid::decode_area(&area, at.geometry), &names) {
+        let mut tried = Vec::new();
+        loop {
+            // Read again before each try: an id another host took meanwhile is skipped
+            // rather than waited for (sanlock waits out a live owner before refusing).
+            // Bounded by the geometry: 1 MiB, or 8 MiB with 4 KiB sectors.
+            let mut area = vec![0u8; at.geometry.align as usize];
+            dev.read_at(ls.offset, &mut area)
+                .map_err(|e| LeaseError::Manager {
+                    what: format!("lockspace {} on {} at {}", ls.name, ls.path, ls.offset),
+                    why: e.to_string(),
+                })?;
+            let records = hostid::decode_area(&area, at.geometry);
+            let mut order = hostid::candidates(&records, &names);
+            if let Some(id) = elsewhere.filter(|id| order.contains(id)) {
+                order.retain(|&o| o != id);
+                order.insert(0, id);
+            }
+            let Some(id) = order.into_iter().find(|id| !tried.contains(id)) else {
+                break;
+            };
+            tried.push(id);
             match host_for(id).start(&sv.vg, &at) {
                 Ok(()) => {
                     tracing::info!(lockspace = %ls.name, host_id = id, "joined under a chosen host id");
