@@ -41,6 +41,10 @@ pub trait Wire: Read + Write + Send + 'static {
     fn set_write_timeout_of(&self, t: Option<Duration>) -> io::Result<()>;
     /// The peer's address, if it has one.
     fn peer_ip(&self) -> Option<IpAddr>;
+    /// Writes `bufs` in one `sendmsg` with MSG_NOSIGNAL: a peer gone is EPIPE, never a
+    /// SIGPIPE (`writev`, which `write_vectored` uses, raises it in a process that does
+    /// not ignore it, such as a fuzzer's).
+    fn send_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize>;
 }
 
 /// Both socket kinds are wires; only TCP has a peer address.
@@ -62,6 +66,12 @@ macro_rules! wire_for {
             }
             fn peer_ip(&self) -> Option<IpAddr> {
                 $peer(self)
+            }
+            fn send_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+                use nix::sys::socket::{sendmsg, MsgFlags};
+                use std::os::fd::AsRawFd;
+                sendmsg::<()>(self.as_raw_fd(), bufs, &[], MsgFlags::MSG_NOSIGNAL, None)
+                    .map_err(io::Error::from)
             }
         }
     };
@@ -435,11 +445,11 @@ impl<W: Wire> Read for Deadline<'_, W> {
 impl<W: Wire> Write for Deadline<'_, W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.arm_write()?;
-        self.wire.write(buf)
+        self.wire.send_vectored(&[IoSlice::new(buf)])
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         self.arm_write()?;
-        self.wire.write_vectored(bufs)
+        self.wire.send_vectored(bufs)
     }
     fn flush(&mut self) -> io::Result<()> {
         self.wire.flush()
