@@ -351,9 +351,16 @@ pub fn workspace_bin(package: &str, name: &str) -> PathBuf {
         .to_owned();
     let bin = dir.join(name);
     // Benchmarks run from target/release: the binary is built (or found up to date) in the
-    // same profile every time, never taken stale from an earlier build.
+    // same profile every time, never taken stale from an earlier build. A debug binary
+    // older than this test binary is from an earlier build of a reused target directory
+    // (`cargo test --workspace` builds a package's binary only for its own tests).
     let release = dir.file_name().is_some_and(|d| d == "release");
-    if release || !bin.exists() {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let stale = match (modified(&bin), modified(&exe)) {
+        (Some(b), Some(t)) => b < t,
+        _ => true,
+    };
+    if release || stale {
         let status = Command::new(env!("CARGO"))
             .args(["build", "-p", package, "--bin", name])
             .args(release.then_some("--release"))
