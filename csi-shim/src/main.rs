@@ -126,17 +126,12 @@ fn host_id(args: &Args) -> Option<u64> {
             let standing = lvmeta::lease::sanlock::SanlockLeases::new()
                 .standing()
                 .ok()?;
-            standing
-                .lockspaces
+            // A failed lockspace's id is still this host's.
+            args.vgs
                 .iter()
-                // A failed lockspace's id is still this host's.
-                .filter(|l| l.host_id > 0)
-                .find(|l| {
-                    args.vgs
-                        .iter()
-                        .any(|vg| l.name == lvmeta::lease::layout::lockspace_name(vg))
-                })
+                .filter_map(|vg| standing.lockspace(&lvmeta::lease::layout::lockspace_name(vg)))
                 .map(|l| l.host_id)
+                .find(|&id| id > 0)
         })
 }
 
@@ -206,7 +201,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     }
-    let result = run(args, holder);
+    let result = run(args, holder, id);
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -216,7 +211,8 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
+/// Serves with this host's id `host_id` (resolved once, in `main`).
+fn run(args: Args, holder: Option<u32>, host_id: Option<u64>) -> Result<(), String> {
     let mut devs: Vec<Box<dyn BlockDevice>> = Vec::new();
     let stable: Vec<&std::path::Path> = csi_shim::lun_path::STABLE_DIRS
         .iter()
@@ -231,7 +227,6 @@ fn run(args: Args, holder: Option<u32>) -> Result<(), String> {
     let metrics = Arc::new(csi_shim::metrics::Metrics::default());
     let mut session = Session::new(devs).with_lock_dir(args.locking_dir.clone());
     let host_devices = lvmeta::activate::best();
-    let host_id = host_id(&args);
     let manager: Option<Arc<dyn lvmeta::lease::LeaseManager>> = host_id.map(|_| {
         let m = match holder.and_then(|h| i32::try_from(h).ok()) {
             Some(pid) => lvmeta::lease::sanlock::SanlockLeases::with_holder(pid),

@@ -47,9 +47,8 @@ impl Session {
         // lockspace is joined already, and the name this host's records carry.
         let standing = template.manager.standing()?;
         let joined = standing
-            .lockspaces
-            .iter()
-            .find(|l| l.name == ls.name && !l.failed)
+            .lockspace(&ls.name)
+            .filter(|l| !l.failed)
             .map(|l| l.host_id);
         if let Some(id) = joined.filter(|&id| id > 0) {
             return Ok(id);
