@@ -29,6 +29,7 @@ pub mod mount;
 pub mod nbd;
 pub mod node;
 pub mod params;
+pub mod prepare;
 pub mod serve;
 pub mod server;
 pub mod slots;

@@ -7,10 +7,10 @@
 //! ```
 //! `cargo run -p lvmeta-tests --bin csi-demo` runs the driver's whole job on this machine.
 //!
-//! The VGs served must be on the devices given; a shared VG needs this host's sanlock host id
-//! (`--host-id`, lvm2's lvmlocal.conf, or the id this host's sanlock joined the VG's
-//! lockspace under) and its lockspace started (`lvmeta vgchange --lockstart [--host-id
-//! auto]`); the Probe RPC says not ready until it is.
+//! Before serving it waits for the VGs on the devices given (with `--create-vg`, makes the
+//! VG on blank devices) and joins the shared VGs' lockspaces under this host's sanlock host
+//! id (`--host-id`, lvm2's lvmlocal.conf, the id this host's sanlock joined under, else one
+//! chosen from the lockspace): `csi_shim::prepare`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -96,6 +96,13 @@ struct Args {
     /// Connections per volume attached over NBD.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=16))]
     nbd_connections: u64,
+    /// Make the VG (one `--vg`, shared) on the `--devices` when it does not exist and they
+    /// all carry nothing, and add to it devices listed later that carry nothing: one
+    /// process makes it however many start at once. A device that carries anything (a
+    /// label, a filesystem, a partition table, data in its first MiB) is left untouched and
+    /// the reason logged. The controller's job; without it the process waits for the VG.
+    #[arg(long)]
+    create_vg: bool,
     /// Seconds before a late NBD request is retried on another connection.
     #[arg(long, default_value_t = 30)]
     nbd_timeout: u64,
@@ -114,6 +121,59 @@ const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(
 
 /// How long a SIGTERM waits for the fencing sweep that tells whether sanlock sent it.
 const STOP_SWEEP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Before serving (csi_shim::prepare): the LUN paths checked, kernel modules loaded on a
+/// node, the VGs waited for (made, with `--create-vg`), this host's id chosen when none is
+/// given and the shared VGs' lockspaces joined, where this host can be fenced. The host id.
+fn prepare(args: &Args) -> Result<Option<u64>, String> {
+    let stable: Vec<&std::path::Path> = csi_shim::lun_path::STABLE_DIRS
+        .iter()
+        .map(std::path::Path::new)
+        .collect();
+    for p in &args.devices {
+        csi_shim::lun_path::check(p, &stable).map_err(|e| format!("--devices {e}"))?;
+    }
+    if args.node_id.is_some() {
+        let mut modules = vec!["dm_thin_pool"];
+        if args.nbd_ip.is_some() {
+            modules.push("nbd");
+        }
+        let sys = std::path::Path::new("/sys/module");
+        if let Err(e) = csi_shim::prepare::load_modules(&modules, sys, csi_shim::prepare::modprobe)
+        {
+            tracing::error!(error = %e, "thin volumes cannot be activated on this node");
+        }
+    }
+    let mut names: Vec<String> = args.node_id.iter().cloned().collect();
+    if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        names.push(h.trim().to_owned());
+    }
+    let setup = csi_shim::prepare::Setup {
+        devices: args.devices.clone(),
+        vgs: args.vgs.clone(),
+        create: args.create_vg,
+        io_timeout: args.io_timeout,
+        lock_wait: std::time::Duration::from_secs(args.lock_wait),
+        locking_dir: args.locking_dir.clone(),
+        names,
+        claim: lvmeta::claim::Timing::default(),
+    };
+    let known = host_id(args);
+    csi_shim::prepare::wait_for_vgs(&setup, known)?;
+    let Some(watchdog) = csi_shim::prepare::watchdog() else {
+        // No sanlock daemon: local VGs only.
+        return Ok(known);
+    };
+    if !watchdog && !args.unsafe_without_fencing {
+        tracing::warn!("the sanlock daemon runs without its watchdog: no lockspace is joined here");
+        return Ok(known);
+    }
+    let id = csi_shim::prepare::join(&setup, known)?;
+    if let Err(e) = csi_shim::prepare::extend(&setup, id) {
+        tracing::error!(error = %e, "adding LUNs to the VG failed; it serves on without them");
+    }
+    Ok(id)
+}
 
 /// This host's sanlock host id: `--host-id` (or `LVMETA_HOST_ID`), else lvm2's
 /// lvmlocal.conf, else the id under which this host's sanlock daemon joined a served VG's
@@ -191,7 +251,16 @@ fn main() -> std::process::ExitCode {
     let holder = std::env::var(csi_shim::keeper::HOLDER_ENV)
         .ok()
         .and_then(|v| v.parse::<u32>().ok());
-    let id = host_id(&args);
+    let id = match holder {
+        Some(_) => host_id(&args),
+        None => match prepare(&args) {
+            Ok(id) => id,
+            Err(e) => {
+                eprintln!("csi-shim: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+    };
     if args.node_id.is_some() && id.is_some() && holder.is_none() {
         return csi_shim::keeper::run(id);
     }
@@ -214,12 +283,7 @@ fn main() -> std::process::ExitCode {
 /// Serves with this host's id `host_id` (resolved once, in `main`).
 fn run(args: Args, holder: Option<u32>, host_id: Option<u64>) -> Result<(), String> {
     let mut devs: Vec<Box<dyn BlockDevice>> = Vec::new();
-    let stable: Vec<&std::path::Path> = csi_shim::lun_path::STABLE_DIRS
-        .iter()
-        .map(std::path::Path::new)
-        .collect();
     for p in &args.devices {
-        csi_shim::lun_path::check(p, &stable).map_err(|e| format!("--devices {e}"))?;
         devs.push(Box::new(
             FileDevice::open_rw(p).map_err(|e| format!("{}: {e}", p.display()))?,
         ));

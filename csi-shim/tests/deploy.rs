@@ -2,7 +2,7 @@
 //! its components, and every object checked against the Kubernetes API types (k8s-openapi,
 //! Kubernetes 1.34) strictly: an object must read as its type and write back unchanged, so an
 //! unknown or misspelt field fails. Then what ties the manifests to the driver: the driver
-//! name, the topology label of the VG, the image tag of this version, the one ConfigMap, the
+//! name, the node label both pods are placed by, the image tag of this version, the one ConfigMap, the
 //! volumes, accounts and roles every object names.
 //!
 //! kustomize: `KUSTOMIZE` (a kustomize binary), else `kustomize`, else `kubectl kustomize`
@@ -349,20 +349,23 @@ fn check_consistency(objs: &[Value]) {
         "registry.example.com/EDIT-ME/lvmeta:{}",
         env!("CARGO_PKG_VERSION")
     );
-    let topology = csi_shim::params::topology_key(vg).expect("a VG with topology");
     for o in of_kind(objs, "Deployment").chain(of_kind(objs, "DaemonSet")) {
         let spec: PodSpec =
             serde_json::from_value(o["spec"]["template"]["spec"].clone()).expect("pod spec");
         check_pod(&name(o), &spec, config_name, &image, &accounts);
-        if o["kind"] == "Deployment" {
-            let terms = &o["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
-                ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
-            assert_eq!(terms[0]["matchExpressions"][0]["key"], topology.as_str());
-            assert_eq!(
-                terms[0]["matchExpressions"][0]["values"][0],
-                csi_shim::params::TOPOLOGY_VALUE
-            );
-        }
+        // The controller is placed before the VG exists (it makes it), so by the admin's
+        // label, as the node plugin is, never by the VG's topology label.
+        let selector = &o["spec"]["template"]["spec"]["nodeSelector"];
+        assert_eq!(selector["lvmeta.csi/lun"], "yes", "{}", name(o));
+        let shim = spec.containers.iter().find(|c| c.name == "csi-shim");
+        let args = shim.and_then(|c| c.args.clone()).unwrap_or_default();
+        let creates = args.iter().any(|a| a == "--create-vg");
+        assert_eq!(
+            creates,
+            o["kind"] == "Deployment",
+            "{}: --create-vg",
+            name(o)
+        );
     }
 }
 

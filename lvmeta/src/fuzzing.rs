@@ -158,3 +158,18 @@ pub fn sanlock_status(data: &[u8]) {
         assert!(st.lockspaces.len() + st.resources.len() + st.clients.len() <= data.len() / 80);
     }
 }
+
+/// What a device carries ([`crate::signature::inspect`], the first half of `data` as its
+/// head, the rest as its tail) and the creation claim's record ([`crate::claim::decode`]):
+/// never a panic; a decoded record encodes back to the same sector.
+pub fn blank(data: &[u8]) {
+    let (head, tail) = data.split_at(data.len() / 2);
+    let size =
+        (head.len() + tail.len()) as u64 + u64::from(data.first().copied().unwrap_or(0)) * 4096;
+    let skip = data.len().min(crate::claim::OFFSET as usize)..data.len();
+    let _ = crate::signature::inspect(head, tail, size, skip);
+    if let crate::claim::Sector::Claim(r) = crate::claim::decode(data) {
+        let again = crate::claim::encode(&r);
+        assert_eq!(crate::claim::decode(&again), crate::claim::Sector::Claim(r));
+    }
+}

@@ -9,6 +9,7 @@
 
 pub mod activate;
 pub mod alloc;
+pub mod claim;
 pub mod commit;
 pub mod crc;
 pub mod dev;
@@ -27,6 +28,7 @@ pub mod names;
 pub mod report;
 pub mod scan;
 pub mod session;
+pub mod signature;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;

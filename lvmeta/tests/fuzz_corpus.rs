@@ -29,6 +29,7 @@ fn corpora_replay() {
     assert!(replay("lease", fuzzing::lease) >= 3);
     assert!(replay("words", fuzzing::words) >= 3);
     assert!(replay("sanlock_status", fuzzing::sanlock_status) >= 1);
+    assert!(replay("blank", fuzzing::blank) >= 3);
 }
 
 #[test]
@@ -43,6 +44,7 @@ fn seeds_truncated_and_flipped_never_panic() {
         ("lease", fuzzing::lease),
         ("words", fuzzing::words),
         ("sanlock_status", fuzzing::sanlock_status),
+        ("blank", fuzzing::blank),
     ] {
         for e in std::fs::read_dir(dir.join(target)).expect("corpus dir") {
             let seed = std::fs::read(e.expect("entry").path()).expect("seed");

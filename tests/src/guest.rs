@@ -49,6 +49,8 @@ pub struct Guest {
     pub node: NodeClient<Channel>,
     /// Identity service.
     pub identity: IdentityClient<Channel>,
+    /// Its csi-shim is given no host id (it chooses one; `id` is what it chose).
+    pub auto: bool,
 }
 
 /// `lvmeta VERB` as host `id` in its guest (its sanlock run dir, the LUN).
@@ -94,6 +96,22 @@ fn boot_linked(name: &str, lun: &std::path::Path, dir: &std::path::Path, link: O
 /// `bytes` in `dir`, with shared VG `vg` made by `a` and both in its lockspace, linked by a
 /// network of their own ([`link_addr`]).
 pub fn two_hosts(dir: &std::path::Path, bytes: u64) -> (Vm, Vm) {
+    let (mut vm_a, mut vm_b) = two_guests(dir, bytes);
+    vm_a.ok(&lvmeta(1, "vgcreate", &format!("--shared -s 4m vg {LUN}")));
+    let (na, nb) = (
+        vm_a.post(&lvmeta(1, "vgchange", "--lockstart vg")),
+        vm_b.post(&lvmeta(2, "vgchange", "--lockstart vg")),
+    );
+    for (vm, n) in [(&mut vm_a, na), (&mut vm_b, nb)] {
+        let (code, out) = vm.wait(n);
+        assert_eq!(code, 0, "lockstart on {}: {out}", vm.name);
+    }
+    (vm_a, vm_b)
+}
+
+/// Two guests `a` and `b` booted at once on a new blank LUN image of `bytes` in `dir`,
+/// linked as [`two_hosts`] links them.
+pub fn two_guests(dir: &std::path::Path, bytes: u64) -> (Vm, Vm) {
     let lun = dir.join("lun.img");
     std::fs::File::create(&lun)
         .and_then(|f| f.set_len(bytes))
@@ -116,22 +134,13 @@ pub fn two_hosts(dir: &std::path::Path, bytes: u64) -> (Vm, Vm) {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let mut vm_b = boot_linked(
+    let vm_b = boot_linked(
         "b",
         &lun,
         dir,
         Some(&format!("client:{}:2", sock.display())),
     );
-    let mut vm_a = boot_a.join().expect("boot a");
-    vm_a.ok(&lvmeta(1, "vgcreate", &format!("--shared -s 4m vg {LUN}")));
-    let (na, nb) = (
-        vm_a.post(&lvmeta(1, "vgchange", "--lockstart vg")),
-        vm_b.post(&lvmeta(2, "vgchange", "--lockstart vg")),
-    );
-    for (vm, n) in [(&mut vm_a, na), (&mut vm_b, nb)] {
-        let (code, out) = vm.wait(n);
-        assert_eq!(code, 0, "lockstart on {}: {out}", vm.name);
-    }
+    let vm_a = boot_a.join().expect("boot a");
     (vm_a, vm_b)
 }
 
@@ -208,7 +217,7 @@ pub fn leave(vm: &mut Vm, id: u32) {
 /// Starts the guest's csi-shim (Controller and Node, `extra` arguments) and the forwarder
 /// of its socket to port 7000, and connects to it.
 pub async fn start_shim(mut vm: Vm, id: u32, extra: &str) -> Guest {
-    launch(&mut vm, id, extra);
+    launch(&mut vm, Some(id), extra);
     let (controller, node, identity) = connect(&vm).await;
     Guest {
         vm,
@@ -216,18 +225,61 @@ pub async fn start_shim(mut vm: Vm, id: u32, extra: &str) -> Guest {
         controller,
         node,
         identity,
+        auto: false,
     }
 }
 
-/// Starts csi-shim in `vm` as host `id`, and the forwarder of its socket.
-fn launch(vm: &mut Vm, id: u32, extra: &str) {
+/// [`start_shim`] given no host id, in both guests at once (each waits for the VG); each
+/// guest's id is the one its csi-shim joined the VG's lockspace under.
+pub async fn start_shims_auto(mut a: Vm, mut b: Vm, extra: [&str; 2]) -> (Guest, Guest) {
+    std::thread::scope(|s| {
+        let started = s.spawn(|| launch(&mut a, None, extra[0]));
+        launch(&mut b, None, extra[1]);
+        started.join().expect("launch in a");
+    });
+    let mut out = Vec::new();
+    for mut vm in [a, b] {
+        let (controller, node, identity) = connect(&vm).await;
+        let id = joined_id(&mut vm);
+        out.push(Guest {
+            vm,
+            id,
+            controller,
+            node,
+            identity,
+            auto: true,
+        });
+    }
+    let b = out.pop().expect("b");
+    (out.pop().expect("a"), b)
+}
+
+/// The host id the guest's sanlock daemon is in the VG's lockspace under.
+pub fn joined_id(vm: &mut Vm) -> u32 {
+    let out = vm.ok("SANLOCK_RUN_DIR=/run/t/san sanlock client status");
+    out.lines()
+        .filter_map(|l| l.strip_prefix("s lvm_vg:"))
+        .filter_map(|r| r.split(':').next())
+        .filter_map(|n| n.parse().ok())
+        .next()
+        .unwrap_or_else(|| panic!("{} is in no lockspace of vg: {out}", vm.name))
+}
+
+/// Starts csi-shim in `vm` as host `id` (none: it chooses), and the forwarder of its
+/// socket; modprobe finds the guest kernel's modules (`tests/vm/init`).
+fn launch(vm: &mut Vm, id: Option<u32>, extra: &str) {
+    let (host_id, node) = match id {
+        Some(id) => (format!("--host-id {id}"), format!("node-{id}")),
+        None => (String::new(), format!("node-{}", vm.name)),
+    };
     vm.ok(&format!(
-        "set -e\nexport SANLOCK_RUN_DIR=/run/t/san RUST_LOG=info\nrm -f /run/t/csi.sock\n\
-         setsid {csi} --endpoint /run/t/csi.sock --devices {LUN} --vg vg --host-id {id} \
-         --io-timeout {IO_TIMEOUT} --node-id node-{id} --lock-wait 150 --wiper false \
+        "set -e\nexport SANLOCK_RUN_DIR=/run/t/san RUST_LOG=info MODPROBE_OPTIONS='-d /run/kmod'\n\
+         rm -f /run/t/csi.sock\n\
+         setsid {csi} --endpoint /run/t/csi.sock --devices {LUN} --vg vg {host_id} \
+         --io-timeout {IO_TIMEOUT} --node-id {node} --lock-wait 150 --wiper false \
          --kubelet-dir /run/t/kubelet --locking-dir /run/t/lock {extra} \
          >>/run/lvmeta-vm/csi.log 2>&1 </dev/null &\necho $! >/run/t/csi.pid\n\
-         i=0; while [ ! -S /run/t/csi.sock ]; do i=$((i+1)); [ $i -lt 600 ]; sleep 0.1; done\n\
+         i=0; while [ ! -S /run/t/csi.sock ]; do i=$((i+1)); [ $i -lt 3000 ]; sleep 0.1; done\n\
          pidof unix-forward >/dev/null || \
          setsid {fwd} 7000 /run/t/csi.sock >/run/lvmeta-vm/fwd.log 2>&1 </dev/null &",
         csi = workspace_bin("csi-shim", "csi-shim").display(),
@@ -326,7 +378,7 @@ impl Guest {
     /// Restarts the guest's csi-shim with `extra` arguments (SIGTERM, then a new process).
     pub async fn restart(&mut self, extra: &str) {
         stop_shim(self);
-        launch(&mut self.vm, self.id, extra);
+        launch(&mut self.vm, (!self.auto).then_some(self.id), extra);
         (self.controller, self.node, self.identity) = connect(&self.vm).await;
     }
 

@@ -23,6 +23,9 @@ use super::{
     Lvb, Mode, ResourceSpec, SeenFree, Standing,
 };
 
+/// Longest wait for another process's join of the same lockspace to end.
+const JOIN_IN_PROGRESS_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Leases held through this process's registration with the sanlock daemon.
 ///
 /// Invariants that fencing rests on:
@@ -323,9 +326,19 @@ impl LeaseManager for SanlockLeases {
     }
 
     fn join(&self, s: &LockspaceSpec, io_timeout: u32) -> Result<(), LeaseError> {
-        match safe::add_lockspace(&ls(s), io_timeout) {
+        // Another process of this host joining it now: its join is waited for (sanlock may
+        // wait out a previous owner of the id, 8 io_timeouts, before it ends).
+        let mut added = safe::add_lockspace(&ls(s), io_timeout);
+        let since = std::time::Instant::now();
+        while matches!(added, Err(Rv(rv)) if rv == -libc::EINPROGRESS)
+            && since.elapsed() < JOIN_IN_PROGRESS_WAIT
+        {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            added = safe::add_lockspace(&ls(s), io_timeout);
+        }
+        match added {
             Ok(()) => Ok(()),
-            // Already joined.
+            // Already joined (under the id asked or another: callers that care check).
             Err(Rv(rv)) if rv == -libc::EEXIST => Ok(()),
             Err(Rv(SANLK_HOSTID_BUSY)) => Err(LeaseError::HostIdBusy {
                 lockspace: s.name.clone(),

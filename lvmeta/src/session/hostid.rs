@@ -90,6 +90,12 @@ impl Session {
             tried.push(id);
             match host_for(id).start(&sv.vg, &at) {
                 Ok(()) => {
+                    // Another process of this host may have joined first, under its own id.
+                    let id = template
+                        .manager
+                        .standing()?
+                        .lockspace(&ls.name)
+                        .map_or(id, |l| l.host_id);
                     tracing::info!(lockspace = %ls.name, host_id = id, "joined under a chosen host id");
                     return Ok(id);
                 }

@@ -28,12 +28,14 @@ mod data;
 mod group;
 mod guard;
 mod hostid;
+mod provision;
 mod pv;
 mod update;
 mod write;
 pub use activation::ActivationRead;
 pub use board::PoolBoard;
 pub use data::{Erase, EraseWith, END_BYTES};
+pub use provision::{Provision, Provisioned};
 pub use update::{Edited, MetadataArea, MetadataUse};
 
 /// The largest transfer of [`Session::copy_lv`].

@@ -180,11 +180,11 @@ impl Session {
 
     /// Orphan PVs for `devices`, initialising devices that carry no label (as lvm2's
     /// vgcreate and vgextend do).
-    fn orphans(&self, devices: &[&str]) -> Result<Vec<ScannedPv>, Error> {
+    fn orphans(&self, devices: &[&str], opts: &PvOptions) -> Result<Vec<ScannedPv>, Error> {
         let scan = self.scan();
         for d in devices {
             if !scan.pvs.iter().any(|p| p.device == *d) {
-                self.pvcreate_locked(&scan, d, &PvOptions::default(), false)?;
+                self.pvcreate_locked(&scan, d, opts, false)?;
             }
         }
         let scan = self.scan();
@@ -212,6 +212,17 @@ impl Session {
 
     /// `vgcreate`.
     pub fn vgcreate(&self, spec: &VgSpec, devices: &[&str]) -> Result<Vg, Error> {
+        self.vgcreate_with(spec, devices, &PvOptions::default())
+    }
+
+    /// `vgcreate` with the `pvcreate` options (`--metadatasize`, ...) for devices that carry
+    /// no label yet.
+    pub fn vgcreate_with(
+        &self,
+        spec: &VgSpec,
+        devices: &[&str],
+        opts: &PvOptions,
+    ) -> Result<Vg, Error> {
         let _g = self.global()?;
         let _v = self.lock(Resource::Vg(spec.name.clone()))?;
         let _o = self.lock(Resource::Orphans)?;
@@ -224,7 +235,7 @@ impl Session {
         if spec.shared.is_some() && self.host.is_none() && !self.nolocking {
             return Err(Error::SharedWithoutLeases(spec.name.clone()));
         }
-        let pvs = self.orphans(devices)?;
+        let pvs = self.orphans(devices, opts)?;
         let new: Vec<NewPv> = pvs.iter().map(new_pv).collect();
         let mut vg = edit::vg::create(spec, &new, &edit::Stamp::now())?;
         describe(&mut vg, "vgcreate");
@@ -253,10 +264,15 @@ impl Session {
 
     /// `vgextend`.
     pub fn vgextend(&self, vg: &str, devices: &[&str]) -> Result<Vg, Error> {
+        self.vgextend_with(vg, devices, &PvOptions::default())
+    }
+
+    /// `vgextend` with the `pvcreate` options for devices that carry no label yet.
+    pub fn vgextend_with(&self, vg: &str, devices: &[&str], opts: &PvOptions) -> Result<Vg, Error> {
         let _g = self.global()?;
         let _v = self.lock(Resource::Vg(vg.to_owned()))?;
         let _o = self.lock(Resource::Orphans)?;
-        let pvs = self.orphans(devices)?;
+        let pvs = self.orphans(devices, opts)?;
         let lease = self.vg_lease(vg)?;
         let scan = self.scan();
         let sv = writable(&scan, vg)?;
