@@ -159,9 +159,12 @@ fn prepare(args: &Args) -> Result<Option<u64>, String> {
         claim: lvmeta::claim::Timing::default(),
     };
     let known = host_id(args);
+    if let Some(id) = known.filter(|id| !(1..=2000).contains(id)) {
+        return Err(format!("--host-id {id}: must be 1..2000"));
+    }
     csi_shim::prepare::wait_for_vgs(&setup, known)?;
     let Some(watchdog) = csi_shim::prepare::watchdog() else {
-        // No sanlock daemon: local VGs only.
+        tracing::info!("no sanlock daemon answers: no lockspace is joined (local VGs only)");
         return Ok(known);
     };
     if !watchdog && !args.unsafe_without_fencing {

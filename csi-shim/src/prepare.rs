@@ -114,21 +114,41 @@ fn names(s: &Setup) -> Vec<String> {
     s.devices.iter().map(|p| p.display().to_string()).collect()
 }
 
-/// Waits until every served VG is on the LUNs; with `create`, makes the VG on blank LUNs
-/// first, and adds blank LUNs listed but not yet in it once it exists (this host's id
-/// `host_id` then takes the VG lease).
+/// Waits until a served VG is on the LUNs; with `create`, makes the VG on blank LUNs when
+/// it is not (`host_id`: this host's, when known). Does not wait where this host may have
+/// volumes live: its sanlock daemon is in a served VG's lockspace (healthy or failed), or a
+/// LUN does not read; the start-up fencing sweep must not wait behind the LUN.
 pub fn wait_for_vgs(s: &Setup, host_id: Option<u64>) -> Result<(), String> {
     if s.create && s.vgs.len() != 1 {
         return Err("--create-vg makes one VG: give exactly one --vg".into());
     }
+    if let Ok(standing) = lease::sanlock::SanlockLeases::new().standing() {
+        let names: Vec<String> = s
+            .vgs
+            .iter()
+            .map(|v| lease::layout::lockspace_name(v))
+            .collect();
+        if standing.lockspaces.iter().any(|l| names.contains(&l.name)) {
+            return Ok(());
+        }
+    }
     let mut last = String::new();
     loop {
         let session = session(s)?;
+        for d in session.devices() {
+            let mut first = [0u8; 4096];
+            if let Err(e) = d.read_at(0, &mut first[..d.size().min(4096) as usize]) {
+                tracing::warn!(device = d.name(), error = %e, "a LUN does not read: serving without waiting for the VG");
+                return Ok(());
+            }
+        }
         let devices = names(s);
         let refs: Vec<&str> = devices.iter().map(String::as_str).collect();
         let scan = session.scan();
-        let missing: Vec<&String> = s.vgs.iter().filter(|v| scan.vg(v).is_err()).collect();
-        let Some(vg) = missing.first() else {
+        if s.vgs.iter().any(|v| scan.vg(v).is_ok()) {
+            return Ok(());
+        }
+        let Some(vg) = s.vgs.first() else {
             return Ok(());
         };
         let why = if s.create {
@@ -145,7 +165,10 @@ pub fn wait_for_vgs(s: &Setup, host_id: Option<u64>) -> Result<(), String> {
                 Err(e) => format!("making VG {vg}: {e}"),
             }
         } else {
-            format!("waiting for VG {vg} to be made on {devices:?} (by the controller)")
+            format!(
+                "waiting for VG {} to be made on {devices:?} (by the controller)",
+                s.vgs.join(" or ")
+            )
         };
         if why != last {
             tracing::warn!(vg = %vg, why = %why, "the VG is not there yet");

@@ -61,14 +61,23 @@ pub fn encode(r: &Record) -> [u8; LEN] {
     s[..16].copy_from_slice(MAGIC);
     s[16..24].copy_from_slice(&r.token.to_le_bytes());
     s[24..32].copy_from_slice(&r.since.to_le_bytes());
-    let vg = &r.vg.as_bytes()[..r.vg.len().min(VG_LEN - 1)];
+    let vg = cut(&r.vg, VG_LEN - 1);
     s[32..32 + vg.len()].copy_from_slice(vg);
-    let host = &r.host.as_bytes()[..r.host.len().min(HOST_LEN - 1)];
+    let host = cut(&r.host, HOST_LEN - 1);
     let h = 32 + VG_LEN;
     s[h..h + host.len()].copy_from_slice(host);
     let crc = crc32fast::hash(&s[..LEN - 4]);
     s[LEN - 4..].copy_from_slice(&crc.to_le_bytes());
     s
+}
+
+/// The first bytes of `s`, at most `max`, ending on a character boundary.
+fn cut(s: &str, max: usize) -> &[u8] {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s.as_bytes()[..end]
 }
 
 /// Decodes a claim sector (`s` shorter than [`LEN`] is [`Sector::Other`]).
@@ -187,6 +196,8 @@ impl<'d> Claim<'d> {
         let start = Instant::now();
         // The last other record seen, and since when it has not changed.
         let mut seen: Option<(Record, Instant)> = None;
+        let mut written: Option<Instant> = None;
+        let mut waited: Option<()> = None;
         loop {
             let free = match read(dev)? {
                 Sector::Empty => true,
@@ -200,7 +211,7 @@ impl<'d> Claim<'d> {
                     return Ok(Self {
                         dev,
                         record,
-                        since: Instant::now(),
+                        since: written.unwrap_or_else(Instant::now),
                         timing,
                     });
                 }
@@ -213,9 +224,17 @@ impl<'d> Claim<'d> {
                 },
             };
             if free {
+                // The claim's time runs from this write: a rival counts from a later read.
+                written = Some(Instant::now());
                 write(dev, &ours)?;
                 std::thread::sleep(timing.settle);
                 continue;
+            }
+            if waited.is_none() {
+                waited = Some(());
+                if let Some((r, _)) = &seen {
+                    tracing::info!(device = dev.name(), holder = %r.host, vg = %r.vg, "waiting for another maker's creation claim");
+                }
             }
             if start.elapsed() >= give_up {
                 let who = seen.map_or_else(String::new, |(r, _)| {
@@ -230,8 +249,9 @@ impl<'d> Claim<'d> {
         }
     }
 
-    /// Whether the claim is still this creator's with time left to use it (a margin of
-    /// `settle` before another creator could count it stale).
+    /// Whether the claim is still this creator's with time left to use it: a rival counts
+    /// `stale` from a read after this creator's write, and this one stops `settle` before
+    /// that (room for the write it is about to make).
     pub fn check(&self) -> Result<(), Error> {
         let left = self.timing.stale.saturating_sub(self.timing.settle);
         if self.since.elapsed() >= left {

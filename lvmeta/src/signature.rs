@@ -1,10 +1,10 @@
-//! What a device already carries, judged from its first and last MiB: the driver makes a
-//! PV only of a device that carries nothing (pure; [`inspect_device`] does the reads).
+//! What a device already carries, judged from its first 2 MiB and its last MiB: the driver
+//! makes a PV only of a device that carries nothing (pure; [`inspect_device`] does the reads).
 //!
 //! - Known signatures are named (lvm2 label, filesystems, partition tables, md RAID, LUKS,
-//!   swap), wherever blkid would look for them in those two MiB.
-//! - Any other non-zero byte in the first MiB counts too: a SAN hands out zeroed LUNs, so
-//!   data there means someone wrote it.
+//!   swap), wherever blkid would look for them at the device's start and end.
+//! - Any other non-zero byte in the first 2 MiB counts too: a SAN hands out zeroed LUNs, so
+//!   data there means someone wrote it (the first partition of a zapped disk starts at 1 MiB).
 //! - Bytes the caller owns (the creation claim, [`crate::claim`]) are skipped.
 
 use std::fmt;
@@ -13,8 +13,10 @@ use std::ops::Range;
 use crate::dev::BlockDevice;
 use crate::Error;
 
-/// Bytes read from each end of a device.
-pub const SPAN: u64 = 1 << 20;
+/// Bytes read from a device's start.
+pub const HEAD: u64 = 2 << 20;
+/// Bytes read from a device's end.
+pub const TAIL: u64 = 1 << 20;
 
 /// Something found on a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +65,7 @@ fn has(buf: &[u8], at: usize, magic: &[u8]) -> bool {
     buf.get(at..at + magic.len()) == Some(magic)
 }
 
-/// What the first bytes of a device (`head`, up to [`SPAN`]) and its last bytes (`tail`,
+/// What the first bytes of a device (`head`, up to [`HEAD`]) and its last bytes (`tail`,
 /// ending at the device's end, of a device of `size` bytes) carry; bytes of `head` in
 /// `skip` are not looked at. `None`: nothing.
 pub fn inspect(head: &[u8], tail: &[u8], size: u64, skip: Range<usize>) -> Option<Found> {
@@ -105,7 +107,7 @@ pub fn inspect(head: &[u8], tail: &[u8], size: u64, skip: Range<usize>) -> Optio
 
 /// Signatures kept at a device's end: md 0.90 and 1.0 superblocks, GPT's backup header.
 fn inspect_tail(tail: &[u8], size: u64) -> Option<Found> {
-    let base = size - tail.len() as u64;
+    let base = size.checked_sub(tail.len() as u64)?;
     let at = |offset: u64| offset.checked_sub(base).map(|o| o as usize);
     let md090 = (size & !0xffff).checked_sub(0x10000);
     let md10 = size.checked_sub(8192).map(|o| o & !4095);
@@ -129,8 +131,8 @@ fn inspect_tail(tail: &[u8], size: u64) -> Option<Found> {
 /// Reads both ends of `dev` and [`inspect`]s them.
 pub fn inspect_device(dev: &dyn BlockDevice, skip: Range<usize>) -> Result<Option<Found>, Error> {
     let size = dev.size();
-    let span = SPAN.min(size);
-    let mut head = vec![0u8; span as usize];
+    let mut head = vec![0u8; HEAD.min(size) as usize];
+    let span = TAIL.min(size);
     let mut tail = vec![0u8; span as usize];
     dev.read_at(0, &mut head)
         .map_err(crate::commit::io_err(dev, 0))?;
@@ -146,7 +148,7 @@ mod tests {
     const SIZE: u64 = 8 << 20;
 
     fn blank() -> (Vec<u8>, Vec<u8>) {
-        (vec![0; SPAN as usize], vec![0; SPAN as usize])
+        (vec![0; HEAD as usize], vec![0; TAIL as usize])
     }
 
     fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
@@ -179,7 +181,7 @@ mod tests {
     #[test]
     fn tail_signatures_are_named() {
         let (h, mut t) = blank();
-        let base = (SIZE - SPAN) as usize;
+        let base = (SIZE - TAIL) as usize;
         put(&mut t, (SIZE - 512) as usize - base, b"EFI PART");
         assert_eq!(
             inspect(&h, &t, SIZE, 0..0),
@@ -193,10 +195,18 @@ mod tests {
     #[test]
     fn other_data_and_skipped_bytes() {
         let (mut h, t) = blank();
-        h[700_000] = 1;
+        h[(1 << 20) + 1080] = 1;
         assert_eq!(
             inspect(&h, &t, SIZE, 0..0),
-            Some(Found::Data { offset: 700_000 })
+            Some(Found::Data {
+                offset: (1 << 20) + 1080
+            })
+        );
+        assert_eq!(
+            inspect(&h, &[0; 64], 10, 0..0),
+            Some(Found::Data {
+                offset: (1 << 20) + 1080
+            })
         );
         let (mut h, t) = blank();
         h[1600] = 7;

@@ -134,20 +134,38 @@ fn another_vgs_pv_and_an_orphan_pv_are_refused() {
 }
 
 #[test]
-fn a_creator_that_died_after_its_label_is_finished_by_the_next() {
-    let devs = [lun("lun")];
+fn a_creator_that_died_after_its_labels_is_finished_by_the_next() {
+    let devs = [lun("a"), lun("b")];
     let leases = Arc::new(FakeLeases::default());
     let s = session(&devs, &leases, 1);
     let p = provision("dead");
     let dead = claim::Claim::acquire(devs[0].as_ref(), "vg", "dead", p.timing, Duration::ZERO)
         .expect("claim");
     std::mem::forget(dead);
-    s.pvcreate("lun", &p.pv, false).expect("label, then death");
+    for d in ["a", "b"] {
+        s.pvcreate(d, &p.pv, false).expect("labels, then death");
+    }
     let out = s
-        .create_vg_once(&provision("next"), &["lun"])
+        .create_vg_once(&provision("next"), &["a", "b"])
         .expect("finished");
     assert!(out.created, "{out:?}");
-    s.vg("vg").expect("the VG");
+    assert_eq!(s.vg("vg").expect("the VG").pvs.len(), 2);
+}
+
+#[test]
+fn a_claim_that_runs_out_before_the_first_write_writes_nothing() {
+    let devs = [lun("lun")];
+    let leases = Arc::new(FakeLeases::default());
+    let s = session(&devs, &leases, 1);
+    let mut p = provision("slow");
+    // No time left once the claim settles: as a maker stuck on a lock would find it.
+    p.timing.stale = p.timing.settle / 2;
+    let e = s.create_vg_once(&p, &["lun"]).expect_err("ran out");
+    assert!(e.to_string().contains("ran out of time"), "{e}");
+    assert!(
+        devs[0].to_bytes().iter().all(|&b| b == 0),
+        "a byte was left written"
+    );
 }
 
 #[test]

@@ -73,9 +73,65 @@ fn errors_exit_like_lvm2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("Volume group \"nosuchvg\" not found"));
     let out = lvmeta(&["lvs", "--devices", &devices, "vgl/nosuchlv"]);
     assert_eq!(out.status.code(), Some(5));
+    // lvm2: an unknown field lists the fields and fails (5); `-o help` lists them (0).
     let out = lvmeta(&["lvs", "--devices", &devices, "-o", "bogus_field"]);
-    assert_eq!(out.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("bogus_field"));
+    assert_eq!(out.status.code(), Some(5));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Unrecognised field: bogus_field"), "{err}");
+    assert!(err.contains("Logical Volume Fields"), "{err}");
+    let out = lvmeta(&["lvs", "--devices", &devices, "-o", "help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lv_name"));
+    // lvm2's field-name rules: no underscores, no prefix, lvs -o help's own names.
+    let out = lvmeta(&[
+        "lvs",
+        "--devices",
+        &devices,
+        "-o",
+        "LVNAME,lv_lockargs",
+        "vgl",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A bad command line is 3, as lvm2's; help is 0.
+    assert_eq!(lvmeta(&["lvs", "--bogus"]).status.code(), Some(3));
+    assert_eq!(lvmeta(&["lvs", "--help"]).status.code(), Some(0));
+    let lock = tmp.path().join("lock");
+    let lock = lock.display().to_string();
+    let write = |args: &[&str]| {
+        let mut all = vec![args[0], "--devices", &devices, "--lockingdir", &lock];
+        all.extend(&args[1..]);
+        lvmeta(&all)
+    };
+    assert_eq!(
+        write(&["lvcreate", "-n", "bad/name", "-L", "4m", "vgl"])
+            .status
+            .code(),
+        Some(3)
+    );
+    assert_eq!(
+        write(&["lvextend", "-L", "1m", "vgl/logs"]).status.code(),
+        Some(5)
+    );
+    assert_eq!(
+        write(&["lvremove", "-f", "nosuchvg"]).status.code(),
+        Some(5)
+    );
+    // Asked-for units carry no `<` rounding marker.
+    let out = lvmeta(&[
+        "vgs",
+        "--devices",
+        &devices,
+        "--units",
+        "g",
+        "--nosuffix",
+        "-o",
+        "vg_free",
+    ]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains('<'));
     let out = lvmeta(&["vgs", "--devices", &devices, "--reportformat", "yaml"]);
     assert_eq!(out.status.code(), Some(3));
     // The shared VG is read without a lease, with a warning.

@@ -88,12 +88,19 @@ impl ResizeArgs {
                 .ok_or_else(|| usage("cannot shrink below 0"))?,
             None => n,
         };
+        // lvm2 counts these as failed commands (5), not bad command lines.
         match grow {
             Some(true) if target_extents < now => {
-                return Err(usage("lvextend cannot shrink; use lvreduce"))
+                return Err(failed(format!(
+                    "New size given ({target_extents} extents) not larger than existing size \
+                     ({now} extents)"
+                )))
             }
             Some(false) if target_extents > now => {
-                return Err(usage("lvreduce cannot grow; use lvextend"))
+                return Err(failed(format!(
+                    "New size given ({target_extents} extents) not less than existing size \
+                     ({now} extents)"
+                )))
             }
             _ => {}
         }
@@ -122,7 +129,7 @@ pub struct LvremoveArgs {
     /// Remove a thin pool with its thin LVs.
     #[arg(short = 'f', long = "force", action = clap::ArgAction::Count)]
     force: u8,
-    /// VG/LV names.
+    /// VG/LV names; a VG name alone: every LV of it (thin LVs first), as lvm2 does.
     #[arg(required = true)]
     lvs: Vec<String>,
 }
@@ -131,7 +138,23 @@ impl LvremoveArgs {
     /// Removes each LV (a thin LV's pool takes its message now when it is active here).
     pub fn run(&self) -> CmdResult {
         let s = session(&self.w, &[])?;
+        let mut names = Vec::new();
         for name in &self.lvs {
+            if name.contains('/') {
+                names.push(name.clone());
+                continue;
+            }
+            let cur = current(&s, name)?;
+            let mut lvs: Vec<&lvmeta::model::Lv> = cur
+                .lvs
+                .iter()
+                .map(|l| l.as_ref())
+                .filter(|l| l.is_visible())
+                .collect();
+            lvs.sort_by_key(|l| l.thin_pool().is_none());
+            names.extend(lvs.iter().map(|l| format!("{name}/{}", l.name)));
+        }
+        for name in &names {
             let (vg, lv) = vg_lv(name)?;
             let pool = s
                 .vg(vg)

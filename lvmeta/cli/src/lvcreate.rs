@@ -89,9 +89,18 @@ impl LvcreateArgs {
             }
         }
         let (target, pv_names) = a.args.split_first().ok_or_else(|| usage("VG needed"))?;
+        if let Some(n) = &a.name {
+            lvmeta::names::check_lv_name(n)
+                .map_err(|e| usage(format!("Logical volume name \"{n}\" is invalid: {e}")))?;
+        }
         let s = session(&a.w, &[])?;
         let stamp = Stamp::now();
-        let segtype = a.segtype.as_deref();
+        // lvm2: -T with a size and no -V makes a thin pool (`-T -L 40M VG/POOL`, or `-n POOL`).
+        let sized = a.size.is_some() || a.extents.is_some();
+        let segtype = match a.segtype.as_deref() {
+            None if a.thin && sized && a.virtual_size.is_none() => Some("thin-pool"),
+            t => t,
+        };
         let thin_like = a.virtual_size.is_some() || a.thinpool.is_some() || segtype == Some("thin");
         let perm = permission(&a.permission)?.unwrap_or_default();
         let skip = yes_no(&a.skip, "--setactivationskip")?;

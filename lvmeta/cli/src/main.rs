@@ -93,7 +93,14 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // A bad command line is lvm2's 3 (clap's own is 2); help and version are 0.
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EINVALID_CMD_LINE } else { 0 });
+        }
+    };
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",

@@ -27,8 +27,9 @@ pub struct ReportArgs {
     /// `basic` (columns) or `json`.
     #[arg(long = "reportformat", default_value = "basic")]
     reportformat: String,
-    /// Size units: h, b, s, k, m, g, t, p, e (upper case: powers of 1000).
-    #[arg(long = "units", default_value = "h")]
+    /// Size units: r (human, `<` marking a rounded value), h, b, s, k, m, g, t, p, e (upper
+    /// case: powers of 1000).
+    #[arg(long = "units", default_value = "r")]
     units: String,
     /// No unit letter after sizes.
     #[arg(long = "nosuffix")]
@@ -112,8 +113,17 @@ impl ReportArgs {
     /// Reports `kind` (one row per segment with `segments`), as lvm2 prints it.
     pub fn run(&self, kind: Kind, segments: bool) -> CmdResult {
         let a = self;
-        let fields =
-            report::parse_fields(kind, a.options.as_deref()).map_err(|e| (EINVALID_CMD_LINE, e))?;
+        // lvm2 lists the fields on stderr: `-o help` exits 0, an unknown name 5.
+        let fields = match report::parse_fields(kind, a.options.as_deref()) {
+            Ok(f) => f,
+            Err(e) => {
+                eprint!("{}", report::field_help(kind));
+                return match e {
+                    report::FieldsError::Help => Ok(()),
+                    report::FieldsError::Unknown(_) => Err(failed(e.to_string())),
+                };
+            }
+        };
         let units = Units::parse(&a.units, !a.nosuffix).map_err(|e| (EINVALID_CMD_LINE, e))?;
         let json = match a.reportformat.as_str() {
             "json" => true,

@@ -333,6 +333,9 @@ impl LeaseManager for SanlockLeases {
         while matches!(added, Err(Rv(rv)) if rv == -libc::EINPROGRESS)
             && since.elapsed() < JOIN_IN_PROGRESS_WAIT
         {
+            if since.elapsed().as_secs().is_multiple_of(30) {
+                tracing::info!(lockspace = %s.name, "another process of this host is joining the lockspace: waiting for it");
+            }
             std::thread::sleep(std::time::Duration::from_secs(1));
             added = safe::add_lockspace(&ls(s), io_timeout);
         }

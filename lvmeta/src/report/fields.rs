@@ -93,15 +93,6 @@ pub const FIELDS: &[Field] = &[
     f("pv_tags", "PV Tags", Object::Pv),
 ];
 
-/// Looks a field up by name, also without its object prefix (`-o name` = `lv_name` in lvs).
-pub fn find(name: &str, default_prefix: &str) -> Option<&'static Field> {
-    FIELDS.iter().find(|f| f.name == name).or_else(|| {
-        FIELDS
-            .iter()
-            .find(|f| f.name == format!("{default_prefix}{name}"))
-    })
-}
-
 /// A field's value before formatting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cell {

@@ -2,8 +2,10 @@
 //! columns or as lvm2's JSON (`--reportformat json`).
 
 mod fields;
+mod spec;
 
-pub use fields::{find, lv_attr, Cell, DmState, Field, LvUses, Object, FIELDS};
+pub use fields::{lv_attr, Cell, DmState, Field, LvUses, Object, FIELDS};
+pub use spec::{field_help, find, parse_fields, FieldsError};
 
 use fields::{lv_field, pv_field, vg_field, VgCtx};
 
@@ -12,7 +14,8 @@ use crate::scan::Scan;
 /// `--units` and `--nosuffix`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Units {
-    /// `h` (human), `b`, `s` (sectors), `k m g t p e` (powers of 1024) or upper case (of 1000).
+    /// `r` (human, `<` marking a rounded-up value: lvm2's default), `h` (human), `b`, `s`
+    /// (sectors), `k m g t p e` (powers of 1024) or upper case (of 1000).
     pub unit: char,
     /// Print the unit letter after sizes.
     pub suffix: bool,
@@ -21,7 +24,7 @@ pub struct Units {
 impl Default for Units {
     fn default() -> Self {
         Self {
-            unit: 'h',
+            unit: 'r',
             suffix: true,
         }
     }
@@ -32,12 +35,12 @@ impl Units {
     pub fn parse(s: &str, suffix: bool) -> Result<Self, String> {
         let mut it = s.chars();
         match (it.next(), it.next()) {
-            (Some(c), None) if "hHbBsSkKmMgGtTpPeE".contains(c) => Ok(Self {
+            (Some(c), None) if "rRhHbBsSkKmMgGtTpPeE".contains(c) => Ok(Self {
                 unit: if c == 'B' { 'b' } else { c },
                 suffix,
             }),
             _ => Err(format!(
-                "invalid units {s:?}: use one of hHbBsSkKmMgGtTpPeE"
+                "invalid units {s:?}: use one of rRhHbBsSkKmMgGtTpPeE"
             )),
         }
     }
@@ -60,13 +63,10 @@ impl Units {
                     sectors.to_string()
                 };
             }
-            'h' | 'H' => {
-                let base: u64 = if self.unit == 'h' { 1024 } else { 1000 };
-                let letters = if self.unit == 'h' {
-                    "bkmgtpe"
-                } else {
-                    "BKMGTPE"
-                };
+            'h' | 'H' | 'r' | 'R' => {
+                let lower = matches!(self.unit, 'h' | 'r');
+                let base: u64 = if lower { 1024 } else { 1000 };
+                let letters = if lower { "bkmgtpe" } else { "BKMGTPE" };
                 let mut div = 1u64;
                 let mut i = 0;
                 while i + 1 < letters.len() && bytes >= div * base {
@@ -89,12 +89,17 @@ impl Units {
                 (base.pow(pow), c)
             }
         };
-        // Rounded to the nearest hundredth; `<` marks a shown value above the real one, as
-        // lvm2 marks it.
+        // Rounded to the nearest hundredth; with `r`/`R` only, `<` marks a shown value above
+        // the real one, as lvm2 marks it (scripts asking for a unit get plain numbers).
         let (b, d) = (u128::from(bytes), u128::from(div));
         let hundredths = (b * 100 + d / 2) / d;
         let num = format!("{}.{:02}", hundredths / 100, hundredths % 100);
-        let lt = if hundredths * d > b * 100 { "<" } else { "" };
+        let marked = matches!(self.unit, 'r' | 'R');
+        let lt = if marked && hundredths * d > b * 100 {
+            "<"
+        } else {
+            ""
+        };
         if self.suffix {
             format!("{lt}{num}{letter}")
         } else {
@@ -130,40 +135,14 @@ impl Kind {
         }
     }
 
-    fn prefix(self) -> &'static str {
+    /// The prefix a field name may leave out in this report (`name` = `lv_name` in lvs).
+    pub fn prefix(self) -> &'static str {
         match self {
             Kind::Pvs => "pv_",
             Kind::Vgs => "vg_",
             Kind::Lvs => "lv_",
         }
     }
-}
-
-/// Resolves `-o` (`a,b`, or `+a,b` to add to the defaults) into fields.
-pub fn parse_fields(kind: Kind, spec: Option<&str>) -> Result<Vec<&'static Field>, String> {
-    let mut names: Vec<&str> = Vec::new();
-    match spec {
-        None => names.extend(kind.default_fields()),
-        Some(s) => {
-            let (add, list) = match s.strip_prefix('+') {
-                Some(rest) => (true, rest),
-                None => (false, s),
-            };
-            if add {
-                names.extend(kind.default_fields());
-            }
-            names.extend(list.split(',').map(str::trim).filter(|x| !x.is_empty()));
-        }
-    }
-    names
-        .into_iter()
-        .map(|n| find(n, kind.prefix()).ok_or_else(|| format!("unrecognised field: {n}")))
-        .filter(|r| {
-            // Reports make sense per object: a PV field in lvs has no row to come from.
-            !matches!((kind, r), (Kind::Lvs, Ok(f)) if f.object == Object::Pv)
-                && !matches!((kind, r), (Kind::Vgs, Ok(f)) if f.object != Object::Vg)
-        })
-        .collect()
 }
 
 /// What to report.
@@ -410,16 +389,10 @@ mod tests {
             "0.50g"
         );
         assert!(Units::parse("x", true).is_err());
-    }
-
-    #[test]
-    fn field_lists() {
-        let f = parse_fields(Kind::Lvs, Some("+lv_uuid")).expect("valid");
-        assert_eq!(f.last().map(|f| f.name), Some("lv_uuid"));
-        assert_eq!(
-            parse_fields(Kind::Lvs, Some("name,size")).expect("valid")[1].name,
-            "lv_size"
-        );
-        assert!(parse_fields(Kind::Vgs, Some("nonsense")).is_err());
+        // An asked-for unit never carries lvm2's rounding marker: `lvs --units g`.
+        let g = Units::parse("g", false).expect("g");
+        assert_eq!(g.format(100 << 20), "0.10");
+        let hh = Units::parse("h", true).expect("h");
+        assert_eq!(hh.format((60 << 30) - 1), "60.00g");
     }
 }

@@ -7,8 +7,11 @@
 //!   the VG; under it the devices are judged again, so a host that lost the race finds the
 //!   VG made and does nothing.
 //! - A device is added under a claim on itself (and the VG lease `vgextend` takes).
-//! - A host that died under its claim leaves its record and maybe an orphan PV label: the
-//!   next host takes the stale claim over and uses that label.
+//! - A host that died under its claim leaves its record and maybe orphan PV labels: the
+//!   next host, finding that record before it writes its own, takes the stale claim over
+//!   and uses those labels.
+//! - Every write of the change asks the claim first (`vgcreate_guarded`): a claim that ran
+//!   out of time while a lock was waited for stops it before it writes.
 
 use crate::claim::{self, Claim, Sector};
 use crate::edit::VgSpec;
@@ -54,20 +57,23 @@ impl Session {
         if self.scan().vg(name).is_ok() {
             return Ok(Provisioned::default());
         }
-        let refused = self.carrying(&self.scan(), name, devices)?;
+        let dev = self.dev(first)?;
+        // A maker's record for this VG before this one writes its own: the orphan PV labels
+        // beside it are that maker's.
+        let left = matches!(claim::read(dev)?, Sector::Claim(r) if &r.vg == name);
+        let refused = self.carrying(&self.scan(), devices, left)?;
         if !refused.is_empty() {
             return Ok(Provisioned {
                 refused,
                 ..Provisioned::default()
             });
         }
-        let dev = self.dev(first)?;
         let claim = Claim::acquire(dev, name, &p.host_name, p.timing, 2 * p.timing.stale)?;
         // Judged again under the claim: the host that held it before may have made the VG.
         let scan = self.scan();
         let refused = match scan.vg(name) {
             Ok(_) => Vec::new(),
-            Err(_) => self.carrying(&scan, name, devices)?,
+            Err(_) => self.carrying(&scan, devices, left)?,
         };
         if scan.vg(name).is_ok() || !refused.is_empty() {
             claim.release()?;
@@ -76,8 +82,7 @@ impl Session {
                 ..Provisioned::default()
             });
         }
-        claim.check()?;
-        let made = self.vgcreate_with(&p.spec, devices, &p.pv);
+        let made = self.vgcreate_guarded(&p.spec, devices, &p.pv, &|| claim.check());
         let released = claim.release();
         let vg = made?;
         released?;
@@ -98,25 +103,25 @@ impl Session {
             if is_member(&scan, name, d) {
                 continue;
             }
-            if let Some(why) = self.carries(&scan, name, d)? {
+            let dev = self.dev(d)?;
+            let left = matches!(claim::read(dev)?, Sector::Claim(r) if &r.vg == name);
+            if let Some(why) = self.carries(&scan, d, left)? {
                 out.refused.push(((*d).to_owned(), why));
                 continue;
             }
-            let dev = self.dev(d)?;
             let claim = Claim::acquire(dev, name, &p.host_name, p.timing, 2 * p.timing.stale)?;
             let scan = self.scan();
             let done = if is_member(&scan, name, d) {
                 Ok(false)
             } else {
-                match self.carries(&scan, name, d) {
+                match self.carries(&scan, d, left) {
                     Err(e) => Err(e),
                     Ok(Some(why)) => {
                         out.refused.push(((*d).to_owned(), why));
                         Ok(false)
                     }
-                    Ok(None) => claim
-                        .check()
-                        .and_then(|()| self.vgextend_with(name, &[d], &p.pv))
+                    Ok(None) => self
+                        .vgextend_guarded(name, &[d], &p.pv, &|| claim.check())
                         .map(|_| true),
                 }
             };
@@ -130,34 +135,34 @@ impl Session {
         Ok(out)
     }
 
-    /// What each of `devices` carries that stops it becoming a PV of `vg`.
+    /// What each of `devices` carries that stops it becoming a PV (`left`: see
+    /// [`Session::carries`]).
     fn carrying(
         &self,
         scan: &Scan,
-        vg: &str,
         devices: &[&str],
+        left: bool,
     ) -> Result<Vec<(String, String)>, Error> {
         let mut out = Vec::new();
         for d in devices {
-            if let Some(why) = self.carries(scan, vg, d)? {
+            if let Some(why) = self.carries(scan, d, left)? {
                 out.push(((*d).to_owned(), why));
             }
         }
         Ok(out)
     }
 
-    /// What device `d` carries that stops it becoming a PV of `vg` (`None`: nothing). An
-    /// orphan PV label counts unless a claim record for `vg` sits beside it: a creator died
-    /// between its label and its metadata.
-    fn carries(&self, scan: &Scan, vg: &str, d: &str) -> Result<Option<String>, Error> {
+    /// What device `d` carries that stops it becoming a PV (`None`: nothing). An orphan PV
+    /// label counts unless `left`: a maker of the VG left its claim record (read before
+    /// this host wrote its own) and died between its labels and its metadata.
+    fn carries(&self, scan: &Scan, d: &str, left: bool) -> Result<Option<String>, Error> {
         if let Some(i) = scan.pvs.iter().position(|p| p.device == d) {
             if let Some((other, _)) = scan.vg_of_pv(i) {
                 return Ok(Some(format!("a PV of VG {}", other.vg.name)));
             }
-            let dev = self.dev(d)?;
-            return Ok(match claim::read(dev)? {
-                Sector::Claim(r) if r.vg == vg => None,
-                _ => Some("an lvm2 PV label of no VG (an orphan PV)".into()),
+            return Ok(match left {
+                true => None,
+                false => Some("an lvm2 PV label of no VG (an orphan PV)".into()),
             });
         }
         let dev = self.dev(d)?;

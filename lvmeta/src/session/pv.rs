@@ -179,11 +179,17 @@ impl Session {
     }
 
     /// Orphan PVs for `devices`, initialising devices that carry no label (as lvm2's
-    /// vgcreate and vgextend do).
-    fn orphans(&self, devices: &[&str], opts: &PvOptions) -> Result<Vec<ScannedPv>, Error> {
+    /// vgcreate and vgextend do); `guard` passes before each label is written.
+    fn orphans(
+        &self,
+        devices: &[&str],
+        opts: &PvOptions,
+        guard: Guard<'_>,
+    ) -> Result<Vec<ScannedPv>, Error> {
         let scan = self.scan();
         for d in devices {
             if !scan.pvs.iter().any(|p| p.device == *d) {
+                guard()?;
                 self.pvcreate_locked(&scan, d, opts, false)?;
             }
         }
@@ -223,10 +229,24 @@ impl Session {
         devices: &[&str],
         opts: &PvOptions,
     ) -> Result<Vg, Error> {
+        self.vgcreate_guarded(spec, devices, opts, &|| Ok(()))
+    }
+
+    /// [`Session::vgcreate_with`], writing only while `guard` passes: it is asked once the
+    /// locks are held, before each label, before the leases and before the metadata.
+    /// - A shared VG's leases are written before its metadata: a VG that exists has them.
+    pub(super) fn vgcreate_guarded(
+        &self,
+        spec: &VgSpec,
+        devices: &[&str],
+        opts: &PvOptions,
+        guard: Guard<'_>,
+    ) -> Result<Vg, Error> {
         let _g = self.global()?;
         let _v = self.lock(Resource::Vg(spec.name.clone()))?;
         let _o = self.lock(Resource::Orphans)?;
-        if self.scan().vgs.iter().any(|v| v.vg.name == spec.name) {
+        let scan = self.scan();
+        if scan.vgs.iter().any(|v| v.vg.name == spec.name) {
             return Err(Error::Device {
                 device: spec.name.clone(),
                 why: format!("A volume group called {} already exists.", spec.name),
@@ -235,29 +255,30 @@ impl Session {
         if spec.shared.is_some() && self.host.is_none() && !self.nolocking {
             return Err(Error::SharedWithoutLeases(spec.name.clone()));
         }
-        let pvs = self.orphans(devices, opts)?;
+        guard()?;
+        let pvs = self.orphans(devices, opts, guard)?;
         let new: Vec<NewPv> = pvs.iter().map(new_pv).collect();
         let mut vg = edit::vg::create(spec, &new, &edit::Stamp::now())?;
         describe(&mut vg, "vgcreate");
-        let host = self.host_for(&vg)?;
+        if let Some(h) = self.host_for(&vg)? {
+            // Another shared VG on these devices may already hold the enabled global lease.
+            let mut gl_elsewhere = false;
+            for other in scan.vgs.iter().filter(|o| o.vg.is_shared()) {
+                gl_elsewhere |= h.holds_gl(&other.vg, &places(&scan, other))?;
+            }
+            let sector = pvs.first().map_or(512, |p| p.sector_size);
+            let at = lease::VgPlaces {
+                paths: pvs.iter().map(|p| Some(p.device.clone())).collect(),
+                geometry: lease::Geometry::for_sector(sector),
+            };
+            guard()?;
+            h.init_vg(&vg, &at, gl_elsewhere)?;
+        }
         let joined: Vec<&ScannedPv> = pvs.iter().collect();
+        guard()?;
         self.forget();
         self.commit(&vg, &joined, &joined)?;
         self.invalidate_hints()?;
-        if let Some(h) = host {
-            let scan = self.scan();
-            let sv = scan.vg(&vg.name)?;
-            // Another shared VG on these devices may already hold the enabled global lease.
-            let mut gl_elsewhere = false;
-            for other in scan
-                .vgs
-                .iter()
-                .filter(|o| o.vg.name != vg.name && o.vg.is_shared())
-            {
-                gl_elsewhere |= h.holds_gl(&other.vg, &places(&scan, other))?;
-            }
-            h.init_vg(&vg, &places(&scan, sv), gl_elsewhere)?;
-        }
         tracing::info!(vg = %vg.name, pvs = devices.len(), "vgcreate");
         Ok(vg)
     }
@@ -269,11 +290,23 @@ impl Session {
 
     /// `vgextend` with the `pvcreate` options for devices that carry no label yet.
     pub fn vgextend_with(&self, vg: &str, devices: &[&str], opts: &PvOptions) -> Result<Vg, Error> {
+        self.vgextend_guarded(vg, devices, opts, &|| Ok(()))
+    }
+
+    /// [`Session::vgextend_with`], writing only while `guard` passes (asked under the locks
+    /// and the VG lease, before each label and before the metadata).
+    pub(super) fn vgextend_guarded(
+        &self,
+        vg: &str,
+        devices: &[&str],
+        opts: &PvOptions,
+        guard: Guard<'_>,
+    ) -> Result<Vg, Error> {
         let _g = self.global()?;
         let _v = self.lock(Resource::Vg(vg.to_owned()))?;
         let _o = self.lock(Resource::Orphans)?;
-        let pvs = self.orphans(devices, opts)?;
         let lease = self.vg_lease(vg)?;
+        let pvs = self.orphans(devices, opts, guard)?;
         let scan = self.scan();
         let sv = writable(&scan, vg)?;
         let new: Vec<NewPv> = pvs.iter().map(new_pv).collect();
@@ -282,6 +315,7 @@ impl Session {
         let mut all = members(&scan, sv)?;
         let joined: Vec<&ScannedPv> = pvs.iter().collect();
         all.extend(joined.iter().copied());
+        guard()?;
         self.forget();
         self.commit(&out, &all, &joined)?;
         lease.release(out.seqno)?;
@@ -384,6 +418,9 @@ impl Session {
         flush(dev)
     }
 }
+
+/// Asked before each write of a guarded change: an error stops it there.
+pub(super) type Guard<'a> = &'a dyn Fn() -> Result<(), Error>;
 
 /// What [`Session::global`] holds: the global lease (released first) and the file lock.
 struct Global {
