@@ -326,6 +326,29 @@ pub fn vg_lv(s: &str) -> Result<(&str, &str), (u8, String)> {
         .ok_or_else(|| usage(format!("{s:?}: expected VG/LV")))
 }
 
+/// A size as lvm2's messages print it: `16.00 MiB`, `<15.88 TiB`.
+pub fn long_size(bytes: u64) -> String {
+    let short = lvmeta::report::Units::default().format(bytes);
+    let unit = match short.chars().last() {
+        Some('k') => "KiB",
+        Some('m') => "MiB",
+        Some('g') => "GiB",
+        Some('t') => "TiB",
+        Some('p') => "PiB",
+        Some('e') => "EiB",
+        _ => return format!("{bytes} B"),
+    };
+    format!("{} {unit}", &short[..short.len() - 1])
+}
+
+/// Whether `-L SIZE` is not a whole number of `vg`'s extents: then the extents it rounds up
+/// to, in bytes (lvm2 says so).
+pub fn rounded_up(vg: &Vg, size: Option<Bytes>) -> Option<u64> {
+    let b = size?;
+    let ext = vg.extent_bytes();
+    (ext > 0 && !b.0.is_multiple_of(ext)).then(|| b.extents_ceil(vg.extent()).0 * ext)
+}
+
 /// Extents for `-L`/`-l`: sizes round up to whole extents.
 pub fn extents_of(
     vg: &Vg,

@@ -8,8 +8,8 @@ use lvmeta::edit::{self, LvChange};
 use lvmeta::session::Session;
 
 use crate::args::{
-    current, extents_of, failed, parse_size, permission, pv_list, session, usage, vg_lv, yes_no,
-    WriteArgs,
+    current, extents_of, failed, long_size, parse_size, permission, pv_list, rounded_up, session,
+    usage, vg_lv, yes_no, WriteArgs,
 };
 use crate::CmdResult;
 
@@ -79,6 +79,15 @@ impl ResizeArgs {
             _ => return Err(usage("exactly one of -L and -l is needed")),
         };
         let n = extents_of(&cur, size, ext)?;
+        let ext_bytes = cur.extent_bytes();
+        if sign.is_none() {
+            if let Some(up) = rounded_up(&cur, size) {
+                println!(
+                    "  Rounding size to boundary between physical extents: {}.",
+                    long_size(up)
+                );
+            }
+        }
         let target_extents = match sign {
             Some('+') => now
                 .checked_add(n)
@@ -109,6 +118,12 @@ impl ResizeArgs {
             edit::lv::resize(v, ctx, lv, target_extents, pvs.as_deref(), a.force > 0)
         })
         .map_err(failed)?;
+        println!(
+            "  Size of logical volume {vg}/{lv} changed from {} ({now} extents) to {} \
+             ({target_extents} extents).",
+            long_size(u64::from(now) * ext_bytes),
+            long_size(u64::from(target_extents) * ext_bytes)
+        );
         println!("  Logical volume {vg}/{lv} successfully resized.");
         Ok(())
     }

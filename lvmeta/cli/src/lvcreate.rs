@@ -7,8 +7,8 @@ use lvmeta::edit::{self, LvSpec, PoolSpec, Stamp, ThinSpec};
 use lvmeta::session::Session;
 
 use crate::args::{
-    current, extents_of, failed, permission, pv_list, sectors_arg, session, size_arg, usage, vg_lv,
-    yes_no, WriteArgs,
+    current, extents_of, failed, long_size, permission, pv_list, rounded_up, sectors_arg, session,
+    size_arg, usage, vg_lv, yes_no, WriteArgs,
 };
 use crate::lv::deliver_if_active;
 use crate::CmdResult;
@@ -129,6 +129,12 @@ impl LvcreateArgs {
             };
             let bytes =
                 size_arg(&a.virtual_size, "-V", 'm')?.ok_or_else(|| usage("-V SIZE is needed"))?;
+            if let Some(up) = rounded_up(&cur, Some(bytes)) {
+                println!(
+                    "  Rounding up size to full physical extent {}",
+                    long_size(up)
+                );
+            }
             let spec = ThinSpec {
                 name: a.name.clone(),
                 pool,
@@ -141,7 +147,14 @@ impl LvcreateArgs {
             return create_thin(&s, vg, &spec);
         }
         let stripes = a.stripes.unwrap_or(1);
-        let mut extents = extents_of(&cur, size_arg(&a.size, "-L", 'm')?, a.extents.as_deref())?;
+        let size = size_arg(&a.size, "-L", 'm')?;
+        if let Some(up) = rounded_up(&cur, size) {
+            println!(
+                "  Rounding up size to full physical extent {}",
+                long_size(up)
+            );
+        }
+        let mut extents = extents_of(&cur, size, a.extents.as_deref())?;
         if extents % stripes != 0 {
             extents += stripes - extents % stripes;
         }
@@ -197,9 +210,28 @@ impl LvcreateArgs {
         if stripes > 1 && a.stripe_size.is_none() {
             println!("  Using default stripesize 64.00 KiB.");
         }
+        if segtype == Some("thin-pool") {
+            let chunk = current(&s, vg)?
+                .lv(&made)
+                .and_then(|l| l.pool().map(|p| p.chunk_size))
+                .unwrap_or(0);
+            println!(
+                "  Thin pool volume with chunk size {} can address at most {} of data.",
+                long_size(u64::from(chunk) * 512),
+                long_size(max_pool_data(chunk))
+            );
+        }
         println!("  Logical volume \"{made}\" created.");
         Ok(())
     }
+}
+
+/// The most data a thin pool of `chunk`-sector chunks can address, in bytes, as lvm2
+/// estimates it: one 64-byte mapping per chunk in the largest metadata lvm2 makes
+/// (255 x (2^14 - 64) x 4 KiB, cropped).
+fn max_pool_data(chunk: u32) -> u64 {
+    const MAX_METADATA_SECTORS: u64 = 2 * 255 * ((1 << 14) - 64) * 4;
+    MAX_METADATA_SECTORS * u64::from(chunk) * 512 / 64 * 512
 }
 
 /// Creates a thin LV or thin snapshot and says so as lvm2 does.
@@ -212,4 +244,24 @@ fn create_thin(s: &Session, vg: &str, spec: &ThinSpec) -> CmdResult {
     println!("  Logical volume \"{made}\" created.");
     deliver_if_active(s, vg, &spec.pool);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What stock lvm2 2.03.16 printed for these chunk sizes.
+    #[test]
+    fn pool_reach_is_lvm2s() {
+        for (chunk, want) in [
+            (128, "<15.88 TiB"),
+            (256, "31.75 TiB"),
+            (384, "<47.63 TiB"),
+            (4096, "<508.01 TiB"),
+            (2_097_152, "254.00 PiB"),
+        ] {
+            assert_eq!(long_size(max_pool_data(chunk)), want, "chunk {chunk}");
+        }
+        assert_eq!(long_size(16 << 20), "16.00 MiB");
+    }
 }

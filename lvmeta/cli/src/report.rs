@@ -114,7 +114,11 @@ impl ReportArgs {
     pub fn run(&self, kind: Kind, segments: bool) -> CmdResult {
         let a = self;
         // lvm2 lists the fields on stderr: `-o help` exits 0, an unknown name 5.
-        let fields = match report::parse_fields(kind, a.options.as_deref()) {
+        let defaults = match segments {
+            true => Kind::SEGMENT_FIELDS,
+            false => kind.default_fields(),
+        };
+        let fields = match report::parse_fields_with(kind, defaults, a.options.as_deref()) {
             Ok(f) => f,
             Err(e) => {
                 eprint!("{}", report::field_help(kind));

@@ -52,10 +52,19 @@ pub const FIELDS: &[Field] = &[
     Field {
         name: "lv_lock_args",
         json: "lv_lockargs",
-        title: "LockArgs",
+        title: "LLockArgs",
         object: Object::Lv,
     },
+    // Kernel status columns of lvm2's default lvs: blank for LVs that are not active (the
+    // status of active ones is not read yet).
+    f("data_percent", "Data%", Object::Lv),
+    f("metadata_percent", "Meta%", Object::Lv),
+    f("move_pv", "Move", Object::Lv),
+    f("mirror_log", "Log", Object::Lv),
+    f("copy_percent", "Cpy%Sync", Object::Lv),
+    f("convert_lv", "Convert", Object::Lv),
     f("segtype", "Type", Object::Seg),
+    f("seg_size", "SSize", Object::Seg),
     f("devices", "Devices", Object::Seg),
     f("seg_start_pe", "Start", Object::Seg),
     f("seg_size_pe", "SSize", Object::Seg),
@@ -72,6 +81,7 @@ pub const FIELDS: &[Field] = &[
     f("vg_free_count", "Free", Object::Vg),
     f("pv_count", "#PV", Object::Vg),
     f("lv_count", "#LV", Object::Vg),
+    f("snap_count", "#SN", Object::Vg),
     f("vg_seqno", "Seq", Object::Vg),
     f("vg_tags", "VG Tags", Object::Vg),
     f("vg_lock_type", "LockType", Object::Vg),
@@ -183,6 +193,17 @@ pub fn vg_field(c: &VgCtx<'_>, name: &str) -> Option<Cell> {
         "vg_free_count" => Cell::Num(vg.free_count()),
         "pv_count" => Cell::Num(vg.pvs.len() as u64),
         "lv_count" => Cell::Num(vg.lvs.iter().filter(|l| l.is_visible()).count() as u64),
+        // Old-style (COW) snapshots; thin snapshots are thin LVs.
+        "snap_count" => Cell::Num(
+            vg.lvs
+                .iter()
+                .filter(|l| {
+                    l.segments
+                        .iter()
+                        .any(|s| matches!(s.kind, SegKind::Snapshot(_)))
+                })
+                .count() as u64,
+        ),
         "vg_seqno" => Cell::Num(u64::from(vg.seqno)),
         "vg_tags" => tags(&vg.tags),
         "vg_lock_type" => Cell::Str(vg.lock_type.clone().unwrap_or_default()),
@@ -317,6 +338,9 @@ pub fn lv_field(
         "origin" => Cell::Str(origin_of(lv, uses).unwrap_or_default()),
         "lv_lock_args" => Cell::Str(lv.lock_args.clone().unwrap_or_default()),
         "segtype" => Cell::Str(seg.report_type().to_owned()),
+        "seg_size" => Cell::Size(u64::from(seg.extent_count) * ext),
+        "data_percent" | "metadata_percent" | "move_pv" | "mirror_log" | "copy_percent"
+        | "convert_lv" => Cell::Str(String::new()),
         "devices" => Cell::Str(devices(c, seg)),
         "seg_start_pe" => Cell::Num(u64::from(seg.start_extent)),
         "seg_size_pe" => Cell::Num(u64::from(seg.extent_count)),

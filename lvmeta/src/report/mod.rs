@@ -5,7 +5,7 @@ mod fields;
 mod spec;
 
 pub use fields::{lv_attr, Cell, DmState, Field, LvUses, Object, FIELDS};
-pub use spec::{field_help, find, parse_fields, FieldsError};
+pub use spec::{field_help, find, parse_fields, parse_fields_with, FieldsError};
 
 use fields::{lv_field, pv_field, vg_field, VgCtx};
 
@@ -127,13 +127,35 @@ impl Kind {
                 "pv_name", "vg_name", "pv_fmt", "pv_attr", "pv_size", "pv_free",
             ],
             Kind::Vgs => &[
-                "vg_name", "pv_count", "lv_count", "vg_attr", "vg_size", "vg_free",
+                "vg_name",
+                "pv_count",
+                "lv_count",
+                "snap_count",
+                "vg_attr",
+                "vg_size",
+                "vg_free",
             ],
             Kind::Lvs => &[
-                "lv_name", "vg_name", "lv_attr", "lv_size", "pool_lv", "origin",
+                "lv_name",
+                "vg_name",
+                "lv_attr",
+                "lv_size",
+                "pool_lv",
+                "origin",
+                "data_percent",
+                "metadata_percent",
+                "move_pv",
+                "mirror_log",
+                "copy_percent",
+                "convert_lv",
             ],
         }
     }
+
+    /// Fields `lvs --segments` shows without `-o`.
+    pub const SEGMENT_FIELDS: &'static [&'static str] = &[
+        "lv_name", "vg_name", "lv_attr", "stripes", "segtype", "seg_size",
+    ];
 
     /// The prefix a field name may leave out in this report (`name` = `lv_name` in lvs).
     pub fn prefix(self) -> &'static str {
@@ -324,7 +346,13 @@ impl Table {
             .iter()
             .enumerate()
             .map(|(i, f)| {
-                let head = if headings { f.title.len() } else { 0 };
+                // lvm2 keeps room for "100.00" in its percent columns.
+                let least = if f.title.ends_with('%') { 6 } else { 0 };
+                let head = if headings {
+                    f.title.len().max(least)
+                } else {
+                    least
+                };
                 texts
                     .iter()
                     .map(|r| r[i].len())
@@ -338,13 +366,18 @@ impl Table {
             .first()
             .map(|r| r.iter().map(|c| !matches!(c, Cell::Str(_))).collect())
             .unwrap_or_default();
+        // As lvm2 prints it: nothing without rows; titles left-aligned, numbers and sizes
+        // right-aligned, every column (the last too) padded to its width.
         let mut out = String::new();
-        let line = |cells: Vec<&str>, out: &mut String| {
+        if texts.is_empty() {
+            return out;
+        }
+        let line = |cells: Vec<&str>, title: bool, out: &mut String| {
             let parts: Vec<String> = cells
                 .iter()
                 .enumerate()
                 .map(|(i, s)| {
-                    if right.get(i).copied().unwrap_or(false) {
+                    if !title && right.get(i).copied().unwrap_or(false) {
                         format!("{s:>w$}", w = widths[i])
                     } else {
                         format!("{s:<w$}", w = widths[i])
@@ -352,14 +385,18 @@ impl Table {
                 })
                 .collect();
             out.push_str("  ");
-            out.push_str(parts.join(" ").trim_end());
+            out.push_str(&parts.join(" "));
             out.push('\n');
         };
         if headings {
-            line(self.fields.iter().map(|f| f.title).collect(), &mut out);
+            line(
+                self.fields.iter().map(|f| f.title).collect(),
+                true,
+                &mut out,
+            );
         }
         for r in &texts {
-            line(r.iter().map(String::as_str).collect(), &mut out);
+            line(r.iter().map(String::as_str).collect(), false, &mut out);
         }
         out
     }

@@ -53,16 +53,25 @@ pub fn find(name: &str, default_prefix: &str) -> Option<&'static Field> {
 
 /// Resolves `-o` (`a,b`, or `+a,b` to add to the defaults) into fields.
 pub fn parse_fields(kind: Kind, spec: Option<&str>) -> Result<Vec<&'static Field>, FieldsError> {
+    parse_fields_with(kind, kind.default_fields(), spec)
+}
+
+/// [`parse_fields`] with `defaults` for no `-o` or `-o +...` (`lvs --segments` has its own).
+pub fn parse_fields_with(
+    kind: Kind,
+    defaults: &[&str],
+    spec: Option<&str>,
+) -> Result<Vec<&'static Field>, FieldsError> {
     let mut names: Vec<&str> = Vec::new();
     match spec {
-        None => names.extend(kind.default_fields()),
+        None => names.extend(defaults),
         Some(s) => {
             let (add, list) = match s.strip_prefix('+') {
                 Some(rest) => (true, rest),
                 None => (false, s),
             };
             if add {
-                names.extend(kind.default_fields());
+                names.extend(defaults);
             }
             names.extend(list.split(',').map(str::trim).filter(|x| !x.is_empty()));
         }
