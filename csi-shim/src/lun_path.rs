@@ -94,9 +94,53 @@ pub fn check(path: &Path, dirs: &[&Path]) -> Result<(), String> {
     ))
 }
 
+/// The devices stacked on the block device `path` names (its `holders` in `sys_block`,
+/// normally `/sys/class/block`): a multipath map, an md array, a device-mapper device. Named
+/// `dm-N (name)` where device-mapper names them. Empty for a file or a device without any.
+pub fn holders(path: &Path, sys_block: &Path) -> Vec<String> {
+    let Some(name) = std::fs::canonicalize(path)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+    else {
+        return Vec::new();
+    };
+    let Ok(dir) = std::fs::read_dir(sys_block.join(&name).join("holders")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = dir
+        .flatten()
+        .map(|e| {
+            let h = e.file_name().to_string_lossy().into_owned();
+            match std::fs::read_to_string(sys_block.join(&h).join("dm/name")) {
+                Ok(dm) => format!("{h} ({})", dm.trim()),
+                Err(_) => h,
+            }
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holders_are_named_with_their_dm_names() {
+        let tmp = std::env::temp_dir().join(format!("holders-{}", std::process::id()));
+        let lun = tmp.join("lun0");
+        std::fs::create_dir_all(tmp.join("sys/lun0/holders/dm-3")).expect("mkdir");
+        std::fs::create_dir_all(tmp.join("sys/lun0/holders/md1")).expect("mkdir");
+        std::fs::create_dir_all(tmp.join("sys/dm-3/dm")).expect("mkdir");
+        std::fs::write(tmp.join("sys/dm-3/dm/name"), "mpatha\n").expect("dm name");
+        std::fs::write(&lun, b"").expect("the device");
+        assert_eq!(
+            holders(&lun, &tmp.join("sys")),
+            ["dm-3 (mpatha)".to_owned(), "md1".to_owned()]
+        );
+        assert!(holders(&tmp.join("missing"), &tmp.join("sys")).is_empty());
+        std::fs::remove_dir_all(&tmp).expect("cleanup");
+    }
 
     #[test]
     fn kernel_names_are_told_from_stable_ones() {

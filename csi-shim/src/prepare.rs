@@ -151,7 +151,10 @@ pub fn wait_for_vgs(s: &Setup, host_id: Option<u64>) -> Result<(), String> {
         let Some(vg) = s.vgs.first() else {
             return Ok(());
         };
-        let why = if s.create {
+        let held = held(s);
+        let why = if !held.is_empty() && s.create {
+            refused(&held)
+        } else if s.create {
             let p = provision(s, &session, vg, &refs, None);
             // The id only names this host in sanlock's records; making leases needs none.
             let made = session
@@ -189,10 +192,26 @@ pub fn extend(s: &Setup, host_id: Option<u64>) -> Result<(), String> {
     if let Some(id) = host_id {
         session = session.with_host(lease_host(s, id));
     }
-    let devices = names(s);
+    // A LUN another device sits on (multipath, md, device-mapper) is not added; the VG's
+    // own PVs carry this host's LVs.
+    let scan = session.scan();
+    let mut held = held(s);
+    held.retain(|(d, _)| {
+        scan.pvs
+            .iter()
+            .position(|p| &p.device == d)
+            .and_then(|i| scan.vg_of_pv(i))
+            .is_none()
+    });
+    if !held.is_empty() {
+        tracing::warn!(vg = %vg, refused = %refused(&held), "LUNs left out of the VG");
+    }
+    let devices: Vec<String> = names(s)
+        .into_iter()
+        .filter(|d| !held.iter().any(|(h, _)| h == d))
+        .collect();
     let refs: Vec<&str> = devices.iter().map(String::as_str).collect();
     // New PVs get the metadata area of the VG's largest: every area holds the whole text.
-    let scan = session.scan();
     let largest = scan.vg(vg).ok().and_then(|sv| {
         scan.pvs
             .iter()
@@ -209,6 +228,21 @@ pub fn extend(s: &Setup, host_id: Option<u64>) -> Result<(), String> {
         tracing::info!(vg = %vg, added = ?out.extended, "LUNs added to the VG");
     }
     Ok(())
+}
+
+/// The LUNs other devices are stacked on, each with what `lun_path::holders` names.
+fn held(s: &Setup) -> Vec<(String, String)> {
+    let sys = Path::new("/sys/class/block");
+    s.devices
+        .iter()
+        .filter_map(|p| {
+            let h = crate::lun_path::holders(p, sys);
+            (!h.is_empty()).then(|| {
+                let why = format!("devices stacked on it ({})", h.join(", "));
+                (p.display().to_string(), why)
+            })
+        })
+        .collect()
 }
 
 fn refused(r: &[(String, String)]) -> String {

@@ -87,7 +87,7 @@ pub enum Error {
         source: LayoutError,
     },
     /// An lvm2 lock file could not be taken.
-    #[error("lock file {path}: {source}")]
+    #[error("lock file {path}: {source} (lvm2's locking_dir; LVMETA_LOCKING_DIR names another)")]
     Lock {
         /// The lock file.
         path: String,

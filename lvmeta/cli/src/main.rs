@@ -112,6 +112,9 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    if !root() {
+        eprintln!("  WARNING: Running as a non-root user. Functionality may be unavailable.");
+    }
     let done = match cli.cmd {
         Cmd::Pvs(a) => a.run(lvmeta::report::Kind::Pvs, false),
         Cmd::Vgs(a) => a.run(lvmeta::report::Kind::Vgs, false),
@@ -142,4 +145,17 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// Whether the effective user is root (lvm2 warns every other user that devices and lock
+/// files may be out of reach).
+fn root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(true)
 }
