@@ -1,8 +1,8 @@
 //! Metadata commits on a real loop device, side by side in one run (needs root, losetup and
 //! lvm2; prints SKIPPED otherwise):
-//! - `lv-create-remove`: lvmeta's LV create + remove through the library, stock
-//!   `lvcreate -an -Zn` + `lvremove -f` (activation off) on the same device, and the floor:
-//!   two 4 KiB O_DIRECT|O_DSYNC writes.
+//! - `lv-create-remove`: lvmeta's LV create + remove through the library and as two
+//!   `lvmeta` processes, stock `lvcreate -an -Zn` + `lvremove -f` (activation off) on the
+//!   same device, and the floor: two 4 KiB O_DIRECT|O_DSYNC writes.
 //! - `thin-10k`: one more thin LV in a VG that already has 10,000 thin LVs, in a 64 MiB
 //!   metadata area (criterion's median is the p50).
 //!
@@ -67,6 +67,24 @@ fn create_remove(c: &mut Criterion) {
     g.sample_size(20);
     g.bench_function("lvmeta", |b| {
         b.iter(|| lvmeta_tests::create_remove_lv(&s, "vg", 2))
+    });
+    // The `lvmeta` command as processes, as an admin runs it: what lvm2's pair is up against.
+    let lvmeta = lvmeta_tests::lvmeta_bin();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&lvmeta)
+            .args(&args[..1])
+            .args(["--devices", &sb.loops[0]])
+            .args(&args[1..])
+            .env("LVMETA_LOCKING_DIR", sb.lock_dir())
+            .output()
+            .expect("run lvmeta");
+        assert!(out.status.success(), "lvmeta {args:?}");
+    };
+    g.bench_function("lvmeta-cli", |b| {
+        b.iter(|| {
+            run(&["lvcreate", "-an", "-L", "8m", "-n", "bench", "vg"]);
+            run(&["lvremove", "-f", "vg/bench"]);
+        })
     });
     g.bench_function("lvm2", |b| {
         b.iter(|| {
