@@ -37,6 +37,24 @@ pub struct ReportArgs {
     /// No heading line in column output.
     #[arg(long = "noheadings")]
     noheadings: bool,
+    /// Between columns instead of spaces (columns then unpadded unless --aligned).
+    #[arg(long = "separator")]
+    separator: Option<String>,
+    /// Pad columns even with --separator.
+    #[arg(long = "aligned")]
+    aligned: bool,
+    /// Each value as LVM2_FIELD='value'.
+    #[arg(long = "nameprefixes")]
+    nameprefixes: bool,
+    /// No quotes around values with --nameprefixes.
+    #[arg(long = "unquoted")]
+    unquoted: bool,
+    /// One line per field.
+    #[arg(long = "rows")]
+    rows: bool,
+    /// Sort by these fields (`-f` descending), shown or not.
+    #[arg(short = 'O', long = "sort", allow_hyphen_values = true)]
+    sort: Option<String>,
     /// VG or VG/LV names.
     names: Vec<String>,
 }
@@ -128,6 +146,9 @@ impl ReportArgs {
                 };
             }
         };
+        let mut fields = fields;
+        let shown = fields.len();
+        let sort = sort_keys(kind, &mut fields, a.sort.as_deref())?;
         let units = Units::parse(&a.units, !a.nosuffix).map_err(|e| (EINVALID_CMD_LINE, e))?;
         let json = match a.reportformat.as_str() {
             "json" => true,
@@ -173,14 +194,56 @@ impl ReportArgs {
             segments,
             select: &a.names,
         };
-        let table = report::build(&scan, &req, &DmState::probe());
+        let mut table = report::build(&scan, &req, &DmState::probe());
+        table.sort(&sort);
+        table.keep_columns(shown);
         if json {
             print!("{}", table.to_json(units));
         } else {
-            print!("{}", table.to_columns(units, !a.noheadings));
+            let layout = report::Layout {
+                headings: !a.noheadings,
+                separator: a.separator.clone(),
+                aligned: a.aligned,
+                prefixes: a.nameprefixes,
+                quoted: !a.unquoted,
+                rows: a.rows,
+            };
+            print!("{}", table.to_text(units, &layout));
         }
         Ok(())
     }
+}
+
+/// `-O`: the columns to sort by (descending for `-name`), adding fields not shown to the
+/// end of `fields`.
+fn sort_keys(
+    kind: Kind,
+    fields: &mut Vec<&'static report::Field>,
+    spec: Option<&str>,
+) -> Result<Vec<(usize, bool)>, (u8, String)> {
+    let mut keys = Vec::new();
+    for key in spec
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+    {
+        let (desc, name) = match key.strip_prefix('-') {
+            Some(n) => (true, n),
+            None => (false, key.strip_prefix('+').unwrap_or(key)),
+        };
+        let f = report::find(name, kind.prefix())
+            .ok_or_else(|| failed(format!("Unrecognised field: {name}")))?;
+        let i = match fields.iter().position(|g| g.name == f.name) {
+            Some(i) => i,
+            None => {
+                fields.push(f);
+                fields.len() - 1
+            }
+        };
+        keys.push((i, desc));
+    }
+    Ok(keys)
 }
 
 fn hostname() -> String {

@@ -2,9 +2,11 @@
 //! columns or as lvm2's JSON (`--reportformat json`).
 
 mod fields;
+mod layout;
 mod spec;
 
 pub use fields::{lv_attr, Cell, DmState, Field, LvUses, Object, FIELDS};
+pub use layout::Layout;
 pub use spec::{field_help, find, parse_fields, parse_fields_with, FieldsError};
 
 use fields::{lv_field, pv_field, vg_field, VgCtx};
@@ -285,7 +287,7 @@ pub fn build(scan: &Scan, req: &Request<'_>, dm: &DmState) -> Table {
     }
 }
 
-fn cell_text(c: &Cell, units: Units) -> String {
+pub(crate) fn cell_text(c: &Cell, units: Units) -> String {
     match c {
         Cell::Str(s) => s.clone(),
         Cell::Num(n) => n.to_string(),
@@ -334,71 +336,15 @@ impl Table {
         out
     }
 
-    /// Aligned columns with a heading line, as lvm2 prints by default.
+    /// Aligned columns as lvm2 prints them by default (see [`Layout`]).
     pub fn to_columns(&self, units: Units, headings: bool) -> String {
-        let texts: Vec<Vec<String>> = self
-            .rows
-            .iter()
-            .map(|r| r.iter().map(|c| cell_text(c, units)).collect())
-            .collect();
-        let widths: Vec<usize> = self
-            .fields
-            .iter()
-            .enumerate()
-            .map(|(i, f)| {
-                // lvm2 keeps room for "100.00" in its percent columns.
-                let least = if f.title.ends_with('%') { 6 } else { 0 };
-                let head = if headings {
-                    f.title.len().max(least)
-                } else {
-                    least
-                };
-                texts
-                    .iter()
-                    .map(|r| r[i].len())
-                    .max()
-                    .unwrap_or(0)
-                    .max(head)
-            })
-            .collect();
-        let right: Vec<bool> = self
-            .rows
-            .first()
-            .map(|r| r.iter().map(|c| !matches!(c, Cell::Str(_))).collect())
-            .unwrap_or_default();
-        // As lvm2 prints it: nothing without rows; titles left-aligned, numbers and sizes
-        // right-aligned, every column (the last too) padded to its width.
-        let mut out = String::new();
-        if texts.is_empty() {
-            return out;
-        }
-        let line = |cells: Vec<&str>, title: bool, out: &mut String| {
-            let parts: Vec<String> = cells
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    if !title && right.get(i).copied().unwrap_or(false) {
-                        format!("{s:>w$}", w = widths[i])
-                    } else {
-                        format!("{s:<w$}", w = widths[i])
-                    }
-                })
-                .collect();
-            out.push_str("  ");
-            out.push_str(&parts.join(" "));
-            out.push('\n');
-        };
-        if headings {
-            line(
-                self.fields.iter().map(|f| f.title).collect(),
-                true,
-                &mut out,
-            );
-        }
-        for r in &texts {
-            line(r.iter().map(String::as_str).collect(), false, &mut out);
-        }
-        out
+        self.to_text(
+            units,
+            &Layout {
+                headings,
+                ..Layout::default()
+            },
+        )
     }
 }
 
