@@ -134,6 +134,12 @@ fn lvm2_and_lvmeta_side_by_side() {
         &["lvs", "--units", "g", "--nosuffix", "-o", "lv_name,lv_size"],
         &["vgs", "--units", "g", "--nosuffix"],
         &["lvs", "-o", "lv_name,lvlockargs,LVNAME,size"],
+        &[
+            "lvs",
+            "-a",
+            "-o",
+            "lv_name,lv_path,lv_full_name,lv_dm_path,chunk_size,lv_active",
+        ],
         &["lvs", "--reportformat", "json"],
         // Layouts scripts parse, and sorting by fields shown or not.
         &["lvs", "--separator", ",", "-o", "lv_name,lv_size,lv_attr"],

@@ -63,6 +63,11 @@ pub const FIELDS: &[Field] = &[
     f("mirror_log", "Log", Object::Lv),
     f("copy_percent", "Cpy%Sync", Object::Lv),
     f("convert_lv", "Convert", Object::Lv),
+    f("lv_full_name", "LV", Object::Lv),
+    f("lv_path", "Path", Object::Lv),
+    f("lv_dm_path", "DMPath", Object::Lv),
+    f("lv_active", "Active", Object::Lv),
+    f("chunk_size", "Chunk", Object::Seg),
     f("segtype", "Type", Object::Seg),
     f("seg_size", "SSize", Object::Seg),
     f("devices", "Devices", Object::Seg),
@@ -139,7 +144,7 @@ impl DmState {
     /// - active: a device with that uuid, or with it and a layer suffix (a pool's `_tdata`
     ///   is `<uuid>-tdata`); a thin pool only with its own device, not by its `-tpool`;
     /// - open: the device's open count, a pool's from its `-tpool` when that is up.
-    fn columns(&self, uuid: &str, pool: bool) -> (char, char) {
+    pub(super) fn columns(&self, uuid: &str, pool: bool) -> (char, char) {
         let DmState::Known(devices) = self else {
             return ('X', 'X');
         };
@@ -322,7 +327,7 @@ pub fn lv_field(
         "lv_name" => Cell::Str(lv.name.clone()),
         "lv_uuid" => Cell::Str(lv.id.to_string()),
         "lv_size" => Cell::Size(lv.extents() * ext),
-        "lv_attr" => Cell::Str(lv_attr(lv, uses, vg, dm)),
+        "lv_attr" => Cell::Str(super::attr::lv_attr(lv, uses, vg, dm)),
         "seg_count" => Cell::Num(lv.segments.len() as u64),
         "lv_tags" => tags(&lv.tags),
         "pool_lv" => Cell::Str(match &lv.segments[0].kind {
@@ -341,6 +346,17 @@ pub fn lv_field(
         "seg_size" => Cell::Size(u64::from(seg.extent_count) * ext),
         "data_percent" | "metadata_percent" | "move_pv" | "mirror_log" | "copy_percent"
         | "convert_lv" => Cell::Str(String::new()),
+        "lv_full_name" => Cell::Str(format!("{}/{}", vg.name, lv.name)),
+        "lv_path" => Cell::Str(super::attr::lv_path(vg, lv)),
+        "lv_dm_path" => Cell::Str(format!(
+            "/dev/mapper/{}",
+            crate::activate::dm_names::dm_name(&vg.name, &lv.name)
+        )),
+        "lv_active" => Cell::Str(super::attr::lv_active(vg, lv, dm).into()),
+        "chunk_size" => Cell::Size(match &seg.kind {
+            SegKind::ThinPool(p) => Sectors(u64::from(p.chunk_size)).bytes().0,
+            _ => 0,
+        }),
         "devices" => Cell::Str(devices(c, seg)),
         "seg_start_pe" => Cell::Num(u64::from(seg.start_extent)),
         "seg_size_pe" => Cell::Num(u64::from(seg.extent_count)),
@@ -413,7 +429,7 @@ pub struct LvUses<'v> {
     /// (COW LV, origin LV) of old-style snapshots, sorted.
     cows: Vec<(&'v str, &'v str)>,
     /// Origins of old-style snapshots, sorted.
-    origins: Vec<&'v str>,
+    pub(super) origins: Vec<&'v str>,
 }
 
 impl<'v> LvUses<'v> {
@@ -440,90 +456,13 @@ impl<'v> LvUses<'v> {
     }
 
     /// Does a segment name `lv` in `field`?
-    fn used_as(&self, lv: &str, field: &str) -> bool {
+    pub(super) fn used_as(&self, lv: &str, field: &str) -> bool {
         self.refs.binary_search(&(lv, field)).is_ok()
     }
 
     /// The origin of the old-style snapshot whose COW LV is `lv`.
-    fn origin_of_cow(&self, lv: &str) -> Option<&'v str> {
+    pub(super) fn origin_of_cow(&self, lv: &str) -> Option<&'v str> {
         let i = self.cows.partition_point(|(c, _)| *c < lv);
         self.cows.get(i).filter(|(c, _)| *c == lv).map(|(_, o)| *o)
     }
-}
-
-/// lvm2's 10-character `lv_attr`.
-pub fn lv_attr(lv: &Lv, uses: &LvUses<'_>, vg: &Vg, dm: &DmState) -> String {
-    let kind = &lv.segments[0].kind;
-    let used_as = |field: &str| uses.used_as(&lv.name, field);
-    let is_origin = uses.origins.binary_search(&lv.name.as_str()).is_ok();
-    let is_cow = uses.origin_of_cow(&lv.name).is_some();
-    let hidden = !lv.is_visible();
-    let c0 = match kind {
-        SegKind::ThinPool(_) => 't',
-        SegKind::Thin(_) => 'V',
-        SegKind::Raid { .. } => 'r',
-        SegKind::Mirror(m) if m.extents_moved.is_some() => 'p',
-        SegKind::Mirror(_) => 'm',
-        SegKind::Cache(_) | SegKind::Writecache(_) => 'C',
-        SegKind::VdoPool(_) => 'd',
-        SegKind::Error | SegKind::Zero => 'v',
-        _ if is_origin => 'o',
-        _ if is_cow => 's',
-        _ if used_as("pool") => 'T',
-        _ if used_as("metadata")
-            || (hidden && lv.name.contains("_pmspare"))
-            || lv.name.contains("_rmeta_") =>
-        {
-            'e'
-        }
-        _ if used_as("raids") || used_as("raid0_lvs") || lv.name.contains("_mimage_") => 'i',
-        _ if used_as("mirror_log") => 'l',
-        _ if used_as("data") && lv.name.contains("_vdata") => 'D',
-        _ => '-',
-    };
-    let c1 = if lv.is_writable() { 'w' } else { 'r' };
-    let c2 = match lv.allocation_policy.as_deref() {
-        Some("contiguous") => 'c',
-        Some("cling") => 'l',
-        Some("anywhere") => 'a',
-        Some("normal") => 'n',
-        _ => 'i',
-    };
-    let c3 = if lv.status.iter().any(|s| s == "FIXED_MINOR") {
-        'm'
-    } else {
-        '-'
-    };
-    let uuid = crate::activate::runs::dm_uuid(vg, lv);
-    let (c4, c5) = dm.columns(&uuid, matches!(kind, SegKind::ThinPool(_)));
-    let c6 = match kind {
-        SegKind::Thin(_) | SegKind::ThinPool(_) => 't',
-        SegKind::Mirror(_) => 'm',
-        SegKind::Raid { .. } => 'r',
-        SegKind::Snapshot(_) => 's',
-        SegKind::Cache(_) | SegKind::CachePool(_) | SegKind::Writecache(_) => 'C',
-        SegKind::Vdo(_) | SegKind::VdoPool(_) => 'V',
-        SegKind::Error | SegKind::Zero => 'v',
-        SegKind::Unknown(_) => 'u',
-        _ if is_origin || is_cow => 's',
-        _ => '-',
-    };
-    // Zeroing: a pool's setting, shown on the pool and on its thin LVs.
-    let zeroing_pool = |name: &str| {
-        vg.lv(name).is_some_and(|p| {
-            matches!(p.segments.first().map(|s| &s.kind), Some(SegKind::ThinPool(tp)) if tp.zero_new_blocks)
-        })
-    };
-    let c7 = match kind {
-        SegKind::ThinPool(p) if p.zero_new_blocks => 'z',
-        SegKind::Thin(t) if zeroing_pool(&t.thin_pool) => 'z',
-        _ => '-',
-    };
-    let c8 = '-';
-    let c9 = if lv.has_flag("ACTIVATION_SKIP") {
-        'k'
-    } else {
-        '-'
-    };
-    [c0, c1, c2, c3, c4, c5, c6, c7, c8, c9].iter().collect()
 }

@@ -1,11 +1,13 @@
 //! lvm2-style reports: `pvs`, `vgs` and `lvs` rows built from a [`Scan`], printed as aligned
 //! columns or as lvm2's JSON (`--reportformat json`).
 
+mod attr;
 mod fields;
 mod layout;
 mod spec;
 
-pub use fields::{lv_attr, Cell, DmState, Field, LvUses, Object, FIELDS};
+pub use attr::lv_attr;
+pub use fields::{Cell, DmState, Field, LvUses, Object, FIELDS};
 pub use layout::Layout;
 pub use spec::{field_help, find, parse_fields, parse_fields_with, FieldsError};
 
@@ -64,6 +66,10 @@ impl Units {
                 } else {
                     sectors.to_string()
                 };
+            }
+            // lvm2 prints a zero size as "0 " (a blank where the letter would be).
+            'h' | 'H' | 'r' | 'R' if bytes == 0 => {
+                return if self.suffix { "0 ".into() } else { "0".into() }
             }
             'h' | 'H' | 'r' | 'R' => {
                 let lower = matches!(self.unit, 'h' | 'r');
@@ -363,6 +369,7 @@ mod tests {
         assert_eq!(h.format(12 << 20), "12.00m");
         assert_eq!(h.format((60 << 30) - 1), "<60.00g");
         assert_eq!(h.format(512), "512B");
+        assert_eq!(h.format(0), "0 ");
         assert_eq!(
             Units {
                 unit: 'g',
