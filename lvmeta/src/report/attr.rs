@@ -1,8 +1,105 @@
-//! lvm2's `lv_attr` and the LV fields that follow from the same facts: its path and
-//! whether it is active.
+//! lvm2's `lv_attr` and what it is made of: whether LVs are active ([`DmState`]), how the
+//! LVs of a VG refer to each other ([`LvUses`]); and the LV fields that follow from the
+//! same facts: its path and whether it is active.
 
-use super::fields::{DmState, LvUses};
 use crate::model::{Lv, SegKind, Vg};
+
+/// Whether LVs are active, as far as this machine can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DmState {
+    /// No device-mapper here: state and open columns show `X`, as lvm2 does without it.
+    Unknown,
+    /// The device-mapper devices: dm uuid (`LVM-<vg uuid><lv uuid>[-<layer>]` for LVs) ->
+    /// open count.
+    Known(std::collections::HashMap<String, i32>),
+}
+
+impl DmState {
+    /// Asks device-mapper; `Unknown` when the kernel has none (or lvmeta is built without
+    /// its `dm` feature).
+    pub fn probe() -> Self {
+        #[cfg(feature = "dm")]
+        if let Some(m) = crate::activate::dm::device_opens() {
+            return DmState::Known(m);
+        }
+        DmState::Unknown
+    }
+
+    /// lvm2's state and open columns of the LV with dm uuid `uuid`:
+    /// - active: a device with that uuid, or with it and a layer suffix (a pool's `_tdata`
+    ///   is `<uuid>-tdata`); a thin pool only with its own device, not by its `-tpool`;
+    /// - open: the device's open count, a pool's from its `-tpool` when that is up.
+    pub(super) fn columns(&self, uuid: &str, pool: bool) -> (char, char) {
+        let DmState::Known(devices) = self else {
+            return ('X', 'X');
+        };
+        let mine = |u: &str| {
+            u == uuid
+                || (!pool
+                    && u.strip_prefix(uuid)
+                        .is_some_and(|rest| rest.starts_with('-')))
+        };
+        let Some(open) = devices
+            .iter()
+            .filter(|(u, _)| mine(u))
+            .map(|(_, &o)| o)
+            .max()
+        else {
+            return ('-', '-');
+        };
+        let open = match devices.get(&format!("{uuid}-tpool")) {
+            Some(&o) if pool => o,
+            _ => open,
+        };
+        ('a', if open > 0 { 'o' } else { '-' })
+    }
+}
+
+/// How the LVs of a VG refer to each other, gathered in one pass so that per-LV fields need
+/// no scan of the whole VG.
+pub struct LvUses<'v> {
+    /// (referenced LV, referring field), sorted.
+    refs: Vec<(&'v str, &'v str)>,
+    /// (COW LV, origin LV) of old-style snapshots, sorted.
+    cows: Vec<(&'v str, &'v str)>,
+    /// Origins of old-style snapshots, sorted.
+    pub(super) origins: Vec<&'v str>,
+}
+
+impl<'v> LvUses<'v> {
+    /// Indexes every reference between the LVs of `vg`.
+    pub fn of(vg: &'v Vg) -> Self {
+        let mut refs = Vec::new();
+        let mut cows = Vec::new();
+        for seg in vg.lvs.iter().flat_map(|l| &l.segments) {
+            seg.kind
+                .each_lv_ref(|field, target| refs.push((target, field)));
+            if let SegKind::Snapshot(s) = &seg.kind {
+                cows.push((s.cow.as_str(), s.origin.as_str()));
+            }
+        }
+        let mut origins: Vec<&str> = cows.iter().map(|(_, o)| *o).collect();
+        refs.sort_unstable();
+        cows.sort_unstable();
+        origins.sort_unstable();
+        Self {
+            refs,
+            cows,
+            origins,
+        }
+    }
+
+    /// Does a segment name `lv` in `field`?
+    pub(super) fn used_as(&self, lv: &str, field: &str) -> bool {
+        self.refs.binary_search(&(lv, field)).is_ok()
+    }
+
+    /// The origin of the old-style snapshot whose COW LV is `lv`.
+    pub(super) fn origin_of_cow(&self, lv: &str) -> Option<&'v str> {
+        let i = self.cows.partition_point(|(c, _)| *c < lv);
+        self.cows.get(i).filter(|(c, _)| *c == lv).map(|(_, o)| *o)
+    }
+}
 
 /// `/dev/VG/LV` for an LV that has a usable device of its own (visible, not a pool).
 pub(super) fn lv_path(vg: &Vg, lv: &Lv) -> String {

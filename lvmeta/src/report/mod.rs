@@ -6,8 +6,8 @@ mod fields;
 mod layout;
 mod spec;
 
-pub use attr::lv_attr;
-pub use fields::{Cell, DmState, Field, LvUses, Object, FIELDS};
+pub use attr::{lv_attr, DmState, LvUses};
+pub use fields::{Cell, Field, Object, FIELDS};
 pub use layout::Layout;
 pub use spec::{field_help, find, parse_fields, parse_fields_with, FieldsError};
 
