@@ -136,8 +136,10 @@ fn controllers_given_only_the_lun_make_one_vg() {
         serves(&rb, "pvc-b").await;
     });
 
-    // A restart keeps the id; a blank LUN added to the list joins the VG.
+    // A restart keeps the id; a blank LUN added to the list joins the VG. The killed
+    // process left its socket file: gone first, so the next connect waits for the new one.
     drop(a);
+    std::fs::remove_file(ra.join("csi.sock")).expect("the old socket");
     let (a, log_a2) = controller(&ra, &format!("{lun},{extra}"), "vg");
     // The log is appended to: its second "lockspaces joined" comes before "LUNs added".
     let text = wait_log(&log_a2, "LUNs added to the VG", most);
