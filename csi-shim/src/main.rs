@@ -17,8 +17,6 @@ use std::sync::Arc;
 
 use clap::Parser;
 use csi_shim::driver::Driver;
-use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::session::Session;
 
 /// Serving the CSI endpoint.
 #[derive(Debug, Parser)]
@@ -285,14 +283,8 @@ fn main() -> std::process::ExitCode {
 
 /// Serves with this host's id `host_id` (resolved once, in `main`).
 fn run(args: Args, holder: Option<u32>, host_id: Option<u64>) -> Result<(), String> {
-    let mut devs: Vec<Box<dyn BlockDevice>> = Vec::new();
-    for p in &args.devices {
-        devs.push(Box::new(
-            FileDevice::open_rw(p).map_err(|e| format!("{}: {e}", p.display()))?,
-        ));
-    }
     let metrics = Arc::new(csi_shim::metrics::Metrics::default());
-    let mut session = Session::new(devs).with_lock_dir(args.locking_dir.clone());
+    let mut session = csi_shim::prepare::open_session(&args.devices, &args.locking_dir)?;
     let host_devices = lvmeta::activate::best();
     let manager: Option<Arc<dyn lvmeta::lease::LeaseManager>> = host_id.map(|_| {
         let m = match holder.and_then(|h| i32::try_from(h).ok()) {

@@ -100,14 +100,20 @@ fn lease_host(s: &Setup, id: u64) -> lease::Host {
     )
 }
 
-fn session(s: &Setup) -> Result<Session, String> {
+/// A session over the LUNs `devices`, read-write, taking lvm2's file locks in `lock_dir`
+/// (what the serving process and the steps before it both use).
+pub fn open_session(devices: &[PathBuf], lock_dir: &Path) -> Result<Session, String> {
     let mut devs: Vec<Box<dyn BlockDevice>> = Vec::new();
-    for p in &s.devices {
+    for p in devices {
         devs.push(Box::new(
             FileDevice::open_rw(p).map_err(|e| format!("{}: {e}", p.display()))?,
         ));
     }
-    Ok(Session::new(devs).with_lock_dir(s.locking_dir.clone()))
+    Ok(Session::new(devs).with_lock_dir(lock_dir.to_owned()))
+}
+
+fn session(s: &Setup) -> Result<Session, String> {
+    open_session(&s.devices, &s.locking_dir)
 }
 
 fn names(s: &Setup) -> Vec<String> {
@@ -213,10 +219,10 @@ pub fn extend(s: &Setup, host_id: Option<u64>) -> Result<(), String> {
     let refs: Vec<&str> = devices.iter().map(String::as_str).collect();
     // New PVs get the metadata area of the VG's largest: every area holds the whole text.
     let largest = scan.vg(vg).ok().and_then(|sv| {
-        scan.pvs
+        sv.pv_devices
             .iter()
-            .filter(|p| sv.vg.pvs.iter().any(|v| v.id == p.label.pv_uuid))
-            .flat_map(|p| p.mdas.iter().map(|m| m.locn.size))
+            .flatten()
+            .flat_map(|&i| scan.pvs[i].mdas.iter().map(|m| m.locn.size))
             .max()
     });
     let p = provision(s, &session, vg, &refs, largest.map(Bytes));

@@ -473,20 +473,25 @@ impl Drop for ReadLocks {
 /// Where a shared VG's leases are: each PV's device, and lvmlockd's geometry for the sector
 /// size of the PV holding `lvmlock`.
 fn places(scan: &Scan, sv: &ScannedVg) -> lease::VgPlaces {
-    let paths: Vec<Option<String>> = sv
+    let pvs: Vec<Option<&ScannedPv>> = sv
         .pv_devices
         .iter()
-        .map(|d| d.map(|i| scan.pvs[i].device.clone()))
+        .map(|d| d.map(|i| &scan.pvs[i]))
         .collect();
-    let lock_pv = lease::layout::lv_byte(&sv.vg, "lvmlock", 0).map_or(0, |(pv, _)| pv);
-    let sector = sv
-        .pv_devices
+    vg_places(&sv.vg, &pvs)
+}
+
+/// Where `vg`'s leases are, its PVs found on `pvs` (VG order; `None`: missing): the device
+/// of each PV, and the geometry of the `lvmlock` LV's PV.
+fn vg_places(vg: &Vg, pvs: &[Option<&ScannedPv>]) -> lease::VgPlaces {
+    let lock_pv = lease::layout::lv_byte(vg, "lvmlock", 0).map_or(0, |(pv, _)| pv);
+    let sector = pvs
         .get(lock_pv)
         .copied()
         .flatten()
-        .map_or(512, |i| scan.pvs[i].sector_size);
+        .map_or(512, |p| p.sector_size);
     lease::VgPlaces {
-        paths,
+        paths: pvs.iter().map(|p| p.map(|p| p.device.clone())).collect(),
         geometry: lease::Geometry::for_sector(sector),
     }
 }

@@ -2,7 +2,7 @@
 //! lvm2's global lock (and lvmlockd's global lease), then labels and whole metadata areas.
 
 use super::write::{describe, next_version};
-use super::{members, places, writable, Session};
+use super::{members, places, vg_places, writable, Session};
 use crate::commit::{self, flush, io_err, write};
 use crate::edit::{self, EditError, NewPv, VgSpec};
 
@@ -266,11 +266,8 @@ impl Session {
             for other in scan.vgs.iter().filter(|o| o.vg.is_shared()) {
                 gl_elsewhere |= h.holds_gl(&other.vg, &places(&scan, other))?;
             }
-            let sector = pvs.first().map_or(512, |p| p.sector_size);
-            let at = lease::VgPlaces {
-                paths: pvs.iter().map(|p| Some(p.device.clone())).collect(),
-                geometry: lease::Geometry::for_sector(sector),
-            };
+            // The new VG's PVs are `pvs`, in order.
+            let at = vg_places(&vg, &pvs.iter().map(Some).collect::<Vec<_>>());
             guard()?;
             h.init_vg(&vg, &at, gl_elsewhere)?;
         }
