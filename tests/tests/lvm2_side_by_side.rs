@@ -9,7 +9,7 @@
 //! LVs are made inactive (`-an`): lvmeta's lvcreate does not activate.
 //!
 //! The command lines cover what issue #32 found different; what lvmeta does not do yet
-//! (`--select`, the display verbs, pool and thin LV in one `lvcreate`, ...) is not here.
+//! (`--select`, the display verbs, ...) is not here.
 
 use std::process::{Command, Output};
 
@@ -172,6 +172,43 @@ fn lvm2_and_lvmeta_side_by_side() {
             "b",
             "--nosuffix",
         ],
+        // A pool and a thin LV in one command; pools named by --thinpool.
+        &[
+            "lvcreate",
+            "-an",
+            "-T",
+            "-L",
+            "8M",
+            "-V",
+            "20M",
+            "-n",
+            "t2",
+            "vg0/pool2",
+        ],
+        &[
+            "lvcreate",
+            "-an",
+            "--type",
+            "thin-pool",
+            "-L",
+            "8M",
+            "--thinpool",
+            "pool3",
+            "vg0",
+        ],
+        &[
+            "lvcreate",
+            "-an",
+            "-V",
+            "20M",
+            "--thinpool",
+            "vg0/pool3",
+            "-n",
+            "t3",
+        ],
+        &["lvremove", "-f", "vg0/lin2"],
+        &["lvcreate", "-an", "-L", "4M", "--thinpool", "pool4", "vg0"],
+        &["lvs", "-a"],
         // Exit codes: bad command line 3, failed command 5.
         &["lvs", "-o", "bogus_field"],
         &["lvs", "--bogus"],

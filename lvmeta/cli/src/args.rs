@@ -224,9 +224,16 @@ pub fn permission(v: &Option<String>) -> Result<Option<Permission>, (u8, String)
     }
 }
 
-/// Opens the session: `--devices` (plus any device named on the command line), or every
-/// block device that opens read-write.
+/// Opens the session ([`open`]) and prints the scan's warnings.
 pub fn session(w: &WriteArgs, extra: &[PathBuf]) -> Result<Session, (u8, String)> {
+    let s = open(w, extra)?;
+    print_warnings(&s.cached_scan());
+    Ok(s)
+}
+
+/// Opens the session over `--devices` (plus any device named on the command line), or every
+/// block device that opens read-write; reads nothing yet.
+pub fn open(w: &WriteArgs, extra: &[PathBuf]) -> Result<Session, (u8, String)> {
     let explicit = !w.dev.devices.is_empty();
     let mut paths = if explicit {
         w.dev.devices.clone()
@@ -255,9 +262,6 @@ pub fn session(w: &WriteArgs, extra: &[PathBuf]) -> Result<Session, (u8, String)
     }
     if let Some(host) = w.lock.host()? {
         s = s.with_host(host);
-    }
-    for warn in &s.scan().warnings {
-        eprintln!("  WARNING: {warn}");
     }
     Ok(s)
 }
@@ -385,8 +389,20 @@ pub fn pv_list(vg: &Vg, s: &Session, devs: &[String]) -> Result<Option<Vec<usize
     s.pv_indexes(vg, &refs(devs)).map(Some).map_err(failed)
 }
 
+/// VG `vg`, read once under lvm2's VG file lock, which the session keeps for the rest of
+/// the command ([`Session::hold`]); the first read's warnings are printed.
 pub fn current(s: &Session, vg: &str) -> Result<Vg, (u8, String)> {
-    s.scan().vg(vg).map(|v| v.vg.clone()).map_err(failed)
+    hold(s, vg)?;
+    s.vg(vg).map_err(failed)
+}
+
+/// Takes and keeps VG `vg`'s file lock for the rest of the command ([`Session::hold`]);
+/// reads the devices under it and prints the warnings when it was not held yet.
+pub fn hold(s: &Session, vg: &str) -> Result<(), (u8, String)> {
+    if s.hold(vg).map_err(failed)? {
+        print_warnings(&s.cached_scan());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use lvmeta::edit::{self, LvChange};
 use lvmeta::session::Session;
 
 use crate::args::{
-    current, extents_of, failed, long_size, parse_size, permission, pv_list, rounded_up, session,
-    usage, vg_lv, yes_no, WriteArgs,
+    current, extents_of, failed, hold, long_size, open, parse_size, permission, pv_list,
+    rounded_up, usage, vg_lv, yes_no, WriteArgs,
 };
 use crate::CmdResult;
 
@@ -52,7 +52,7 @@ impl ResizeArgs {
         let a = self;
         let (target, pv_names) = a.args.split_first().ok_or_else(|| usage("VG/LV needed"))?;
         let (vg, lv) = vg_lv(target)?;
-        let s = session(&a.w, &[])?;
+        let s = open(&a.w, &[])?;
         let cur = current(&s, vg)?;
         let now = cur
             .lv(lv)
@@ -152,7 +152,7 @@ pub struct LvremoveArgs {
 impl LvremoveArgs {
     /// Removes each LV (a thin LV's pool takes its message now when it is active here).
     pub fn run(&self) -> CmdResult {
-        let s = session(&self.w, &[])?;
+        let s = open(&self.w, &[])?;
         let mut names = Vec::new();
         for name in &self.lvs {
             if name.contains('/') {
@@ -171,8 +171,7 @@ impl LvremoveArgs {
         }
         for name in &names {
             let (vg, lv) = vg_lv(name)?;
-            let pool = s
-                .vg(vg)
+            let pool = current(&s, vg)
                 .ok()
                 .and_then(|v| v.lv(lv).and_then(|l| l.thin_pool().map(str::to_owned)));
             s.update(vg, "lvremove", |v, ctx| {
@@ -210,7 +209,8 @@ impl LvrenameArgs {
             [v, a, b] => (v.clone(), a.clone(), b.clone()),
             _ => return Err(usage("lvrename VG/OLD NEW or VG OLD NEW")),
         };
-        let s = session(&self.w, &[])?;
+        let s = open(&self.w, &[])?;
+        hold(&s, &vg)?;
         s.update(&vg, "lvrename", |v, ctx| {
             edit::lv::rename(v, ctx, &from, &to)
         })
@@ -272,10 +272,11 @@ impl LvchangeArgs {
             Some("sy") => true,
             Some(other) => return Err(usage(format!("-a {other}: y, ey, sy or n"))),
         };
-        let s = session(&self.w, &[])?;
+        let s = open(&self.w, &[])?;
         if change != LvChange::default() || !pool.is_empty() || self.activate.is_none() {
             for name in &self.lvs {
                 let (vg, lv) = vg_lv(name)?;
+                hold(&s, vg)?;
                 if let (false, Some(backend)) = (pool.is_empty(), lvmeta::activate::best()) {
                     s.check_discard_switch(vg, lv, &pool, backend.as_ref())
                         .map_err(failed)?;
@@ -303,6 +304,7 @@ impl LvchangeArgs {
         })?;
         for name in &self.lvs {
             let (vg, lv) = vg_lv(name)?;
+            hold(&s, vg)?;
             if act == "n" {
                 s.deactivate(vg, lv, backend.as_ref()).map_err(failed)?;
                 continue;

@@ -27,6 +27,7 @@ mod board;
 mod data;
 mod group;
 mod guard;
+mod hold;
 mod hostid;
 mod provision;
 mod pv;
@@ -76,6 +77,9 @@ pub struct Session {
     /// The thin pool leases held by this session's activations (`vg/pool` -> mode and the
     /// hold), shared by the pool's thin LVs active here.
     pool_leases: Mutex<PoolLeases>,
+    /// The VG whose lvm2 file lock this session keeps (see [`Session::hold`]), and the lock
+    /// (`None` without a lock directory).
+    held: Mutex<Option<(String, Option<FileLock>)>>,
 }
 
 impl Session {
@@ -95,6 +99,7 @@ impl Session {
             pool_leases: Mutex::default(),
             published: Mutex::default(),
             groups: group::Groups::default(),
+            held: Mutex::default(),
         }
     }
 
@@ -282,10 +287,17 @@ impl Session {
             })
     }
 
+    /// Takes `res`'s file lock; `None` without a lock directory, or for the VG this session
+    /// holds ([`Session::hold`]: flock would wait for itself).
     fn lock(&self, res: Resource) -> Result<Option<FileLock>, Error> {
         let Some(dir) = &self.lock_dir else {
             return Ok(None);
         };
+        if let Resource::Vg(vg) = &res {
+            if self.holds(vg) {
+                return Ok(None);
+            }
+        }
         lockfile::lock(dir, &res, true)
             .map(Some)
             .map_err(|source| Error::Lock {
@@ -349,7 +361,7 @@ impl Session {
 
     /// The VG as this session last read or wrote it, shared with other readers: no copy.
     pub fn view(&self, name: &str) -> Result<VgView, Error> {
-        let scan = self.current();
+        let scan = self.cached_for(name);
         let index = scan
             .vgs
             .iter()

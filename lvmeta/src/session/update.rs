@@ -283,7 +283,7 @@ impl Session {
     /// Takes lvm2's VG file lock and the guard, and reads the VG under them.
     fn begin(&self, vg: &str) -> Result<(Bench, Option<FileLock>), Error> {
         let file = self.lock(Resource::Vg(vg.to_owned()))?;
-        let first = self.current();
+        let first = self.cached_for(vg);
         let sv = writable(&first, vg)?;
         let (guard, scan) = match self.host_for(&sv.vg)? {
             Some(h) => {
