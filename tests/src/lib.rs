@@ -204,6 +204,7 @@ pub fn lvmeta_json(
         all: true,
         segments,
         select,
+        by_name: true,
     };
     // As `lvmeta lvs` on this machine: lvm2 prints `XX` for state and open without
     // device-mapper, the devices' state with it.

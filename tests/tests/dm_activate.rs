@@ -285,3 +285,128 @@ fn device_mapper_tables_work_beside_lvm2() {
     lt.deactivate(&backend).expect("deactivate lvm2's thin LV");
     sb.vgck_clean("vg", None);
 }
+
+/// `vgchange -ay` brings up every LV but those marked to skip activation, thin LVs with
+/// their pool, as lvm2 sees it; `vgchange -an` takes them all down, thin LVs first.
+#[test]
+fn vgchange_activates_and_deactivates_a_vg() {
+    let test = "vgchange_activates_and_deactivates_a_vg";
+    if !privileged(test, &["losetup", "lvs", "dmsetup"]) || !lvmeta_tests::device_mapper(test) {
+        return;
+    }
+    let sb = Sandbox::new(&[128 * MIB], 512);
+    let a = sb.loops[0].clone();
+    sb.lvmeta_ok("vgcreate", &["-s", "4m", "vgc", &a]);
+    sb.lvmeta_ok("lvcreate", &["-an", "-n", "lin", "-L", "8m", "vgc"]);
+    sb.lvmeta_ok(
+        "lvcreate",
+        &["-an", "-n", "skip", "-k", "y", "-L", "4m", "vgc"],
+    );
+    sb.lvmeta_ok(
+        "lvcreate",
+        &["-an", "-T", "-L", "16m", "-V", "32m", "-n", "t", "vgc/pool"],
+    );
+    let said = |out: std::process::Output| String::from_utf8_lossy(&out.stdout).into_owned();
+    let up = said(sb.lvmeta_ok("vgchange", &["-ay", "vgc"]));
+    assert_eq!(
+        up,
+        "  3 logical volume(s) in volume group \"vgc\" now active\n"
+    );
+    for lv in ["vgc/lin", "vgc/pool", "vgc/t"] {
+        assert!(lvm2_active(&sb, lv), "{lv} active as lvm2 sees it");
+    }
+    assert!(!lvm2_active(&sb, "vgc/skip"), "activation skip is kept");
+    // Again: nothing more to do, the same count.
+    assert_eq!(said(sb.lvmeta_ok("vgchange", &["-ay", "vgc"])), up);
+    let down = said(sb.lvmeta_ok("vgchange", &["-an", "vgc"]));
+    assert_eq!(
+        down,
+        "  0 logical volume(s) in volume group \"vgc\" now active\n"
+    );
+    for lv in ["lin", "pool", "t", "pool-tpool", "pool_tdata", "pool_tmeta"] {
+        assert!(!dm_has(&format!("vgc-{lv}")), "vgc-{lv} is gone");
+    }
+    assert_eq!(
+        sb.lvmeta("vgchange", &["-a", "x", "vgc"]).status.code(),
+        Some(3)
+    );
+}
+
+/// The filesystem size of `dev` in bytes, as the filesystem's own tools report it.
+fn fs_bytes(dev: &str, xfs: bool) -> u64 {
+    let (tool, args): (&str, Vec<&str>) = match xfs {
+        true => (
+            "xfs_db",
+            vec!["-r", "-c", "sb 0", "-c", "print blocksize dblocks", dev],
+        ),
+        false => ("dumpe2fs", vec!["-h", dev]),
+    };
+    let out = std::process::Command::new(tool)
+        .args(&args)
+        .output()
+        .expect(tool);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let num = |key: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| {
+                v.trim_start_matches([':', ' ', '='])
+                    .trim()
+                    .parse()
+                    .expect("number")
+            })
+            .unwrap_or_else(|| panic!("{key} in {tool} output: {text}"))
+    };
+    match xfs {
+        true => num("blocksize") * num("dblocks"),
+        false => num("Block count") * num("Block size"),
+    }
+}
+
+/// `lvextend -r` grows ext4 (unmounted) and xfs (mounted for it) with the LV; `lvreduce -r`
+/// shrinks ext4 before the LV; xfs is never shrunk, and nothing changes then.
+#[test]
+fn resizefs_resizes_the_filesystem_with_the_lv() {
+    let test = "resizefs_resizes_the_filesystem_with_the_lv";
+    let tools = [
+        "losetup",
+        "dmsetup",
+        "mkfs.ext4",
+        "dumpe2fs",
+        "mkfs.xfs",
+        "xfs_db",
+    ];
+    if !privileged(test, &tools) || !lvmeta_tests::device_mapper(test) {
+        return;
+    }
+    let sb = Sandbox::new(&[1024 * MIB], 512);
+    let a = sb.loops[0].clone();
+    sb.lvmeta_ok("vgcreate", &["-s", "4m", "vgr", &a]);
+    sb.lvmeta_ok("lvcreate", &["-an", "-n", "e", "-L", "32m", "vgr"]);
+    sb.lvmeta_ok("lvcreate", &["-an", "-n", "x", "-L", "320m", "vgr"]);
+    sb.lvmeta_ok("lvchange", &["-ay", "vgr/e", "vgr/x"]);
+    let mkfs = |tool: &str, dev: &str| {
+        let st = std::process::Command::new(tool)
+            .args(["-q", dev])
+            .status()
+            .expect(tool);
+        assert!(st.success(), "{tool} {dev}");
+    };
+    let (e, x) = ("/dev/mapper/vgr-e", "/dev/mapper/vgr-x");
+    mkfs("mkfs.ext4", e);
+    mkfs("mkfs.xfs", x);
+    sb.lvmeta_ok("lvextend", &["-r", "-L", "48m", "vgr/e"]);
+    assert_eq!(fs_bytes(e, false), 48 * MIB);
+    sb.lvmeta_ok("lvreduce", &["-r", "-L", "40m", "vgr/e"]);
+    assert_eq!(fs_bytes(e, false), 40 * MIB);
+    let size = |lv: &str| sb.report_words("lvs", "lv_size", &[lv]);
+    assert_eq!(size("vgr/e"), [(40 * MIB).to_string()]);
+    sb.lvmeta_ok("lvextend", &["-r", "-L", "+64m", "vgr/x"]);
+    assert_eq!(fs_bytes(x, true), 384 * MIB);
+    let refused = sb.lvmeta("lvreduce", &["-r", "-L", "-64m", "vgr/x"]);
+    assert_eq!(refused.status.code(), Some(5), "xfs cannot shrink");
+    assert_eq!(size("vgr/x"), [(384 * MIB).to_string()], "the LV stays");
+    sb.lvmeta_ok("lvchange", &["-an", "vgr/e", "vgr/x"]);
+    let inactive = sb.lvmeta("lvextend", &["-r", "-L", "+4m", "vgr/e"]);
+    assert_eq!(inactive.status.code(), Some(5), "-r needs the LV active");
+}

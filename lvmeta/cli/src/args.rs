@@ -215,6 +215,18 @@ pub fn yes_no(v: &Option<String>, opt: &str) -> Result<Option<bool>, (u8, String
     }
 }
 
+/// `-a`: `None` when not given; else `Some(None)` to deactivate (`n`), `Some(Some(shared))`
+/// to activate (`y`/`ey`, or `sy` shared).
+pub fn activation(v: &Option<String>) -> Result<Option<Option<bool>>, (u8, String)> {
+    match v.as_deref() {
+        None => Ok(None),
+        Some("n") => Ok(Some(None)),
+        Some("y" | "ey") => Ok(Some(Some(false))),
+        Some("sy") => Ok(Some(Some(true))),
+        Some(other) => Err(usage(format!("-a {other}: y, ey, sy or n"))),
+    }
+}
+
 pub fn permission(v: &Option<String>) -> Result<Option<Permission>, (u8, String)> {
     match v.as_deref() {
         None => Ok(None),

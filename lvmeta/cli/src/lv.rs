@@ -8,8 +8,8 @@ use lvmeta::edit::{self, LvChange};
 use lvmeta::session::Session;
 
 use crate::args::{
-    current, extents_of, failed, hold, long_size, open, parse_size, permission, pv_list,
-    rounded_up, usage, vg_lv, yes_no, WriteArgs,
+    activation, current, extents_of, failed, hold, long_size, open, parse_size, permission,
+    pv_list, usage, vg_lv, yes_no, WriteArgs,
 };
 use crate::CmdResult;
 
@@ -27,6 +27,9 @@ pub struct ResizeArgs {
     /// Allow shrinking.
     #[arg(short = 'f', long = "force", action = clap::ArgAction::Count)]
     force: u8,
+    /// Resize the filesystem on the (active) LV with it: ext2/3/4 or xfs (grow only).
+    #[arg(short = 'r', long = "resizefs")]
+    resizefs: bool,
     /// VG/LV, then PVs to allocate from.
     #[arg(required = true)]
     args: Vec<String>,
@@ -78,15 +81,19 @@ impl ResizeArgs {
             }
             _ => return Err(usage("exactly one of -L and -l is needed")),
         };
-        let n = extents_of(&cur, size, ext)?;
         let ext_bytes = cur.extent_bytes();
-        if sign.is_none() {
-            if let Some(up) = rounded_up(&cur, size) {
-                println!(
-                    "  Rounding size to boundary between physical extents: {}.",
-                    long_size(up)
-                );
+        // lvm2 rounds a size to whole extents: down when it is taken off, else up, and says so.
+        let n = match (sign, size) {
+            (Some('-'), Some(b)) if ext_bytes > 0 => {
+                u32::try_from(b.0 / ext_bytes).map_err(|_| usage("size is too large"))?
             }
+            _ => extents_of(&cur, size, ext)?,
+        };
+        if size.is_some_and(|b| ext_bytes > 0 && !b.0.is_multiple_of(ext_bytes)) {
+            println!(
+                "  Rounding size to boundary between physical extents: {}.",
+                long_size(u64::from(n) * ext_bytes)
+            );
         }
         let target_extents = match sign {
             Some('+') => now
@@ -114,10 +121,38 @@ impl ResizeArgs {
             _ => {}
         }
         let pvs = pv_list(&cur, &s, pv_names)?;
+        // -r: the filesystem, found on the active LV, shrinks before it and grows after it.
+        let fs = match a.resizefs {
+            true => Some(filesystem(&s, vg, lv)?),
+            false => None,
+        };
+        if let Some((dev, fs)) = &fs {
+            if target_extents < now {
+                crate::resizefs::shrink(dev, *fs, u64::from(target_extents) * ext_bytes)?;
+            }
+        }
         s.update(vg, "lvresize", |v, ctx| {
-            edit::lv::resize(v, ctx, lv, target_extents, pvs.as_deref(), a.force > 0)
+            edit::lv::resize(
+                v,
+                ctx,
+                lv,
+                target_extents,
+                pvs.as_deref(),
+                a.force > 0 || fs.is_some(),
+            )
         })
         .map_err(failed)?;
+        // An active LV's device takes the new size now, as lvm2 reloads it.
+        if let Some(backend) = lvmeta::activate::best() {
+            if s.live(vg, lv, backend.as_ref()).unwrap_or(false) {
+                s.refresh(vg, lv, backend.as_ref()).map_err(failed)?;
+            }
+        }
+        if let Some((dev, fs)) = &fs {
+            if target_extents > now {
+                crate::resizefs::grow(dev, *fs)?;
+            }
+        }
         println!(
             "  Size of logical volume {vg}/{lv} changed from {} ({now} extents) to {} \
              ({target_extents} extents).",
@@ -127,6 +162,26 @@ impl ResizeArgs {
         println!("  Logical volume {vg}/{lv} successfully resized.");
         Ok(())
     }
+}
+
+/// The device of active LV `vg/lv` and the filesystem on it (`-r`).
+fn filesystem(
+    s: &Session,
+    vg: &str,
+    lv: &str,
+) -> Result<(std::path::PathBuf, crate::resizefs::Fs), (u8, String)> {
+    let backend = lvmeta::activate::best()
+        .ok_or_else(|| failed("-r: no activation backend to find the LV's device"))?;
+    let dev = s
+        .active_device(vg, lv, backend.as_ref())
+        .map_err(failed)?
+        .ok_or_else(|| {
+            failed(format!(
+                "-r: {vg}/{lv} must be active to resize its filesystem"
+            ))
+        })?;
+    let fs = crate::resizefs::detect(&dev)?;
+    Ok((dev, fs))
 }
 
 fn split_sign(s: &str) -> (Option<char>, &str) {
@@ -266,12 +321,7 @@ impl LvchangeArgs {
             zero: yes_no(&self.zero, "-Z")?,
             discards: self.discards.clone(),
         };
-        let shared = match self.activate.as_deref() {
-            None | Some("n") => false,
-            Some("y" | "ey") => false,
-            Some("sy") => true,
-            Some(other) => return Err(usage(format!("-a {other}: y, ey, sy or n"))),
-        };
+        let mode = activation(&self.activate)?;
         let s = open(&self.w, &[])?;
         if change != LvChange::default() || !pool.is_empty() || self.activate.is_none() {
             for name in &self.lvs {
@@ -296,7 +346,7 @@ impl LvchangeArgs {
                 }
             }
         }
-        let Some(act) = &self.activate else {
+        let Some(mode) = mode else {
             return Ok(());
         };
         let backend = lvmeta::activate::best().ok_or_else(|| {
@@ -305,10 +355,10 @@ impl LvchangeArgs {
         for name in &self.lvs {
             let (vg, lv) = vg_lv(name)?;
             hold(&s, vg)?;
-            if act == "n" {
+            let Some(shared) = mode else {
                 s.deactivate(vg, lv, backend.as_ref()).map_err(failed)?;
                 continue;
-            }
+            };
             // lvm2's update_pool_lv: a thin pool's delivered queue is cleared, a commit.
             let a = s
                 .activate(vg, lv, shared, false, backend.as_ref())

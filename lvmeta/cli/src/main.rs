@@ -7,11 +7,13 @@
 //! the options and parsing they share.
 
 mod args;
+mod display;
 mod lv;
 mod lvcreate;
 mod pv;
 mod repair;
 mod report;
+mod resizefs;
 mod vg;
 
 /// mimalloc: the model of a large VG is many small allocations that glibc's allocator
@@ -67,6 +69,24 @@ const VERBS: &[Verb] = &[
         .run(lvmeta::report::Kind::Vgs, false)),
     verb!("lvs", "Report logical volumes.", report::LvsArgs, |a| a
         .run()),
+    verb!(
+        "pvdisplay",
+        "Display physical volumes.",
+        display::DisplayArgs,
+        |a| a.pvdisplay()
+    ),
+    verb!(
+        "vgdisplay",
+        "Display volume groups.",
+        display::DisplayArgs,
+        |a| a.vgdisplay()
+    ),
+    verb!(
+        "lvdisplay",
+        "Display logical volumes.",
+        display::DisplayArgs,
+        |a| a.lvdisplay()
+    ),
     verb!(
         "dump",
         "Print the committed metadata text of a VG.",

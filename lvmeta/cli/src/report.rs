@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use lvmeta::report::{self, DmState, Kind, Request, Units};
+use lvmeta::report::{self, DmState, Kind, Object, Request, SelectError, Selection, Units};
 use lvmeta::text::Style;
 
 use crate::args::{failed, open_devices, print_warnings, scan_devices, DeviceArgs, LockArgs};
@@ -21,9 +21,10 @@ pub struct ReportArgs {
     /// Show hidden LVs too.
     #[arg(short = 'a', long = "all")]
     all: bool,
-    /// Fields to show; `+f1,f2` adds to the default ones.
-    #[arg(short = 'o', long = "options")]
-    options: Option<String>,
+    /// Fields to show; `+f1,f2` adds to the default ones, `-f1,f2` takes them out; taken
+    /// left to right when repeated (a list without `+`/`-` replaces what came before).
+    #[arg(short = 'o', long = "options", allow_hyphen_values = true)]
+    options: Vec<String>,
     /// `basic` (columns) or `json`.
     #[arg(long = "reportformat", default_value = "basic")]
     reportformat: String,
@@ -52,10 +53,15 @@ pub struct ReportArgs {
     /// One line per field.
     #[arg(long = "rows")]
     rows: bool,
-    /// Sort by these fields (`-f` descending), shown or not.
+    /// Only the rows this selection picks (lvm2's grammar: `lv_size>8m && lv_name=~^db`);
+    /// `help` lists the fields.
+    #[arg(short = 'S', long = "select")]
+    select: Option<String>,
+    /// Sort by these fields (`-f` descending), shown or not (the last -O counts).
     #[arg(short = 'O', long = "sort", allow_hyphen_values = true)]
-    sort: Option<String>,
-    /// VG or VG/LV names.
+    sort: Vec<String>,
+    /// pvs: PV device paths; vgs: VG names; lvs: VG, VG/LV or /dev/VG/LV names; `@tag`:
+    /// the objects with that tag (lvs: or whose VG has it).
     names: Vec<String>,
 }
 
@@ -136,7 +142,8 @@ impl ReportArgs {
             true => Kind::SEGMENT_FIELDS,
             false => kind.default_fields(),
         };
-        let fields = match report::parse_fields_with(kind, defaults, a.options.as_deref()) {
+        let specs: Vec<&str> = a.options.iter().map(String::as_str).collect();
+        let fields = match report::parse_fields_with(kind, defaults, &specs) {
             Ok(f) => f,
             Err(e) => {
                 eprint!("{}", report::field_help(kind));
@@ -148,7 +155,31 @@ impl ReportArgs {
         };
         let mut fields = fields;
         let shown = fields.len();
-        let sort = sort_keys(kind, &mut fields, a.sort.as_deref())?;
+        // lvm2 takes the last -O; without one, its default order.
+        let sort = sort_keys(kind, &mut fields, a.sort.last().map_or("", String::as_str))?;
+        let selection = match a
+            .select
+            .as_deref()
+            .map(|t| Selection::parse(kind, t))
+            .transpose()
+        {
+            Ok(s) => s,
+            Err(e) => {
+                if !matches!(e, SelectError::Syntax(_)) {
+                    eprint!("{}", report::field_help(kind));
+                }
+                return match e {
+                    SelectError::Help => Ok(()),
+                    e => Err(failed(e)),
+                };
+            }
+        };
+        // The selection's fields are read from columns, shown or not.
+        for f in selection.iter().flat_map(Selection::fields) {
+            if !fields.iter().any(|g| g.name == f.name) {
+                fields.push(f);
+            }
+        }
         let units = Units::parse(&a.units, !a.nosuffix).map_err(|e| (EINVALID_CMD_LINE, e))?;
         let json = match a.reportformat.as_str() {
             "json" => true,
@@ -160,11 +191,25 @@ impl ReportArgs {
                 ))
             }
         };
-        let selected: Vec<&str> = a
-            .names
-            .iter()
-            .map(|n| n.split('/').next().unwrap_or(n))
-            .collect();
+        // lvs names LVs as VG/LV or /dev/VG/LV; pvs names devices.
+        let names: Vec<String> = match kind {
+            Kind::Lvs => a
+                .names
+                .iter()
+                .map(|n| n.strip_prefix("/dev/").unwrap_or(n).to_owned())
+                .collect(),
+            _ => a.names.clone(),
+        };
+        // `@tag` names objects by tag: every VG is read to find them.
+        let tagged = names.iter().any(|n| n.starts_with('@'));
+        let selected: Vec<&str> = match kind {
+            _ if tagged => Vec::new(),
+            Kind::Pvs => Vec::new(),
+            _ => names
+                .iter()
+                .map(|n| n.split('/').next().unwrap_or(n))
+                .collect(),
+        };
         let mut session = lvmeta::session::Session::new(open_devices(&a.dev));
         if let Some(h) = a.lock.host()? {
             session = session.with_host(h);
@@ -172,29 +217,29 @@ impl ReportArgs {
         // Without a host id nothing is locked, and every shared VG read is named below.
         let (scan, locks) = session.read_locked(&selected).map_err(failed)?;
         print_warnings(&scan);
-        for name in &a.names {
-            let vg = name.split('/').next().unwrap_or(name);
-            scan.vg(vg).map_err(failed)?;
-            if let Some((vg, lv)) = name.split_once('/') {
-                if scan.vg(vg).map_err(failed)?.vg.lv(lv).is_none() {
-                    return Err(failed(lvmeta::Error::LvNotFound {
-                        vg: vg.into(),
-                        lv: lv.into(),
-                    }));
-                }
-            }
-        }
+        check_names(&scan, kind, &names)?;
+        let Some(names) = with_tags(&scan, kind, names) else {
+            return Ok(());
+        };
         for vg in &locks.unlocked {
             eprintln!("  WARNING: Reading VG {vg} without a lock; the view may be stale.");
         }
+        let req_kind = kind;
+        let Some((kind, names)) = rows_of(&scan, kind, &fields, names)? else {
+            return Ok(());
+        };
         let req = Request {
             kind,
             fields,
             all: a.all,
             segments,
-            select: &a.names,
+            select: &names,
+            by_name: a.sort.is_empty() && req_kind == Kind::Lvs,
         };
         let mut table = report::build(&scan, &req, &DmState::probe());
+        if let Some(sel) = &selection {
+            table.select(sel);
+        }
         table.sort(&sort);
         table.keep_columns(shown);
         if json {
@@ -214,20 +259,114 @@ impl ReportArgs {
     }
 }
 
+/// Fails as lvm2 does for a name that is not there: a VG, an LV, or (pvs) a device.
+fn check_names(scan: &lvmeta::scan::Scan, kind: Kind, names: &[String]) -> CmdResult {
+    for name in names.iter().filter(|n| !n.starts_with('@')) {
+        if kind == Kind::Pvs {
+            if !scan.pvs.iter().any(|p| &p.device == name) {
+                return Err(failed(format!(
+                    "Failed to find physical volume \"{name}\"."
+                )));
+            }
+            continue;
+        }
+        let vg = name.split('/').next().unwrap_or(name);
+        let found = scan.vg(vg).map_err(failed)?;
+        if let Some((vg, lv)) = name.split_once('/') {
+            if found.vg.lv(lv).is_none() {
+                return Err(failed(lvmeta::Error::LvNotFound {
+                    vg: vg.into(),
+                    lv: lv.into(),
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `names` with each `@tag` replaced by the objects carrying the tag, as lvm2 reads it: PVs
+/// by their tags, VGs by theirs, LVs by theirs or their VG's (then hidden LVs too, as lvm2
+/// lists them). `None`: only tags were named
+/// and nothing carries them (nothing to show).
+fn with_tags(scan: &lvmeta::scan::Scan, kind: Kind, names: Vec<String>) -> Option<Vec<String>> {
+    let tags: Vec<&str> = names.iter().filter_map(|n| n.strip_prefix('@')).collect();
+    if tags.is_empty() {
+        return Some(names);
+    }
+    let has = |t: &[String]| t.iter().any(|x| tags.contains(&x.as_str()));
+    let mut out: Vec<String> = names
+        .iter()
+        .filter(|n| !n.starts_with('@'))
+        .cloned()
+        .collect();
+    for svg in &scan.vgs {
+        let vg = &svg.vg;
+        match kind {
+            Kind::Vgs if has(&vg.tags) => out.push(vg.name.clone()),
+            Kind::Lvs => out.extend(
+                vg.lvs
+                    .iter()
+                    .filter(|l| has(&vg.tags) || (l.is_visible() && has(&l.tags)))
+                    .map(|l| format!("{}/{}", vg.name, l.name)),
+            ),
+            Kind::Pvs => out.extend(
+                svg.pv_devices
+                    .iter()
+                    .zip(&vg.pvs)
+                    .filter(|(_, pv)| has(&pv.tags))
+                    .filter_map(|(d, _)| d.map(|i| scan.pvs[i].device.clone())),
+            ),
+            _ => {}
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// A report and its selection.
+type Rows = (Kind, Vec<String>);
+
+/// Which objects the rows are, as lvm2 picks them: another object's field in vgs makes one
+/// row per PV (`vgs -o pv_name`) or per LV (`vgs -o lv_name`); lvs cannot show PV fields.
+/// Returns the report and its selection (for PV rows, the devices of the selected VGs), or
+/// `None` when there is no row to show.
+fn rows_of(
+    scan: &lvmeta::scan::Scan,
+    kind: Kind,
+    fields: &[&'static report::Field],
+    names: Vec<String>,
+) -> Result<Option<Rows>, (u8, String)> {
+    let has = |o: Object| fields.iter().any(|f| f.object == o);
+    match kind {
+        Kind::Lvs if has(Object::Pv) => {
+            Err(failed("Can't report LV and PV fields at the same time"))
+        }
+        Kind::Vgs if has(Object::Pv) => {
+            let devices = scan
+                .pvs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| {
+                    scan.vg_of_pv(*i)
+                        .is_some_and(|(v, _)| names.is_empty() || names.contains(&v.vg.name))
+                })
+                .map(|(_, p)| p.device.clone())
+                .collect::<Vec<_>>();
+            Ok((!devices.is_empty()).then_some((Kind::Pvs, devices)))
+        }
+        Kind::Vgs if has(Object::Lv) || has(Object::Seg) => Ok(Some((Kind::Lvs, names))),
+        k => Ok(Some((k, names))),
+    }
+}
+
 /// `-O`: the columns to sort by (descending for `-name`), adding fields not shown to the
 /// end of `fields`.
 fn sort_keys(
     kind: Kind,
     fields: &mut Vec<&'static report::Field>,
-    spec: Option<&str>,
+    spec: &str,
 ) -> Result<Vec<(usize, bool)>, (u8, String)> {
     let mut keys = Vec::new();
-    for key in spec
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-    {
+    for key in spec.split(',').map(str::trim).filter(|k| !k.is_empty()) {
         let (desc, name) = match key.strip_prefix('-') {
             Some(n) => (true, n),
             None => (false, key.strip_prefix('+').unwrap_or(key)),

@@ -5,8 +5,12 @@ use std::path::PathBuf;
 use clap::Args;
 
 use lvmeta::edit::{self, SharedVg, VgSpec};
+use lvmeta::session::Session;
 
-use crate::args::{failed, lease_host, names, refs, sectors_arg, session, HostIdArg, WriteArgs};
+use crate::args::{
+    activation, current, failed, lease_host, names, refs, sectors_arg, session, HostIdArg,
+    WriteArgs,
+};
 use crate::CmdResult;
 
 /// `vgcreate`'s options.
@@ -140,6 +144,10 @@ pub struct VgchangeArgs {
     /// Leave the VG's sanlock lockspace.
     #[arg(long = "lockstop")]
     lockstop: bool,
+    /// y or ey (exclusive), sy (shared): activate the VG's LVs (but those with activation
+    /// skip); n: deactivate them (thin LVs before their pools).
+    #[arg(short = 'a', long = "activate")]
+    activate: Option<String>,
     /// Tags to add.
     #[arg(long = "addtag")]
     add: Vec<String>,
@@ -154,6 +162,7 @@ pub struct VgchangeArgs {
 impl VgchangeArgs {
     /// Starts the lockspace, changes the tags, stops the lockspace, as asked, VG by VG.
     pub fn run(&self) -> CmdResult {
+        let mode = activation(&self.activate)?;
         let s = session(&self.w, &[])?;
         let (add, del) = (&self.add, &self.del);
         for vg in &self.vgs {
@@ -178,6 +187,9 @@ impl VgchangeArgs {
                 .map_err(failed)?;
                 println!("  Volume group \"{vg}\" successfully changed");
             }
+            if let Some(mode) = mode {
+                activate_all(&s, vg, mode)?;
+            }
             if self.lockstop {
                 s.lockstop(vg).map_err(failed)?;
                 println!("  VG {vg} lockspace stopped");
@@ -185,4 +197,49 @@ impl VgchangeArgs {
         }
         Ok(())
     }
+}
+
+/// `vgchange -a`: every visible LV of `vg` up (`Some(shared)`) or down (`None`), then how
+/// many are active, as lvm2 says it.
+fn activate_all(s: &Session, vg: &str, mode: Option<bool>) -> CmdResult {
+    let backend = lvmeta::activate::best().ok_or_else(|| {
+        failed("no activation backend: neither /dev/mapper/control nor /dev/loop-control")
+    })?;
+    let cur = current(s, vg)?;
+    let mut lvs: Vec<&lvmeta::model::Lv> = cur
+        .lvs
+        .iter()
+        .map(|l| l.as_ref())
+        .filter(|l| l.is_visible())
+        .collect();
+    // Pools come up before their thin LVs (a thin LV would bring up only the pool's inner
+    // device), and go down after them.
+    lvs.sort_by_key(|l| l.thin_pool().is_some() == mode.is_some());
+    let b = backend.as_ref();
+    // Its own device (a thin LV's pool being up does not make the thin LV active).
+    let active = |lv: &str| {
+        s.active_device(vg, lv, b)
+            .map(|d| d.is_some())
+            .map_err(failed)
+    };
+    for lv in &lvs {
+        match mode {
+            // A pool up only under its thin LVs goes down too.
+            None if s.live(vg, &lv.name, b).map_err(failed)? => {
+                s.deactivate(vg, &lv.name, b).map_err(failed)?
+            }
+            Some(shared) if !active(&lv.name)? && !lv.has_flag("ACTIVATION_SKIP") => s
+                .activate(vg, &lv.name, shared, false, b)
+                .map_err(failed)?
+                // The LV stays active after this process: so does its lease.
+                .keep_lease(),
+            _ => {}
+        }
+    }
+    let mut count = 0;
+    for lv in &lvs {
+        count += usize::from(active(&lv.name)?);
+    }
+    println!("  {count} logical volume(s) in volume group \"{vg}\" now active");
+    Ok(())
 }

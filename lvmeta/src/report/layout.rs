@@ -4,12 +4,13 @@
 //!
 //! - Every line starts with two spaces; nothing at all is printed without rows.
 //! - Aligned: titles left-aligned, numbers and sizes right-aligned, every column (the last
-//!   too) padded; lvm2 keeps room for "100.00" in its percent columns.
+//!   too) padded, at least as wide as its title (headings shown or not) or lvm2's own
+//!   minimum (see `least_width`).
 //! - A separator without `--aligned`, name prefixes and `--rows` print cells unpadded.
 
 use std::cmp::Ordering;
 
-use super::fields::Cell;
+use super::fields::{Cell, Field};
 use super::{cell_text, Table, Units};
 
 /// Report output options.
@@ -40,6 +41,26 @@ impl Default for Layout {
             rows: false,
         }
     }
+}
+
+/// The narrowest a column is, headings shown or not: its title, or lvm2's own minimum
+/// where that is wider (room for "100.00" in percent columns, 10 for a PV's name, ...).
+fn least_width(f: &Field) -> usize {
+    let least = match f.name {
+        "lv_uuid" | "pv_uuid" | "vg_uuid" | "origin_uuid" | "pool_lv_uuid" | "data_lv_uuid"
+        | "metadata_lv_uuid" => 38,
+        "lv_time" => 26,
+        "lv_when_full" | "lv_health_status" => 15,
+        "pv_name" | "lv_layout" | "lv_role" | "lv_host" | "vg_permissions" => 10,
+        "pv_mda_size" | "pv_mda_free" | "vg_mda_size" | "vg_mda_free" => 9,
+        "pe_start" => 7,
+        "data_percent" | "snap_percent" | "metadata_percent" => 6,
+        "vg_attr" => 5,
+        "lv_name" | "lv_full_name" => 4,
+        "pv_pe_count" => 3,
+        _ => 0,
+    };
+    f.title.len().max(least)
 }
 
 /// Orders two cells of one column: numbers and sizes by value, text by bytes.
@@ -134,15 +155,12 @@ impl Table {
             .iter()
             .enumerate()
             .map(|(i, f)| {
-                let least = if f.title.ends_with('%') { 6 } else { 0 };
-                let head = if layout.headings { f.title.len() } else { 0 };
                 texts
                     .iter()
                     .map(|r| r[i].len())
                     .max()
                     .unwrap_or(0)
-                    .max(head)
-                    .max(least)
+                    .max(least_width(f))
             })
             .collect();
         let right: Vec<bool> = self.rows[0]

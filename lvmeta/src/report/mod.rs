@@ -4,11 +4,13 @@
 mod attr;
 mod fields;
 mod layout;
+mod select;
 mod spec;
 
 pub use attr::{lv_attr, DmState, LvUses};
 pub use fields::{Cell, Field, Object, FIELDS};
 pub use layout::Layout;
+pub use select::{SelectError, Selection};
 pub use spec::{field_help, find, parse_fields, parse_fields_with, FieldsError};
 
 use fields::{lv_field, pv_field, vg_field, VgCtx};
@@ -50,7 +52,18 @@ impl Units {
     }
 
     /// Formats a size in bytes.
+    /// - `--nosuffix` drops the letter of fixed units only: human sizes (`r`, `h`) keep it.
+    /// - Zero is `0` and the letter in a fixed unit (`0g`), `0 ` in human units.
     pub fn format(&self, bytes: u64) -> String {
+        let human = matches!(self.unit, 'h' | 'H' | 'r' | 'R');
+        let units = Self {
+            suffix: self.suffix || human,
+            ..*self
+        };
+        units.format_as_asked(bytes)
+    }
+
+    fn format_as_asked(&self, bytes: u64) -> String {
         let (div, letter) = match self.unit {
             'b' => {
                 return if self.suffix {
@@ -90,6 +103,13 @@ impl Units {
                     };
                 }
                 (div, letter)
+            }
+            c if bytes == 0 => {
+                return if self.suffix {
+                    format!("0{c}")
+                } else {
+                    "0".into()
+                }
             }
             c => {
                 let base: u64 = if c.is_ascii_lowercase() { 1024 } else { 1000 };
@@ -186,8 +206,11 @@ pub struct Request<'a> {
     pub all: bool,
     /// `--segments`: one row per segment, JSON key `seg`.
     pub segments: bool,
-    /// `VG` or `VG/LV` selections; empty means everything.
+    /// Selections, empty meaning everything: PV devices (pvs), `VG` or `VG/LV`.
     pub select: &'a [String],
+    /// LV rows by VG and LV name (lvs' default order); else by VG, then in the order of
+    /// the metadata (vgs' order for LV fields, and lvm2's with `-O`).
+    pub by_name: bool,
 }
 
 /// Rows of one report.
@@ -217,8 +240,7 @@ pub fn build(scan: &Scan, req: &Request<'_>, dm: &DmState) -> Table {
         Kind::Pvs => {
             key = "pv";
             for i in 0..scan.pvs.len() {
-                let vg = scan.vg_of_pv(i).map(|(v, _)| v.vg.name.as_str());
-                if !req.select.is_empty() && !vg.is_some_and(|v| selected(req.select, v, None)) {
+                if !req.select.is_empty() && !req.select.contains(&scan.pvs[i].device) {
                     continue;
                 }
                 let row = req
@@ -250,10 +272,15 @@ pub fn build(scan: &Scan, req: &Request<'_>, dm: &DmState) -> Table {
             for svg in &scan.vgs {
                 let c = VgCtx { scan, svg };
                 let uses = LvUses::of(&svg.vg);
-                for lv in &svg.vg.lvs {
+                for (at, lv) in svg.vg.lvs.iter().enumerate() {
                     let hidden = !lv.is_visible();
                     let wanted = selected(req.select, &svg.vg.name, Some(&lv.name));
-                    if (hidden && !req.all) || !wanted {
+                    // A hidden LV shows with -a, or when named as VG/LV.
+                    let named = req
+                        .select
+                        .iter()
+                        .any(|s| s.split_once('/') == Some((&svg.vg.name, &lv.name)));
+                    if (hidden && !req.all && !named) || !wanted {
                         continue;
                     }
                     let segs = if per_seg {
@@ -276,10 +303,11 @@ pub fn build(scan: &Scan, req: &Request<'_>, dm: &DmState) -> Table {
                                 }
                             })
                             .collect();
-                        keyed.push((
-                            vec![svg.vg.name.clone(), lv.name.clone(), format!("{n:010}")],
-                            row,
-                        ));
+                        let second = match req.by_name {
+                            true => lv.name.clone(),
+                            false => format!("{at:010}"),
+                        };
+                        keyed.push((vec![svg.vg.name.clone(), second, format!("{n:010}")], row));
                     }
                 }
             }
@@ -291,6 +319,21 @@ pub fn build(scan: &Scan, req: &Request<'_>, dm: &DmState) -> Table {
         fields: req.fields.clone(),
         rows: keyed.into_iter().map(|(_, r)| r).collect(),
     }
+}
+
+/// LV `lv` of `vg` as device-mapper has it here: `None` when not active, else its open count
+/// (a thin pool's from its `-tpool` device when that is up), as `lvdisplay` shows them.
+pub fn lv_opens(vg: &crate::model::Vg, lv: &crate::model::Lv, dm: &DmState) -> Option<i32> {
+    let DmState::Known(devices) = dm else {
+        return None;
+    };
+    let uuid = crate::activate::runs::dm_uuid(vg, lv);
+    let pool = lv.pool().is_some();
+    if dm.columns(&uuid, pool).0 != 'a' {
+        return None;
+    }
+    let tpool = devices.get(&format!("{uuid}-tpool")).filter(|_| pool);
+    Some(tpool.or(devices.get(&uuid)).copied().unwrap_or(0))
 }
 
 pub(crate) fn cell_text(c: &Cell, units: Units) -> String {
@@ -384,5 +427,10 @@ mod tests {
         assert_eq!(g.format(100 << 20), "0.10");
         let hh = Units::parse("h", true).expect("h");
         assert_eq!(hh.format((60 << 30) - 1), "60.00g");
+        // --nosuffix drops fixed units' letters only; zero in a fixed unit is bare.
+        let r = Units::parse("r", false).expect("r");
+        assert_eq!(r.format(12 << 20), "12.00m");
+        assert_eq!(g.format(0), "0");
+        assert_eq!(Units::parse("g", true).expect("g").format(0), "0g");
     }
 }

@@ -53,40 +53,61 @@ pub fn find(name: &str, default_prefix: &str) -> Option<&'static Field> {
 
 /// Resolves `-o` (`a,b`, or `+a,b` to add to the defaults) into fields.
 pub fn parse_fields(kind: Kind, spec: Option<&str>) -> Result<Vec<&'static Field>, FieldsError> {
-    parse_fields_with(kind, kind.default_fields(), spec)
+    parse_fields_with(kind, kind.default_fields(), spec.as_slice())
 }
 
-/// [`parse_fields`] with `defaults` for no `-o` or `-o +...` (`lvs --segments` has its own).
+/// [`parse_fields`] with `defaults` (`lvs --segments` has its own) and every `-o` given,
+/// taken left to right as lvm2 takes them:
+/// - `a,b` replaces the defaults or the list so far;
+/// - `+a,b` adds them to the defaults or the list so far;
+/// - `-a,b` takes them out of the defaults or the list so far.
 pub fn parse_fields_with(
     kind: Kind,
     defaults: &[&str],
-    spec: Option<&str>,
+    specs: &[&str],
 ) -> Result<Vec<&'static Field>, FieldsError> {
-    let mut names: Vec<&str> = Vec::new();
-    match spec {
-        None => names.extend(defaults),
-        Some(s) => {
-            let (add, list) = match s.strip_prefix('+') {
-                Some(rest) => (true, rest),
-                None => (false, s),
-            };
-            if add {
-                names.extend(defaults);
-            }
-            names.extend(list.split(',').map(str::trim).filter(|x| !x.is_empty()));
+    let resolve = |names: &[&str]| -> Result<Vec<&'static Field>, FieldsError> {
+        if names.iter().any(|n| matches!(*n, "help" | "?")) {
+            return Err(FieldsError::Help);
+        }
+        names
+            .iter()
+            .map(|n| find(n, kind.prefix()).ok_or_else(|| FieldsError::Unknown((*n).to_owned())))
+            .collect()
+    };
+    let mut list: Option<Vec<&'static Field>> = None;
+    for spec in specs {
+        let (op, rest) = match spec.chars().next() {
+            Some(c @ ('+' | '-')) => (c, &spec[1..]),
+            _ => (' ', *spec),
+        };
+        let names: Vec<&str> = rest
+            .split(',')
+            .map(str::trim)
+            .filter(|x| !x.is_empty())
+            .collect();
+        let fields = resolve(&names)?;
+        if op == ' ' {
+            list = Some(fields);
+            continue;
+        }
+        let cur = match list.as_mut() {
+            Some(l) => l,
+            None => list.insert(resolve(defaults)?),
+        };
+        match op {
+            '-' => cur.retain(|f| !fields.iter().any(|g| g.name == f.name)),
+            _ => cur.extend(fields),
         }
     }
-    if names.iter().any(|n| matches!(*n, "help" | "?")) {
-        return Err(FieldsError::Help);
+    match list {
+        Some(l) => Ok(l),
+        None => resolve(defaults),
     }
-    names
-        .into_iter()
-        .map(|n| find(n, kind.prefix()).ok_or_else(|| FieldsError::Unknown(n.to_owned())))
-        .filter(|r| !matches!(r, Ok(f) if !shown_in(kind, f.object)))
-        .collect()
 }
 
-/// Reports make sense per object: a PV field in lvs has no row to come from.
+/// The fields `-o help` lists for a report (another object's field switches the rows:
+/// `vgs -o pv_name` lists PVs).
 fn shown_in(kind: Kind, object: Object) -> bool {
     match kind {
         Kind::Lvs => object != Object::Pv,
@@ -128,6 +149,18 @@ mod tests {
         assert_eq!(lvs("lvlock_args"), Ok("lv_lock_args"));
         let f = parse_fields(Kind::Lvs, Some("+lv_uuid")).expect("valid");
         assert_eq!(f.last().map(|f| f.name), Some("lv_uuid"));
+        // Several -o, left to right: a list replaces, `+` adds, `-` takes fields out.
+        let names = |specs: &[&str]| {
+            parse_fields_with(Kind::Lvs, &["lv_name", "vg_name", "lv_size"], specs)
+                .map(|f| f.iter().map(|f| f.name).collect::<Vec<_>>())
+        };
+        assert_eq!(names(&["name", "size"]), Ok(vec!["lv_size"]));
+        assert_eq!(names(&["-vg_name"]), Ok(vec!["lv_name", "lv_size"]));
+        assert_eq!(
+            names(&["+lv_uuid", "-lv_size"]),
+            Ok(vec!["lv_name", "vg_name", "lv_uuid"])
+        );
+        assert_eq!(names(&["name", "+size"]), Ok(vec!["lv_name", "lv_size"]));
         assert_eq!(
             parse_fields(Kind::Lvs, Some("name,size")).expect("valid")[1].name,
             "lv_size"
