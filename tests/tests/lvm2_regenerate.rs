@@ -4,7 +4,9 @@
 
 use std::process::Command;
 
-use lvmeta_tests::{check_fixture, make_fixtures_script, privileged, scan_all, Fixture, FIXTURES};
+use lvmeta_tests::{
+    check_fixture, make_fixtures_script, privileged, scan_all, Fixture, DM_FIXTURES, FIXTURES,
+};
 
 #[test]
 fn lvm2_fixtures_regenerated_match() {
@@ -21,7 +23,8 @@ fn lvm2_fixtures_regenerated_match() {
         .status()
         .expect("run make-fixtures.sh");
     assert!(status.success(), "make-fixtures.sh failed");
-    for name in FIXTURES {
+    // The device-mapper fixtures are made in the VM only (make-fixtures.sh's header).
+    for name in FIXTURES.iter().filter(|n| !DM_FIXTURES.contains(n)) {
         let fx = Fixture::open(&out.path().join(name));
         let devs = fx.file_devices();
         let scan = scan_all(&devs);

@@ -58,12 +58,16 @@ impl DmState {
 /// How the LVs of a VG refer to each other, gathered in one pass so that per-LV fields need
 /// no scan of the whole VG.
 pub struct LvUses<'v> {
-    /// (referenced LV, referring field), sorted.
-    refs: Vec<(&'v str, &'v str)>,
+    /// (referenced LV, referring field, referring segment's type), sorted.
+    refs: Vec<(&'v str, &'v str, &'v str)>,
     /// (COW LV, origin LV) of old-style snapshots, sorted.
     cows: Vec<(&'v str, &'v str)>,
     /// Origins of old-style snapshots, sorted.
     pub(super) origins: Vec<&'v str>,
+    /// Image LVs of raid segments, sorted.
+    raid_images: Vec<&'v str>,
+    /// Metadata LVs of raid segments, sorted.
+    raid_metas: Vec<&'v str>,
 }
 
 impl<'v> LvUses<'v> {
@@ -71,33 +75,84 @@ impl<'v> LvUses<'v> {
     pub fn of(vg: &'v Vg) -> Self {
         let mut refs = Vec::new();
         let mut cows = Vec::new();
+        let mut raid_images = Vec::new();
+        let mut raid_metas = Vec::new();
         for seg in vg.lvs.iter().flat_map(|l| &l.segments) {
+            let ty = seg.kind.type_name();
             seg.kind
-                .each_lv_ref(|field, target| refs.push((target, field)));
+                .each_lv_ref(|field, target| refs.push((target, field, ty)));
             if let SegKind::Snapshot(s) = &seg.kind {
                 cows.push((s.cow.as_str(), s.origin.as_str()));
             }
+            raid_images.extend(seg.kind.raid_images());
+            raid_metas.extend(seg.kind.raid_metas());
         }
         let mut origins: Vec<&str> = cows.iter().map(|(_, o)| *o).collect();
         refs.sort_unstable();
         cows.sort_unstable();
         origins.sort_unstable();
+        raid_images.sort_unstable();
+        raid_metas.sort_unstable();
         Self {
             refs,
             cows,
             origins,
+            raid_images,
+            raid_metas,
         }
+    }
+
+    /// The types of the segments that name `lv` in `field`.
+    fn users<'a>(&'a self, lv: &'a str, field: &'a str) -> impl Iterator<Item = &'v str> + 'a {
+        let i = self
+            .refs
+            .partition_point(|(l, f, _)| (*l, *f) < (lv, field));
+        self.refs[i..]
+            .iter()
+            .take_while(move |(l, f, _)| *l == lv && *f == field)
+            .map(|(_, _, t)| *t)
     }
 
     /// Does a segment name `lv` in `field`?
     pub(super) fn used_as(&self, lv: &str, field: &str) -> bool {
-        self.refs.binary_search(&(lv, field)).is_ok()
+        self.users(lv, field).next().is_some()
+    }
+
+    /// Does a segment of type `segtype` name `lv` in `field`?
+    pub(super) fn used_as_by(&self, lv: &str, field: &str, segtype: &str) -> bool {
+        self.users(lv, field).any(|t| t == segtype)
     }
 
     /// The origin of the old-style snapshot whose COW LV is `lv`.
     pub(super) fn origin_of_cow(&self, lv: &str) -> Option<&'v str> {
         let i = self.cows.partition_point(|(c, _)| *c < lv);
         self.cows.get(i).filter(|(c, _)| *c == lv).map(|(_, o)| *o)
+    }
+
+    /// Is `lv` an image of a raid LV?
+    pub(super) fn is_raid_image(&self, lv: &str) -> bool {
+        self.raid_images.binary_search(&lv).is_ok()
+    }
+
+    /// Is `lv` a metadata LV of a raid LV?
+    pub(super) fn is_raid_meta(&self, lv: &str) -> bool {
+        self.raid_metas.binary_search(&lv).is_ok()
+    }
+
+    /// The origin LV of a cache or writecache LV (`<lv>_corig`, `<lv>_wcorig`).
+    fn is_cache_origin(&self, lv: &str) -> bool {
+        self.used_as_by(lv, "origin", "cache") || self.used_as_by(lv, "origin", "writecache")
+    }
+
+    /// A cache volume (`--cachevol`): the fast LV of a cache or writecache LV.
+    fn is_cache_vol(&self, lv: &Lv) -> bool {
+        lv.has_flag("CACHE_VOL")
+            || self.used_as_by(&lv.name, "writecache", "writecache")
+            || (self.used_as_by(&lv.name, "cache_pool", "cache")
+                && !matches!(
+                    lv.segments.first().map(|s| &s.kind),
+                    Some(SegKind::CachePool(_))
+                ))
     }
 }
 
@@ -129,34 +184,58 @@ pub(super) fn lv_active(vg: &Vg, lv: &Lv, dm: &DmState) -> &'static str {
     }
 }
 
-/// lvm2's 10-character `lv_attr`.
+/// lvm2's 10-character `lv_attr`. The state, open and health columns are those of an LV
+/// that is not active when device-mapper knows nothing of it (lvmeta reads no kernel status).
 pub fn lv_attr(lv: &Lv, uses: &LvUses<'_>, vg: &Vg, dm: &DmState) -> String {
-    let kind = &lv.segments[0].kind;
-    let used_as = |field: &str| uses.used_as(&lv.name, field);
-    let is_origin = uses.origins.binary_search(&lv.name.as_str()).is_ok();
-    let is_cow = uses.origin_of_cow(&lv.name).is_some();
+    let Some(kind) = lv.segments.first().map(|s| &s.kind) else {
+        return String::new();
+    };
+    let name = lv.name.as_str();
+    let used_as = |field: &str| uses.used_as(name, field);
+    let used_as_by = |field: &str, segtype: &str| uses.used_as_by(name, field, segtype);
+    let is_origin = uses.origins.binary_search(&name).is_ok();
+    let is_cow = uses.origin_of_cow(name).is_some();
     let hidden = !lv.is_visible();
+    let raid_image = uses.is_raid_image(name);
+    let raid_meta = uses.is_raid_meta(name) || name.contains("_rmeta_");
+    let cache_origin = uses.is_cache_origin(name);
+    let cache_vol = uses.is_cache_vol(lv);
+    let raid_type = matches!(kind, SegKind::Raid { .. }) || raid_image || raid_meta;
+    let uuid = crate::activate::runs::dm_uuid(vg, lv);
+    let (c4, c5) = dm.columns(&uuid, matches!(kind, SegKind::ThinPool(_)));
+    let not_synced = lv.status.iter().any(|s| s == "NOTSYNCED");
     let c0 = match kind {
-        SegKind::ThinPool(_) => 't',
-        SegKind::Thin(_) => 'V',
-        SegKind::Raid { .. } => 'r',
         SegKind::Mirror(m) if m.extents_moved.is_some() => 'p',
-        SegKind::Mirror(_) => 'm',
-        SegKind::Cache(_) | SegKind::Writecache(_) => 'C',
-        SegKind::VdoPool(_) => 'd',
-        SegKind::Error | SegKind::Zero => 'v',
+        _ if lv.status.iter().any(|s| s == "CONVERTING") => 'c',
         _ if is_origin => 'o',
-        _ if is_cow => 's',
-        _ if used_as("pool") => 'T',
-        _ if used_as("metadata")
-            || (hidden && lv.name.contains("_pmspare"))
-            || lv.name.contains("_rmeta_") =>
+        _ if used_as_by("metadata", "thin-pool")
+            || used_as_by("metadata", "cache-pool")
+            || used_as("meta_dev")
+            || (hidden && name.contains("_pmspare"))
+            || raid_meta =>
         {
             'e'
         }
-        _ if used_as("raids") || used_as("raid0_lvs") || lv.name.contains("_mimage_") => 'i',
+        SegKind::Cache(_) | SegKind::CachePool(_) | SegKind::Writecache(_) => 'C',
+        _ if used_as_by("data", "cache-pool") || cache_vol => 'C',
+        SegKind::Raid { .. } if not_synced => 'R',
+        SegKind::Raid { .. } => 'r',
+        SegKind::Mirror(_) if not_synced => 'M',
+        SegKind::Mirror(_) => 'm',
+        SegKind::Thin(_) => 'V',
+        SegKind::VdoPool(_) => 'd',
+        _ if used_as_by("data", "vdo-pool") => 'D',
+        SegKind::Error | SegKind::Zero => 'v',
+        SegKind::ThinPool(_) => 't',
+        _ if used_as("pool") => 'T',
+        _ if name.contains("_mimage_") => 'i',
+        SegKind::Integrity(_) => 'g',
+        // In sync is known of active images only (their kernel status, assumed good here).
+        _ if raid_image && hidden && c4 == 'a' => 'i',
+        _ if raid_image => 'I',
         _ if used_as("mirror_log") => 'l',
-        _ if used_as("data") && lv.name.contains("_vdata") => 'D',
+        _ if is_cow => 's',
+        _ if cache_origin => 'o',
         _ => '-',
     };
     let c1 = if lv.is_writable() { 'w' } else { 'r' };
@@ -172,18 +251,17 @@ pub fn lv_attr(lv: &Lv, uses: &LvUses<'_>, vg: &Vg, dm: &DmState) -> String {
     } else {
         '-'
     };
-    let uuid = crate::activate::runs::dm_uuid(vg, lv);
-    let (c4, c5) = dm.columns(&uuid, matches!(kind, SegKind::ThinPool(_)));
     let c6 = match kind {
         SegKind::Thin(_) | SegKind::ThinPool(_) => 't',
-        SegKind::Mirror(_) => 'm',
-        SegKind::Raid { .. } => 'r',
-        SegKind::Snapshot(_) => 's',
         SegKind::Cache(_) | SegKind::CachePool(_) | SegKind::Writecache(_) => 'C',
-        SegKind::Vdo(_) | SegKind::VdoPool(_) => 'V',
-        SegKind::Error | SegKind::Zero => 'v',
-        SegKind::Unknown(_) => 'u',
+        _ if cache_origin || cache_vol => 'C',
+        _ if raid_type => 'r',
+        SegKind::Mirror(_) => 'm',
+        SegKind::Snapshot(_) => 's',
         _ if is_origin || is_cow => 's',
+        SegKind::Vdo(_) | SegKind::VdoPool(_) => 'V',
+        SegKind::Unknown(_) => 'u',
+        SegKind::Error | SegKind::Zero => 'v',
         _ => '-',
     };
     // Zeroing: a pool's setting, shown on the pool and on its thin LVs.
@@ -197,7 +275,13 @@ pub fn lv_attr(lv: &Lv, uses: &LvUses<'_>, vg: &Vg, dm: &DmState) -> String {
         SegKind::Thin(t) if zeroing_pool(&t.thin_pool) => 'z',
         _ => '-',
     };
-    let c8 = '-';
+    // Health: unknown (`X`) for raid LVs and their sub-LVs without device-mapper; nothing to
+    // report for LVs that are not active.
+    let c8 = if raid_type && matches!(dm, DmState::Unknown) {
+        'X'
+    } else {
+        '-'
+    };
     let c9 = if lv.has_flag("ACTIVATION_SKIP") {
         'k'
     } else {

@@ -280,17 +280,8 @@ pub fn lv_field(
         "lv_attr" => Cell::Str(super::attr::lv_attr(lv, uses, vg, dm)),
         "seg_count" => Cell::Num(lv.segments.len() as u64),
         "lv_tags" => tags(&lv.tags),
-        "pool_lv" => Cell::Str(match &lv.segments[0].kind {
-            SegKind::Thin(t) => t.thin_pool.clone(),
-            SegKind::Cache(b) => b
-                .refs
-                .iter()
-                .find(|r| r.field == "cache_pool")
-                .map(|r| r.lv.clone())
-                .unwrap_or_default(),
-            _ => String::new(),
-        }),
-        "origin" => Cell::Str(origin_of(lv, uses).unwrap_or_default()),
+        "pool_lv" => Cell::Str(lv_name_shown(vg, pool_of(lv))),
+        "origin" => Cell::Str(lv_name_shown(vg, origin_of(lv, uses))),
         "lv_lock_args" => Cell::Str(lv.lock_args.clone().unwrap_or_default()),
         "segtype" => Cell::Str(seg.report_type().to_owned()),
         "seg_size" => Cell::Size(u64::from(seg.extent_count) * ext),
@@ -310,16 +301,28 @@ pub fn lv_field(
         "devices" => Cell::Str(devices(c, seg)),
         "seg_start_pe" => Cell::Num(u64::from(seg.start_extent)),
         "seg_size_pe" => Cell::Num(u64::from(seg.extent_count)),
+        // lvm2's area count: stripes, mirror or raid images, the one sub-LV a pool, cache,
+        // writecache or integrity segment stacks on.
         "stripes" => Cell::Num(match &seg.kind {
             SegKind::Striped(s) => s.areas.len() as u64,
             SegKind::Mirror(m) => m.areas.len() as u64,
-            SegKind::ThinPool(_) | SegKind::Raid { .. } => 1,
+            SegKind::Raid { .. } => seg.kind.raid_images().count() as u64,
+            SegKind::ThinPool(_)
+            | SegKind::CachePool(_)
+            | SegKind::Cache(_)
+            | SegKind::Writecache(_)
+            | SegKind::Integrity(_)
+            | SegKind::VdoPool(_) => 1,
             _ => 0,
         }),
         "stripe_size" => Cell::Size(match &seg.kind {
             SegKind::Striped(s) if s.areas.len() > 1 => {
                 Sectors(u64::from(s.stripe_size.unwrap_or(0))).bytes().0
             }
+            SegKind::Raid { body, .. } => body
+                .int("stripe_size")
+                .and_then(|v| u64::try_from(v).ok())
+                .map_or(0, |v| Sectors(v).bytes().0),
             _ => 0,
         }),
         "discards" => Cell::Str(
@@ -344,29 +347,59 @@ fn pool_settings<'v>(vg: &'v Vg, seg: &'v Segment) -> Option<&'v ThinPool> {
     }
 }
 
-/// The origin a report shows: thin snapshot origin, or the origin of an old COW snapshot.
-fn origin_of(lv: &Lv, uses: &LvUses<'_>) -> Option<String> {
-    if let SegKind::Thin(t) = &lv.segments[0].kind {
-        return t.origin.clone().or_else(|| t.external_origin.clone());
+/// An LV name as lvm2's reports show the LVs a field names: hidden ones in brackets.
+fn lv_name_shown(vg: &Vg, name: Option<&str>) -> String {
+    match name {
+        Some(n) if vg.lv(n).is_some_and(|l| !l.is_visible()) => format!("[{n}]"),
+        Some(n) => n.to_owned(),
+        None => String::new(),
     }
-    uses.origin_of_cow(&lv.name).map(str::to_owned)
+}
+
+/// The pool a report shows: a thin LV's thin pool, a cache LV's cache pool or cache volume,
+/// a writecache LV's cache volume.
+fn pool_of(lv: &Lv) -> Option<&str> {
+    match &lv.segments.first()?.kind {
+        SegKind::Thin(t) => Some(&t.thin_pool),
+        SegKind::Cache(b) => b.lv("cache_pool"),
+        SegKind::Writecache(b) => b.lv("writecache"),
+        _ => None,
+    }
+}
+
+/// The origin a report shows: thin snapshot origin, the origin of an old COW snapshot, the
+/// origin sub-LV of a cache, writecache or integrity LV.
+fn origin_of<'l>(lv: &'l Lv, uses: &LvUses<'l>) -> Option<&'l str> {
+    match &lv.segments.first()?.kind {
+        SegKind::Thin(t) => t.origin.as_deref().or(t.external_origin.as_deref()),
+        SegKind::Cache(b) | SegKind::Writecache(b) | SegKind::Integrity(b) => b.lv("origin"),
+        _ => uses.origin_of_cow(&lv.name),
+    }
 }
 
 fn devices(c: &VgCtx<'_>, seg: &Segment) -> String {
-    let mut parts = Vec::new();
-    let mut area = |a: &Area| match a {
+    let area = |a: &Area| match a {
         Area::Pv { pv, pe } => {
             let dev = c.svg.pv_devices[*pv].map_or("[unknown]", |d| c.scan.pvs[d].device.as_str());
-            parts.push(format!("{dev}({pe})"));
+            format!("{dev}({pe})")
         }
-        Area::Lv { lv, le } => parts.push(format!("{lv}({le})")),
+        Area::Lv { lv, le } => format!("{lv}({le})"),
     };
-    match &seg.kind {
-        SegKind::ThinPool(p) => area(&Area::Lv {
-            lv: p.pool.clone(),
-            le: 0,
-        }),
-        k => k.areas().iter().for_each(&mut area),
-    }
+    // The sub-LV a pool, cache, writecache or integrity segment stacks on, the images of a
+    // raid segment: from their start.
+    let sub = |lv: Option<&str>| lv.map(|l| format!("{l}(0)"));
+    let parts: Vec<String> = match &seg.kind {
+        SegKind::ThinPool(p) => sub(Some(&p.pool)).into_iter().collect(),
+        SegKind::CachePool(b) | SegKind::VdoPool(b) => sub(b.lv("data")).into_iter().collect(),
+        SegKind::Cache(b) | SegKind::Writecache(b) | SegKind::Integrity(b) => {
+            sub(b.lv("origin")).into_iter().collect()
+        }
+        SegKind::Raid { .. } => seg
+            .kind
+            .raid_images()
+            .filter_map(|i| sub(Some(i)))
+            .collect(),
+        k => k.areas().iter().map(area).collect(),
+    };
     parts.join(",")
 }

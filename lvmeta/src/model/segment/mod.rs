@@ -152,6 +152,28 @@ pub struct Composite {
     pub fields: Tree<'static>,
 }
 
+impl Composite {
+    /// The LV named in `field` (the first, for lists).
+    pub fn lv(&self, field: &str) -> Option<&str> {
+        self.refs
+            .iter()
+            .find(|r| r.field == field)
+            .map(|r| r.lv.as_str())
+    }
+
+    /// The integer value of a top-level field of the body.
+    pub fn int(&self, key: &str) -> Option<i64> {
+        let t = &self.fields;
+        t.top()
+            .iter()
+            .find(|n| t.key(n) == key)
+            .and_then(|n| match n.body {
+                crate::text::Body::Value(crate::text::Value::Int(i)) => Some(i),
+                _ => None,
+            })
+    }
+}
+
 /// A segment type lvm2 2.03.16 does not know, kept verbatim.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Unknown {
@@ -303,6 +325,28 @@ impl SegKind {
             | SegKind::VdoPool(body) => Some(body),
             _ => None,
         }
+    }
+
+    /// A raid segment's image LVs, in order: every second entry of `raids` (which pairs a
+    /// metadata LV with each image), every entry of `raid0_lvs`; empty for other segments.
+    pub fn raid_images(&self) -> impl Iterator<Item = &str> {
+        self.raid_refs(|field, i| field == "raid0_lvs" || i % 2 == 1)
+    }
+
+    /// A raid segment's metadata LVs (the first of each `raids` pair), in order.
+    pub fn raid_metas(&self) -> impl Iterator<Item = &str> {
+        self.raid_refs(|field, i| field == "raids" && i % 2 == 0)
+    }
+
+    fn raid_refs(&self, pick: impl Fn(&str, usize) -> bool) -> impl Iterator<Item = &str> {
+        let refs = match self {
+            SegKind::Raid { body, .. } => &body.refs[..],
+            _ => &[],
+        };
+        refs.iter()
+            .enumerate()
+            .filter(move |(i, r)| pick(r.field, *i))
+            .map(|(_, r)| r.lv.as_str())
     }
 
     /// The areas, mutable (for renumbering PVs).

@@ -13,7 +13,11 @@ pub(crate) fn write_segment(e: &mut Emitter, index: usize, seg: &Segment, pv_key
     if let Some(r) = seg.reshape_count {
         e.int("reshape_count", i64::from(r));
     }
-    if let Some(d) = seg.data_copies {
+    // lvm2 writes a raid segment's data copies among its raid fields (see write_raid).
+    if let Some(d) = seg
+        .data_copies
+        .filter(|_| !matches!(seg.kind, SegKind::Raid { .. }))
+    {
         e.int("data_copies", i64::from(d));
     }
     if seg.type_flags.is_empty() {
@@ -95,6 +99,7 @@ pub(crate) fn write_segment(e: &mut Emitter, index: usize, seg: &Segment, pv_key
             e.str(s.store_key(), &s.cow);
         }
         SegKind::Unknown(u) => e.nodes(&u.fields, u.fields.top()),
+        SegKind::Raid { body, .. } => write_raid(e, seg.data_copies, body),
         k => {
             if let Some(body) = k.composite() {
                 e.nodes(&body.fields, body.fields.top());
@@ -102,6 +107,62 @@ pub(crate) fn write_segment(e: &mut Emitter, index: usize, seg: &Segment, pv_key
         }
     }
     e.close();
+}
+
+/// A raid segment's fields in their order, `data_copies` after `device_count` and the sub-LV
+/// list as lvm2 lays it out: after an empty line, one image per line (`raid0_lvs`) or one
+/// metadata/image pair per line (`raids`).
+fn write_raid(e: &mut Emitter, data_copies: Option<u32>, body: &Composite) {
+    let tree = &body.fields;
+    // Written after `device_count`, or before the list when there is none (never by lvm2).
+    let mut data_copies = data_copies;
+    for n in tree.top() {
+        let key = tree.key(n);
+        let items = match &n.body {
+            crate::text::Body::Value(crate::text::Value::Array(span))
+                if key == "raids" || key == "raid0_lvs" =>
+            {
+                tree.items(*span)
+            }
+            _ => {
+                e.nodes(tree, std::slice::from_ref(n));
+                if key == "device_count" {
+                    if let Some(d) = data_copies.take() {
+                        e.int("data_copies", i64::from(d));
+                    }
+                }
+                continue;
+            }
+        };
+        if let Some(d) = data_copies.take() {
+            e.int("data_copies", i64::from(d));
+        }
+        let per_line = if key == "raids" { 2 } else { 1 };
+        e.blank();
+        e.line(&format!("{key} = ["));
+        let lines: Vec<String> = items
+            .chunks(per_line)
+            .map(|chunk| {
+                chunk
+                    .iter()
+                    .map(|v| crate::text::quote(tree.value_str(v).unwrap_or_default()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .collect();
+        for (i, l) in lines.iter().enumerate() {
+            let sep = if i + 1 < lines.len() { "," } else { "" };
+            if e.style() == crate::text::Style::File {
+                e.line(&format!("\t{l}{sep}"));
+            } else {
+                e.line(&format!("{l}{sep}"));
+            }
+        }
+        e.line("]");
+    }
+    if let Some(d) = data_copies {
+        e.int("data_copies", i64::from(d));
+    }
 }
 
 fn write_areas(e: &mut Emitter, key: &str, areas: &[Area], pv_keys: &[String]) {
