@@ -181,6 +181,10 @@ fn lvm2_and_lvmeta_side_by_side() {
             "lv_name,lv_path,lv_full_name,lv_dm_path,chunk_size,lv_active",
         ],
         &["lvs", "--reportformat", "json"],
+        // What LVs are made of and for, and when they were made.
+        &["lvs", "-a", "-o", "lv_name,lv_layout,lv_role"],
+        &["lvs", "-o", "lv_name,lv_time,lv_host", "vg0/base"],
+        &["pvs", "-o", "pv_name,pv_used"],
         // Displays of LVs each side made (ids, times and seqnos normalised).
         &["lvdisplay", "vg0/pool", "vg0/t1"],
         &["lvdisplay", "-a", "vg0/pool_tdata"],

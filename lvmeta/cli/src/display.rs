@@ -8,7 +8,7 @@
 use clap::Args;
 
 use lvmeta::model::{Lv, SegKind, Vg};
-use lvmeta::report::{lv_opens, DmState};
+use lvmeta::report::{lv_opens, lv_time_text, DmState};
 use lvmeta::scan::{Scan, ScannedVg};
 
 use crate::args::{failed, long_size, scan_devices, DeviceArgs};
@@ -40,28 +40,6 @@ fn block(lines: &[String]) {
         println!("  {l}");
     }
     println!("   ");
-}
-
-/// `secs` since the epoch as lvm2's `%Y-%m-%d %T %z`, in UTC.
-fn time(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rest = secs % 86_400;
-    // Days to a civil date (proleptic Gregorian), after H. Hinnant's algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} +0000",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
 }
 
 impl DisplayArgs {
@@ -291,7 +269,7 @@ fn lv_block(vg: &Vg, lv: &Lv, dm: &DmState) {
         lines.push(format!("Internal LV Name       {}", lv.name));
     }
     let (when, host) = match &lv.creation {
-        Some((t, h)) => (time(*t), h.as_str()),
+        Some((t, h)) => (lv_time_text(*t), h.as_str()),
         None => (String::new(), ""),
     };
     lines.extend([
@@ -370,10 +348,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_are_lvm2s_in_utc() {
-        assert_eq!(time(0), "1970-01-01 00:00:00 +0000");
-        assert_eq!(time(1_765_080_000), "2025-12-07 04:00:00 +0000");
-        assert_eq!(time(951_782_400), "2000-02-29 00:00:00 +0000");
+    fn sizes_are_lvm2s_long_ones() {
         assert_eq!(size(0), "0   ");
         assert_eq!(size(40 << 20), "40.00 MiB");
     }

@@ -68,6 +68,10 @@ pub const FIELDS: &[Field] = &[
     f("lv_path", "Path", Object::Lv),
     f("lv_dm_path", "DMPath", Object::Lv),
     f("lv_active", "Active", Object::Lv),
+    f("lv_layout", "Layout", Object::Lv),
+    f("lv_role", "Role", Object::Lv),
+    f("lv_time", "CTime", Object::Lv),
+    f("lv_host", "Host", Object::Lv),
     f("chunk_size", "Chunk", Object::Seg),
     f("segtype", "Type", Object::Seg),
     f("seg_size", "SSize", Object::Seg),
@@ -107,6 +111,7 @@ pub const FIELDS: &[Field] = &[
     f("pv_mda_count", "#PMda", Object::Pv),
     f("pv_mda_size", "PMdaSize", Object::Pv),
     f("pv_tags", "PV Tags", Object::Pv),
+    f("pv_used", "Used", Object::Pv),
 ];
 
 /// A field's value before formatting.
@@ -251,6 +256,7 @@ pub fn pv_field(scan: &Scan, i: usize, name: &str) -> Option<Cell> {
         "pe_start" => Cell::Size(pe_start),
         "pv_pe_count" => Cell::Num(pe_count),
         "pv_pe_alloc_count" => Cell::Num(alloc),
+        "pv_used" => Cell::Size(alloc * ext),
         "pv_mda_count" => Cell::Num(spv.mdas.len() as u64),
         "pv_mda_size" => Cell::Size(mda_sizes.min().unwrap_or(0)),
         "pv_tags" => tags(&pv_tags),
@@ -294,6 +300,18 @@ pub fn lv_field(
             crate::activate::dm_names::dm_name(&vg.name, &lv.name)
         )),
         "lv_active" => Cell::Str(super::attr::lv_active(vg, lv, dm).into()),
+        "lv_layout" => Cell::Str(super::roles::layout(lv)),
+        "lv_role" => Cell::Str(super::roles::role(lv, uses)),
+        "lv_time" => Cell::Str(
+            lv.creation
+                .as_ref()
+                .map_or_else(String::new, |c| super::roles::time(c.0)),
+        ),
+        "lv_host" => Cell::Str(
+            lv.creation
+                .as_ref()
+                .map_or_else(String::new, |c| c.1.clone()),
+        ),
         "chunk_size" => Cell::Size(match &seg.kind {
             SegKind::ThinPool(p) => Sectors(u64::from(p.chunk_size)).bytes().0,
             _ => 0,

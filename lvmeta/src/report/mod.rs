@@ -4,12 +4,14 @@
 mod attr;
 mod fields;
 mod layout;
+mod roles;
 mod select;
 mod spec;
 
 pub use attr::{lv_attr, DmState, LvUses};
 pub use fields::{Cell, Field, Object, FIELDS};
 pub use layout::Layout;
+pub use roles::time as lv_time_text;
 pub use select::{SelectError, Selection};
 pub use spec::{field_help, find, parse_fields, parse_fields_with, FieldsError};
 

@@ -70,10 +70,16 @@ pub fn parse_fields_with(
         if names.iter().any(|n| matches!(*n, "help" | "?")) {
             return Err(FieldsError::Help);
         }
-        names
-            .iter()
-            .map(|n| find(n, kind.prefix()).ok_or_else(|| FieldsError::Unknown((*n).to_owned())))
-            .collect()
+        let mut out = Vec::new();
+        for n in names {
+            match all_of(n, kind) {
+                Some(object) => out.extend(FIELDS.iter().filter(|f| f.object == object)),
+                None => out.push(
+                    find(n, kind.prefix()).ok_or_else(|| FieldsError::Unknown((*n).to_owned()))?,
+                ),
+            }
+        }
+        Ok(out)
     };
     let mut list: Option<Vec<&'static Field>> = None;
     for spec in specs {
@@ -103,6 +109,23 @@ pub fn parse_fields_with(
     match list {
         Some(l) => Ok(l),
         None => resolve(defaults),
+    }
+}
+
+/// `lv_all`, `vg_all`, `pv_all`, `seg_all` (and `all` for the report's own object): every
+/// field lvmeta reports of that object.
+fn all_of(name: &str, kind: Kind) -> Option<Object> {
+    match squash(name).as_str() {
+        "lvall" => Some(Object::Lv),
+        "vgall" => Some(Object::Vg),
+        "pvall" => Some(Object::Pv),
+        "segall" => Some(Object::Seg),
+        "all" => Some(match kind {
+            Kind::Lvs => Object::Lv,
+            Kind::Vgs => Object::Vg,
+            Kind::Pvs => Object::Pv,
+        }),
+        _ => None,
     }
 }
 
@@ -161,6 +184,11 @@ mod tests {
             Ok(vec!["lv_name", "vg_name", "lv_uuid"])
         );
         assert_eq!(names(&["name", "+size"]), Ok(vec!["lv_name", "lv_size"]));
+        let all = names(&["lv_all"]).expect("lv_all");
+        assert!(
+            all.contains(&"lv_role") && !all.contains(&"vg_name"),
+            "{all:?}"
+        );
         assert_eq!(
             parse_fields(Kind::Lvs, Some("name,size")).expect("valid")[1].name,
             "lv_size"
