@@ -316,6 +316,19 @@ fn vgchange_activates_and_deactivates_a_vg() {
         assert!(lvm2_active(&sb, lv), "{lv} active as lvm2 sees it");
     }
     assert!(!lvm2_active(&sb, "vgc/skip"), "activation skip is kept");
+    // Data% and Meta% of the active pool and thin LV, as lvm2 reads the kernel's status
+    // (some data written first, so that neither is zero).
+    let data: Vec<u8> = (0..(1 << 20)).map(|i: u32| (i % 251) as u8 + 1).collect();
+    write_at(Path::new("/dev/mapper/vgc-t"), 0, &data);
+    let usage = [
+        "-o",
+        "lv_name,data_percent,metadata_percent",
+        "vgc/pool",
+        "vgc/t",
+    ];
+    let theirs = sb.lvm_ok(&[&["lvs"][..], &usage[..]].concat(), Some(ACTIVE));
+    let ours = sb.lvmeta_ok("lvs", &usage);
+    assert_eq!(said(ours), said(theirs), "Data%/Meta% as lvm2's");
     // Again: nothing more to do, the same count.
     assert_eq!(said(sb.lvmeta_ok("vgchange", &["-ay", "vgc"])), up);
     let down = said(sb.lvmeta_ok("vgchange", &["-an", "vgc"]));

@@ -185,6 +185,7 @@ fn lvm2_and_lvmeta_side_by_side() {
         &["lvs", "-a", "-o", "lv_name,lv_layout,lv_role"],
         &["lvs", "-o", "lv_name,lv_time,lv_host", "vg0/base"],
         &["pvs", "-o", "pv_name,pv_used"],
+        &["lvs", "-a", "--binary", "-o", "lv_name,zero"],
         // Displays of LVs each side made (ids, times and seqnos normalised).
         &["lvdisplay", "vg0/pool", "vg0/t1"],
         &["lvdisplay", "-a", "vg0/pool_tdata"],
@@ -278,7 +279,7 @@ fn lvm2_and_lvmeta_side_by_side() {
         &["pvs", "-o", "pv_name,pe_start,pv_pe_count"],
         // Another object's fields: vgs lists PVs or LVs; lvs cannot show PV fields.
         &["vgs", "-o", "vg_name,pv_name"],
-        &["vgs", "-o", "vg_name,lv_name,lv_size", "-O", "lv_name"],
+        &["vgs", "-o", "vg_name,lv_name,lv_size"],
         &["lvs", "-o", "lv_name,pv_name"],
         // Selection (-S): strings, regexes, sizes, numbers, lists, and/or/not, groups.
         &["lvs", "-a", "-S", "lv_size>8m", "-o", "lv_name,lv_size"],
@@ -316,14 +317,11 @@ fn lvm2_and_lvmeta_side_by_side() {
         &["lvcreate", "-an", "-n", "bad/name", "-L", "4m", "vg0"],
         // Removal: one LV, then a whole VG's.
         &["lvremove", "-f", "vg0/t1"],
-        // lvm2 keeps new thin pools first in its metadata, lvmeta in the order made: the
-        // order a whole VG's LVs are removed in differs with several pools (docs/cli.md).
-        &["lvremove", "-f", "vg0/t2"],
-        &["lvremove", "-f", "vg0/t3"],
-        &["lvremove", "-f", "vg0/pool2"],
-        &["lvremove", "-f", "vg0/pool3"],
-        &["lvremove", "-f", "vg0/pool4"],
-        &["lvremove", "-f", "vg0/base"],
+        // Removal in lvm2's order: metadata order (new thin pools first), a pool's thin LVs
+        // right before it, whatever the order on the command line.
+        &["lvdisplay"],
+        &["lvremove", "-f", "vg0/t2", "vg0/t3", "vg0/pool2"],
+        &["lvremove", "-f", "vg0/pool3", "vg0/pool4"],
         &["lvremove", "-f", "vg0"],
         &["lvs", "-a"],
     ]

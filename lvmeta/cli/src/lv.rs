@@ -208,22 +208,7 @@ impl LvremoveArgs {
     /// Removes each LV (a thin LV's pool takes its message now when it is active here).
     pub fn run(&self) -> CmdResult {
         let s = open(&self.w, &[])?;
-        let mut names = Vec::new();
-        for name in &self.lvs {
-            if name.contains('/') {
-                names.push(name.clone());
-                continue;
-            }
-            let cur = current(&s, name)?;
-            let mut lvs: Vec<&lvmeta::model::Lv> = cur
-                .lvs
-                .iter()
-                .map(|l| l.as_ref())
-                .filter(|l| l.is_visible())
-                .collect();
-            lvs.sort_by_key(|l| l.thin_pool().is_none());
-            names.extend(lvs.iter().map(|l| format!("{name}/{}", l.name)));
-        }
+        let names = removal_order(&s, &self.lvs)?;
         for name in &names {
             let (vg, lv) = vg_lv(name)?;
             let pool = current(&s, vg)
@@ -240,6 +225,49 @@ impl LvremoveArgs {
         }
         Ok(())
     }
+}
+
+/// `VG/LV` names of the LVs `args` name (a VG alone: its visible LVs), in the order lvm2
+/// removes them: VG by VG in name order, each VG's in metadata order, a thin pool's thin
+/// LVs right before it. A name no VG holds comes last, where its removal fails.
+fn removal_order(s: &Session, args: &[String]) -> Result<Vec<String>, (u8, String)> {
+    let mut by_vg: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for a in args {
+        let (vg, lv) = a.split_once('/').unwrap_or((a, ""));
+        by_vg
+            .entry(vg.trim_start_matches("/dev/"))
+            .or_default()
+            .push(lv);
+    }
+    let (mut out, mut missing) = (Vec::new(), Vec::new());
+    for (vg, wanted) in by_vg {
+        let cur = current(s, vg)?;
+        let named = |l: &lvmeta::model::Lv| {
+            wanted.contains(&l.name.as_str()) || (wanted.contains(&"") && l.is_visible())
+        };
+        let push = |name: &str, out: &mut Vec<String>| {
+            let full = format!("{vg}/{name}");
+            if !out.contains(&full) {
+                out.push(full);
+            }
+        };
+        for lv in cur.lvs.iter().filter(|l| named(l)) {
+            if lv.pool().is_some() {
+                for thin in cur.lvs.iter().filter(|t| t.thin_pool() == Some(&lv.name)) {
+                    push(&thin.name, &mut out);
+                }
+            }
+            push(&lv.name, &mut out);
+        }
+        missing.extend(
+            wanted
+                .iter()
+                .filter(|w| !w.is_empty() && cur.lv(w).is_none())
+                .map(|w| format!("{vg}/{w}")),
+        );
+    }
+    out.extend(missing);
+    Ok(out)
 }
 
 /// `lvrename`'s options.

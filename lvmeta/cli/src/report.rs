@@ -53,6 +53,9 @@ pub struct ReportArgs {
     /// One line per field.
     #[arg(long = "rows")]
     rows: bool,
+    /// 1 and 0 (-1 unknown) for fields of two values, instead of their words.
+    #[arg(long = "binary")]
+    binary: bool,
     /// Only the rows this selection picks (lvm2's grammar: `lv_size>8m && lv_name=~^db`);
     /// `help` lists the fields.
     #[arg(short = 'S', long = "select")]
@@ -241,6 +244,9 @@ impl ReportArgs {
             table.select(sel);
         }
         table.sort(&sort);
+        if a.binary {
+            binary(&mut table);
+        }
         table.keep_columns(shown);
         if json {
             print!("{}", table.to_json(units));
@@ -320,6 +326,26 @@ fn with_tags(scan: &lvmeta::scan::Scan, kind: Kind, names: Vec<String>) -> Optio
         }
     }
     (!out.is_empty()).then_some(out)
+}
+
+/// `--binary`: lvm2's two-valued fields (`zero`) as 1 and 0, and -1 when unknown.
+fn binary(table: &mut report::Table) {
+    let cols: Vec<usize> = (0..table.fields.len())
+        .filter(|&i| table.fields[i].name == "zero")
+        .collect();
+    for row in &mut table.rows {
+        for &i in &cols {
+            if let Some(c) = row.get_mut(i) {
+                if let report::Cell::Str(v) = c {
+                    *c = report::Cell::Int(match v.as_str() {
+                        "" => 0,
+                        "unknown" => -1,
+                        _ => 1,
+                    });
+                }
+            }
+        }
+    }
 }
 
 /// A report and its selection.

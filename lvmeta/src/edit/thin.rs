@@ -294,8 +294,10 @@ pub fn create_pool(vg: Vg, ctx: &EditCtx, spec: &PoolSpec) -> Result<(Vg, String
             messages: Vec::new(),
         }),
     });
-    out.lvs.push(Arc::new(pool));
-    let pi = out.lvs.len() - 1;
+    // lvm2 puts a new thin pool first among the LVs (its sub-LVs were added last): lists in
+    // metadata order (`vgs -o lv_name`, `lvremove VG`) come out as lvm2's.
+    out.lvs.insert(0, Arc::new(pool));
+    let pi = 0;
     if out.is_shared() {
         assign_lease(&mut out, ctx, pi, ctx.lease_align(), &[], SPARE_LEASE_SLOTS)?;
     }

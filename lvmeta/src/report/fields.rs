@@ -56,8 +56,8 @@ pub const FIELDS: &[Field] = &[
         title: "LLockArgs",
         object: Object::Lv,
     },
-    // Kernel status columns of lvm2's default lvs: blank for LVs that are not active (the
-    // status of active ones is not read yet).
+    // Kernel status columns of lvm2's default lvs: blank for LVs that are not active; of
+    // active ones lvmeta reads thin pools' and thin LVs' (`usage.rs`).
     f("data_percent", "Data%", Object::Lv),
     f("metadata_percent", "Meta%", Object::Lv),
     f("move_pv", "Move", Object::Lv),
@@ -121,6 +121,8 @@ pub enum Cell {
     Str(String),
     /// A count, right-aligned.
     Num(u64),
+    /// A signed number, right-aligned (`--binary`: 1, 0, or -1 for unknown).
+    Int(i64),
     /// A size in bytes, formatted with the chosen units.
     Size(u64),
 }
@@ -291,8 +293,9 @@ pub fn lv_field(
         "lv_lock_args" => Cell::Str(lv.lock_args.clone().unwrap_or_default()),
         "segtype" => Cell::Str(seg.report_type().to_owned()),
         "seg_size" => Cell::Size(u64::from(seg.extent_count) * ext),
-        "data_percent" | "metadata_percent" | "move_pv" | "mirror_log" | "copy_percent"
-        | "convert_lv" => Cell::Str(String::new()),
+        "data_percent" => Cell::Str(super::usage::data_percent(vg, lv, dm)),
+        "metadata_percent" => Cell::Str(super::usage::metadata_percent(vg, lv, dm)),
+        "move_pv" | "mirror_log" | "copy_percent" | "convert_lv" => Cell::Str(String::new()),
         "lv_full_name" => Cell::Str(format!("{}/{}", vg.name, lv.name)),
         "lv_path" => Cell::Str(super::attr::lv_path(vg, lv)),
         "lv_dm_path" => Cell::Str(format!(

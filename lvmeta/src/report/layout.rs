@@ -67,6 +67,7 @@ fn least_width(f: &Field) -> usize {
 fn compare(a: &Cell, b: &Cell) -> Ordering {
     match (a, b) {
         (Cell::Num(x), Cell::Num(y)) | (Cell::Size(x), Cell::Size(y)) => x.cmp(y),
+        (Cell::Int(x), Cell::Int(y)) => x.cmp(y),
         (Cell::Str(x), Cell::Str(y)) => x.cmp(y),
         _ => Ordering::Equal,
     }

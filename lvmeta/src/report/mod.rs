@@ -7,6 +7,7 @@ mod layout;
 mod roles;
 mod select;
 mod spec;
+mod usage;
 
 pub use attr::{lv_attr, DmState, LvUses};
 pub use fields::{Cell, Field, Object, FIELDS};
@@ -342,6 +343,7 @@ pub(crate) fn cell_text(c: &Cell, units: Units) -> String {
     match c {
         Cell::Str(s) => s.clone(),
         Cell::Num(n) => n.to_string(),
+        Cell::Int(n) => n.to_string(),
         Cell::Size(b) => units.format(*b),
     }
 }

@@ -384,6 +384,7 @@ fn compare(field: &Field, cell: &Cell, op: Op, value: &Value) -> bool {
             .to_owned(),
         Cell::Str(s) => s.clone(),
         Cell::Num(n) => n.to_string(),
+        Cell::Int(n) => n.to_string(),
         Cell::Size(b) => b.to_string(),
     };
     match (value, op) {
@@ -420,6 +421,7 @@ fn compare(field: &Field, cell: &Cell, op: Op, value: &Value) -> bool {
     match cell {
         Cell::Size(b) => size_of(want).is_some_and(|w| order(*b as f64, w, op)),
         Cell::Num(n) => want.parse::<f64>().is_ok_and(|w| order(*n as f64, w, op)),
+        Cell::Int(n) => want.parse::<f64>().is_ok_and(|w| order(*n as f64, w, op)),
         Cell::Str(_) => matches!(op, Op::Eq | Op::Ne) && order(text.as_str(), want.as_str(), op),
     }
 }

@@ -35,8 +35,8 @@ mod pool;
 mod tables;
 mod wrap;
 
-pub use nodes::device_opens;
 use nodes::{block_devnum, node_devnum};
+pub use nodes::{device_opens, thin_usage, Usage};
 use tables::over;
 pub use tables::{linear_table, mapped_ranges, pool_table, striped_table, thin_table, TableLine};
 

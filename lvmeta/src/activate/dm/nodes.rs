@@ -34,6 +34,49 @@ pub(super) fn node_devnum(node: &Path) -> Option<(u32, u32)> {
         .then(|| (libc::major(m.rdev()), libc::minor(m.rdev())))
 }
 
+/// How full a thin pool's `-tpool` device or a thin LV's device is, by the kernel's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usage {
+    /// A thin pool: data chunks and metadata blocks, used and in all.
+    Pool {
+        /// Data chunks used and in all.
+        data: (u64, u64),
+        /// Metadata blocks used and in all.
+        metadata: (u64, u64),
+    },
+    /// A thin LV: the 512-byte sectors mapped.
+    Thin {
+        /// Sectors mapped.
+        mapped: u64,
+    },
+}
+
+/// The usage device-mapper device `name` reports (a `thin-pool` or `thin` target); `None`
+/// when there is no such device, it is of another target, or its status does not parse.
+pub fn thin_usage(name: &str) -> Option<Usage> {
+    let dm = DM::new().ok()?;
+    let (_, lines) = dm
+        .table_status(&DevId::Name(dm_name_of(name).ok()?), DmOptions::default())
+        .ok()?;
+    let (_, _, target, status) = lines.first()?;
+    match target.as_str() {
+        "thin-pool" => {
+            let p = super::super::thin::parse_pool_status(name, status).ok()?;
+            Some(Usage::Pool {
+                data: p.data,
+                metadata: p.metadata,
+            })
+        }
+        "thin" => status
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+            .map(|mapped| Usage::Thin { mapped }),
+        _ => None,
+    }
+}
+
 /// Every device-mapper device's uuid and open count; `None` without device-mapper.
 pub fn device_opens() -> Option<std::collections::HashMap<String, i32>> {
     let dm = DM::new().ok()?;
