@@ -208,7 +208,7 @@ impl LvremoveArgs {
     /// Removes each LV (a thin LV's pool takes its message now when it is active here).
     pub fn run(&self) -> CmdResult {
         let s = open(&self.w, &[])?;
-        let names = removal_order(&s, &self.lvs)?;
+        let names = removal_order(&s, &self.lvs, self.force > 0)?;
         for name in &names {
             let (vg, lv) = vg_lv(name)?;
             let pool = current(&s, vg)
@@ -229,8 +229,9 @@ impl LvremoveArgs {
 
 /// `VG/LV` names of the LVs `args` name (a VG alone: its visible LVs), in the order lvm2
 /// removes them: VG by VG in name order, each VG's in metadata order, a thin pool's thin
-/// LVs right before it. A name no VG holds comes last, where its removal fails.
-fn removal_order(s: &Session, args: &[String]) -> Result<Vec<String>, (u8, String)> {
+/// LVs right before it (those not named only with `force`). A name no VG holds comes last,
+/// where its removal fails.
+fn removal_order(s: &Session, args: &[String], force: bool) -> Result<Vec<String>, (u8, String)> {
     let mut by_vg: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
     for a in args {
         let (vg, lv) = a.split_once('/').unwrap_or((a, ""));
@@ -253,7 +254,11 @@ fn removal_order(s: &Session, args: &[String]) -> Result<Vec<String>, (u8, Strin
         };
         for lv in cur.lvs.iter().filter(|l| named(l)) {
             if lv.pool().is_some() {
-                for thin in cur.lvs.iter().filter(|t| t.thin_pool() == Some(&lv.name)) {
+                // Unnamed thin LVs only with -f, as lvm2 removes them with their pool.
+                let of_pool = |t: &&std::sync::Arc<lvmeta::model::Lv>| {
+                    t.thin_pool() == Some(&lv.name) && (force || named(t))
+                };
+                for thin in cur.lvs.iter().filter(of_pool) {
                     push(&thin.name, &mut out);
                 }
             }
