@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::dev::BlockDevice;
+use crate::dev::{BlockDevice, Prefetched, PREFETCH};
 use crate::label::{self, DiskLocn, LabelError, PvLabel, LABEL_SCAN_SIZE};
 use crate::mda::{self, MdaError, MdaHeader, MDA_HEADER_SIZE};
 use crate::model::{Imported, ModelWarning, Vg};
@@ -181,17 +181,21 @@ pub fn scan(devices: &[&dyn BlockDevice]) -> Scan {
 /// carry the location, size and checksum of the text). Equal fingerprints mean equal texts.
 pub type Fingerprint = Vec<(String, PvLabel, Vec<Option<MdaHeader>>)>;
 
-/// Reads the labels and area headers of `devices` (a sector or two each).
+/// Reads the labels and area headers of `devices` (one read each when the only area
+/// header is the first one, at 4 KiB).
 pub fn fingerprint(devices: &[&dyn BlockDevice]) -> Fingerprint {
     let mut out = Vec::new();
     for dev in devices {
-        let mut head = vec![0u8; LABEL_SCAN_SIZE.min(dev.size() as usize)];
-        if read(*dev, 0, &mut head).is_err() {
-            continue;
-        }
-        let Some(label) = label::scan(&head).label else {
+        let view =
+            Prefetched::read(*dev, PREFETCH).or_else(|_| Prefetched::read(*dev, LABEL_SCAN_SIZE));
+        let Ok(view) = view else {
             continue;
         };
+        let head = &view.head()[..LABEL_SCAN_SIZE.min(view.head().len())];
+        let Some(label) = label::scan(head).label else {
+            continue;
+        };
+        let dev: &dyn BlockDevice = &view;
         let headers = label
             .metadata_areas
             .iter()
@@ -201,7 +205,7 @@ pub fn fingerprint(devices: &[&dyn BlockDevice]) -> Fingerprint {
                     .offset
                     .checked_add(locn.size)
                     .is_some_and(|e| e <= dev.size());
-                (fits && read(*dev, locn.offset, &mut h).is_ok())
+                (fits && read(dev, locn.offset, &mut h).is_ok())
                     .then(|| mda::decode(&h, locn.offset, locn.size).ok())
                     .flatten()
             })
@@ -242,9 +246,18 @@ fn scan_device(
 ) -> Result<Option<(ScannedPv, Vec<Copy>)>, Error> {
     let name = dev.name().to_owned();
     let size = dev.size();
-    let mut head = vec![0u8; LABEL_SCAN_SIZE.min(size as usize)];
-    read(dev, 0, &mut head)?;
-    let found = label::scan(&head);
+    // The label and the first area's header in one read; the label alone when that fails
+    // (a bad header is then the area's warning, as before).
+    let view = Prefetched::read(dev, PREFETCH)
+        .or_else(|_| Prefetched::read(dev, LABEL_SCAN_SIZE))
+        .map_err(|source| Error::Io {
+            device: name.clone(),
+            offset: 0,
+            source,
+        })?;
+    let dev: &dyn BlockDevice = &view;
+    let head = &view.head()[..LABEL_SCAN_SIZE.min(view.head().len())];
+    let found = label::scan(head);
     for error in found.rejected {
         tracing::debug!(device = %name, %error, "rejected label sector");
         warnings.push(ScanWarning::Label {

@@ -209,17 +209,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { EINVALID_CMD_LINE } else { 0 });
         }
     };
-    let level = match matches.get_count("verbose") {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    logging(matches.get_count("verbose"));
     if !root() {
         eprintln!("  WARNING: Running as a non-root user. Functionality may be unavailable.");
     }
@@ -236,6 +226,25 @@ fn main() -> ExitCode {
             eprintln!("  {msg}");
             ExitCode::from(code)
         }
+    }
+}
+
+/// Logs to stderr: warnings, `-v` info, `-vv` debug; `RUST_LOG` directives when set. A
+/// plain level filter unless `RUST_LOG` asks for more (parsing directives is a tenth of a
+/// short command's start-up).
+fn logging(verbose: u8) {
+    use tracing_subscriber::filter::LevelFilter;
+    let level = match verbose {
+        0 => LevelFilter::WARN,
+        1 => LevelFilter::INFO,
+        _ => LevelFilter::DEBUG,
+    };
+    let fmt = tracing_subscriber::fmt().with_writer(std::io::stderr);
+    match std::env::var_os("RUST_LOG") {
+        Some(_) => fmt
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init(),
+        None => fmt.with_max_level(level).init(),
     }
 }
 

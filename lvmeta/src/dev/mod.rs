@@ -6,8 +6,10 @@
 //! benchmarks) and [`FaultyDevice`] (crash and error injection).
 
 mod file;
+mod prefetch;
 
 pub use file::{AlignedBuf, FileDevice};
+pub use prefetch::{Prefetched, PREFETCH};
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
