@@ -839,3 +839,29 @@ fn leases_on_a_4k_sector_lun_are_aligned_as_lvmlockd_aligns_them() {
     unique.dedup();
     assert_eq!(unique.len(), 3);
 }
+
+/// As lvmlockd: a thin LV or thin pool is never active on several hosts (both would write
+/// the pool's metadata); shared activation is refused before any lease is taken.
+#[test]
+fn shared_activation_of_thin_lvs_is_refused() {
+    let (s, fake, _host) = setup();
+    s.lockstart("vg").expect("lockstart");
+    make_pool(&s);
+    add_thin(&s, "t", None).expect("thin LV");
+    let vg = s.vg("vg").expect("vg");
+    let at = places();
+    let lease = layout::lv_lease(&vg, &at.paths, "pool", at.geometry).expect("pool lease");
+    let backend = lvmeta::activate::FakeBackend::with_thin();
+    for lv in ["t", "pool"] {
+        let e = s
+            .activate("vg", lv, true, false, &backend)
+            .expect_err("shared thin activation");
+        assert!(
+            e.to_string().contains("Shared activation not compatible"),
+            "{e}"
+        );
+    }
+    fake.acquire(&lease, Mode::Exclusive, false)
+        .expect("no lease was taken");
+    fake.release(&lease, None).expect("release");
+}

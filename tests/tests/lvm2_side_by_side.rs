@@ -165,6 +165,7 @@ fn lvm2_and_lvmeta_side_by_side() {
         &["lvextend", "-L", "+6m", "vg0/lin"],
         &["lvreduce", "-f", "-L", "-6m", "vg0/lin"],
         &["lvresize", "-l", "+1", "vg0/lin"],
+        &["lvextend", "-L", "+4m", "/dev/vg0/lin"],
         // Reports: defaults, all LVs, segments, asked-for units, lvm2's field names.
         &["lvs"],
         &["lvs", "-a"],

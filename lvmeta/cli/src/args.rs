@@ -337,8 +337,9 @@ pub fn refs(v: &[String]) -> Vec<&str> {
 
 /// `VG/LV` into its parts.
 pub fn vg_lv(s: &str) -> Result<(&str, &str), (u8, String)> {
-    s.split_once('/')
-        .map(|(v, l)| (v.trim_start_matches("/dev/"), l))
+    s.strip_prefix("/dev/")
+        .unwrap_or(s)
+        .split_once('/')
         .ok_or_else(|| usage(format!("{s:?}: expected VG/LV")))
 }
 

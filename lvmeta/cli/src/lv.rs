@@ -234,11 +234,9 @@ impl LvremoveArgs {
 fn removal_order(s: &Session, args: &[String], force: bool) -> Result<Vec<String>, (u8, String)> {
     let mut by_vg: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
     for a in args {
+        let a = a.strip_prefix("/dev/").unwrap_or(a);
         let (vg, lv) = a.split_once('/').unwrap_or((a, ""));
-        by_vg
-            .entry(vg.trim_start_matches("/dev/"))
-            .or_default()
-            .push(lv);
+        by_vg.entry(vg).or_default().push(lv);
     }
     let (mut out, mut missing) = (Vec::new(), Vec::new());
     for (vg, wanted) in by_vg {

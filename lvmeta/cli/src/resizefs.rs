@@ -5,7 +5,7 @@
 //! - xfs: grown with `xfs_growfs` where it is mounted, or mounted for it on a private
 //!   directory; xfs cannot shrink.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -98,8 +98,12 @@ pub fn grow(dev: &Path, fs: Fs) -> Result<(), (u8, String)> {
         }
         (Fs::Xfs, Some(point)) => run("xfs_growfs", &[&point.display().to_string()]),
         (Fs::Xfs, None) => {
+            // A new directory of its own, only root's: never one someone else put there.
             let dir = std::env::temp_dir().join(format!("lvmeta-growfs-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| failed(format!("{}: {e}", dir.display())))?;
             let point = dir.display().to_string();
             let grown = run("mount", &["-t", "xfs", &path, &point]).and_then(|()| {
                 let g = run("xfs_growfs", &[&point]);

@@ -89,11 +89,16 @@ fn is_list(f: &Field) -> bool {
     f.name.ends_with("_tags") || matches!(f.name, "lv_layout" | "lv_role")
 }
 
+/// How deep `!` and `( )` may nest: a hostile selection cannot exhaust the stack.
+const MAX_DEPTH: usize = 128;
+
 /// A cursor over the selection text.
 struct Parser<'a> {
     text: &'a str,
     pos: usize,
     kind: Kind,
+    /// `!` and `(` open now.
+    depth: usize,
 }
 
 impl Parser<'_> {
@@ -145,11 +150,20 @@ impl Parser<'_> {
     }
 
     fn unary(&mut self) -> Result<Expr, SelectError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(self.error());
+        }
         if self.eat("!") {
-            return Ok(Expr::Not(Box::new(self.unary()?)));
+            self.depth += 1;
+            let inner = self.unary();
+            self.depth -= 1;
+            return Ok(Expr::Not(Box::new(inner?)));
         }
         if self.eat("(") {
-            let inner = self.or()?;
+            self.depth += 1;
+            let inner = self.or();
+            self.depth -= 1;
+            let inner = inner?;
             if !self.eat(")") {
                 return Err(self.error());
             }
@@ -289,7 +303,12 @@ impl Selection {
         if matches!(text.trim(), "help" | "?") {
             return Err(SelectError::Help);
         }
-        let mut p = Parser { text, pos: 0, kind };
+        let mut p = Parser {
+            text,
+            pos: 0,
+            kind,
+            depth: 0,
+        };
         let e = p.or()?;
         p.skip_space();
         if !p.rest().is_empty() {
@@ -422,6 +441,14 @@ fn compare(field: &Field, cell: &Cell, op: Op, value: &Value) -> bool {
         Cell::Size(b) => size_of(want).is_some_and(|w| order(*b as f64, w, op)),
         Cell::Num(n) => want.parse::<f64>().is_ok_and(|w| order(*n as f64, w, op)),
         Cell::Int(n) => want.parse::<f64>().is_ok_and(|w| order(*n as f64, w, op)),
+        // Percent fields compare as numbers (`data_percent>80`, `100%`); blank never matches.
+        Cell::Str(_) if field.name.ends_with("_percent") => {
+            let num = |t: &str| t.trim_end_matches('%').parse::<f64>().ok();
+            match (num(&text), num(want)) {
+                (Some(a), Some(b)) => order(a, b, op),
+                _ => false,
+            }
+        }
         Cell::Str(_) => matches!(op, Op::Eq | Op::Ne) && order(text.as_str(), want.as_str(), op),
     }
 }
@@ -515,6 +542,14 @@ mod tests {
         assert!(matches!(err("tags=[a && b || c]"), SelectError::Syntax(_)));
         assert!(matches!(err("name=~\"(\""), SelectError::Syntax(_)));
         assert!(matches!(err("name=\"open"), SelectError::Syntax(_)));
+        // Nesting is bounded: no stack overflow, a syntax error.
+        assert!(matches!(err(&"(".repeat(100_000)), SelectError::Syntax(_)));
+        assert!(matches!(err(&"!".repeat(100_000)), SelectError::Syntax(_)));
+        assert!(Selection::parse(
+            Kind::Lvs,
+            &format!("{}name=a{}", "(".repeat(50), ")".repeat(50))
+        )
+        .is_ok());
         assert!(FIELDS.iter().any(is_list));
     }
 }

@@ -334,6 +334,20 @@ impl ActivationRead<'_> {
         let sv = scan.vg(vg)?;
         let at = places(scan, sv);
         let placement = activate::place(&sv.vg, lv, &at.paths)?;
+        // As lvmlockd: only linear and striped LVs are active on several hosts at once (two
+        // hosts' thin pools would both write one pool's metadata).
+        let plain = sv.vg.lv(lv).is_some_and(|l| {
+            l.segments
+                .iter()
+                .all(|s| matches!(s.kind, crate::model::SegKind::Striped(_)))
+        });
+        if shared && !plain {
+            return Err(edit::refused(
+                format!("{vg}/{lv}"),
+                "Shared activation not compatible with LV type",
+            )
+            .into());
+        }
         let mode = if shared {
             lease::Mode::Shared
         } else {

@@ -18,14 +18,29 @@ impl Session {
     /// - Drops the cached scan: the next read is made under the lock.
     /// - A VG with leases is still read again under its lease (another host may write it).
     /// - Returns false when `vg` was already held (nothing read or locked).
+    /// - For a command's one thread: a change another thread makes in the held VG would run
+    ///   without the file lock once this session holds another VG.
     pub fn hold(&self, vg: &str) -> Result<bool, Error> {
-        if self.holds(vg) {
+        // The whole swap under the mutex: two callers cannot both lock the file.
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.as_ref().is_some_and(|(n, _)| n == vg) {
             return Ok(false);
         }
-        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        let lock = self.lock(Resource::Vg(vg.to_owned()))?;
-        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some((vg.to_owned(), lock));
+        *held = None;
+        let lock = match &self.lock_dir {
+            Some(dir) => Some(
+                crate::lockfile::lock(dir, &Resource::Vg(vg.to_owned()), true).map_err(
+                    |source| Error::Lock {
+                        path: dir.display().to_string(),
+                        source,
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        // Forgotten before the VG counts as held: no scan from before the lock is trusted.
         self.forget();
+        *held = Some((vg.to_owned(), lock));
         Ok(true)
     }
 
