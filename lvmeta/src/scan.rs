@@ -181,6 +181,12 @@ pub fn scan(devices: &[&dyn BlockDevice]) -> Scan {
 /// carry the location, size and checksum of the text). Equal fingerprints mean equal texts.
 pub type Fingerprint = Vec<(String, PvLabel, Vec<Option<MdaHeader>>)>;
 
+/// The start of `dev`: the label and the first area's header in one read, or the label
+/// alone when that read fails (a bad header is then the area's warning).
+fn head_view(dev: &dyn BlockDevice) -> std::io::Result<Prefetched<'_>> {
+    Prefetched::read(dev, PREFETCH).or_else(|_| Prefetched::read(dev, LABEL_SCAN_SIZE))
+}
+
 /// Reads the labels and area headers of `devices` (one read each when the only area
 /// header is the first one, at 4 KiB).
 pub fn fingerprint(devices: &[&dyn BlockDevice]) -> Fingerprint {
@@ -246,15 +252,11 @@ fn scan_device(
 ) -> Result<Option<(ScannedPv, Vec<Copy>)>, Error> {
     let name = dev.name().to_owned();
     let size = dev.size();
-    // The label and the first area's header in one read; the label alone when that fails
-    // (a bad header is then the area's warning, as before).
-    let view = Prefetched::read(dev, PREFETCH)
-        .or_else(|_| Prefetched::read(dev, LABEL_SCAN_SIZE))
-        .map_err(|source| Error::Io {
-            device: name.clone(),
-            offset: 0,
-            source,
-        })?;
+    let view = head_view(dev).map_err(|source| Error::Io {
+        device: name.clone(),
+        offset: 0,
+        source,
+    })?;
     let dev: &dyn BlockDevice = &view;
     let head = &view.head()[..LABEL_SCAN_SIZE.min(view.head().len())];
     let found = label::scan(head);

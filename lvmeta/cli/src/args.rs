@@ -418,6 +418,16 @@ pub fn hold(s: &Session, vg: &str) -> Result<(), (u8, String)> {
     Ok(())
 }
 
+/// The major and minor numbers of the block device node at `path`.
+pub fn device_numbers(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = std::fs::metadata(path).ok()?.rdev();
+    Some((
+        ((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0xfff),
+        ((rdev >> 12) & 0xffff_ff00) | (rdev & 0xff),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,11 +7,12 @@
 
 use clap::Args;
 
+use lvmeta::activate::dm_names::dm_name;
 use lvmeta::model::{Lv, SegKind, Vg};
 use lvmeta::report::{lv_opens, lv_time_text, DmState};
 use lvmeta::scan::{Scan, ScannedVg};
 
-use crate::args::{failed, long_size, scan_devices, DeviceArgs};
+use crate::args::{device_numbers, failed, long_size, scan_devices, DeviceArgs};
 use crate::CmdResult;
 
 /// The options of the display verbs.
@@ -323,24 +324,12 @@ fn lv_block(vg: &Vg, lv: &Lv, dm: &DmState) {
         },
     ]);
     if opens.is_some() {
-        if let Some((major, minor)) = block_device(&vg.name, &lv.name) {
+        let node = format!("/dev/mapper/{}", dm_name(&vg.name, &lv.name));
+        if let Some((major, minor)) = device_numbers(std::path::Path::new(&node)) {
             lines.push(format!("Block device           {major}:{minor}"));
         }
     }
     block(&lines);
-}
-
-/// The major and minor numbers of an active LV's device-mapper node.
-fn block_device(vg: &str, lv: &str) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let name = format!("{}-{}", vg.replace('-', "--"), lv.replace('-', "--"));
-    let rdev = std::fs::metadata(format!("/dev/mapper/{name}"))
-        .ok()?
-        .rdev();
-    Some((
-        ((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0xfff),
-        ((rdev >> 12) & 0xffff_ff00) | (rdev & 0xff),
-    ))
 }
 
 #[cfg(test)]

@@ -5,14 +5,14 @@
 //! - xfs: grown with `xfs_growfs` where it is mounted, or mounted for it on a private
 //!   directory; xfs cannot shrink.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use lvmeta::dev::FileDevice;
 use lvmeta::signature::{inspect_device, Found};
 
-use crate::args::failed;
+use crate::args::{device_numbers, failed};
 
 /// A filesystem lvmeta resizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,11 +42,7 @@ pub fn detect(dev: &Path) -> Result<Fs, (u8, String)> {
 
 /// Where the filesystem on `dev` is mounted, from this process's mount table.
 fn mountpoint(dev: &Path) -> Option<PathBuf> {
-    let rdev = std::fs::metadata(dev).ok()?.rdev();
-    let (major, minor) = (
-        ((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0xfff),
-        ((rdev >> 12) & 0xffff_ff00) | (rdev & 0xff),
-    );
+    let (major, minor) = device_numbers(dev)?;
     let want = format!("{major}:{minor}");
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     table.lines().find_map(|l| {
