@@ -208,6 +208,12 @@ fn refusals_name_the_problem() {
         Err(EditError::Option { .. })
     ));
     let grown = edit::lv::resize(v.clone(), ctx, "one", 3, None, false).expect("grow");
+    // A size planned from an older read of the LV (another host resized it since) is refused.
+    edit::lv::expect_size(&grown, "one", 3).expect("unchanged size");
+    assert!(matches!(
+        edit::lv::expect_size(&grown, "one", 1),
+        Err(EditError::Refused { why, .. }) if why.contains("from 1 to 3 extents")
+    ));
     assert!(matches!(
         edit::lv::resize(grown.clone(), ctx, "one", 2, None, false),
         Err(EditError::Refused { .. })

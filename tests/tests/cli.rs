@@ -151,4 +151,14 @@ fn errors_exit_like_lvm2() {
         table.contains("first") && !table.contains("lvmlock"),
         "{table}"
     );
+    // The display verbs read as the reports do: the shared VG is named as read unlocked.
+    for verb in ["pvdisplay", "vgdisplay", "lvdisplay"] {
+        let out = lvmeta(&[verb, "--devices", &shared]);
+        assert!(out.status.success(), "{verb}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("Reading VG") && err.contains("without a lock"),
+            "{verb}: {err}"
+        );
+    }
 }

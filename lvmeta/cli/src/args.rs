@@ -9,7 +9,7 @@ use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::edit::Permission;
 use lvmeta::model::Vg;
 use lvmeta::scan::{self, Scan};
-use lvmeta::session::Session;
+use lvmeta::session::{ReadLocks, Session};
 use lvmeta::units::Bytes;
 
 use crate::{ECMD_FAILED, EINVALID_CMD_LINE};
@@ -53,10 +53,41 @@ pub fn scan_devices(args: &DeviceArgs) -> Scan {
     scan
 }
 
+/// Reads the devices as lvm2's reporting verbs do ([`Session::read_locked`]): the shared VGs
+/// among `vgs` (every VG when empty) under shared leases where this host can take them. Prints
+/// the scan's warnings and names each shared VG read without a lock. The leases are kept
+/// until the returned [`ReadLocks`] is dropped.
+pub fn read_for_report(
+    dev: &DeviceArgs,
+    lock: &LockArgs,
+    vgs: &[&str],
+) -> Result<(std::sync::Arc<Scan>, ReadLocks), (u8, String)> {
+    let mut session = Session::new(open_devices(dev));
+    if let Some(h) = lock.host()? {
+        session = session.with_host(h);
+    }
+    // Without a host id nothing is locked, and every shared VG read is named below.
+    let (scan, locks) = session.read_locked(vgs).map_err(failed)?;
+    print_warnings(&scan);
+    for vg in &locks.unlocked {
+        eprintln!("  WARNING: Reading VG {vg} without a lock; the view may be stale.");
+    }
+    Ok((scan, locks))
+}
+
 /// Prints a scan's warnings as lvm2 does.
 pub fn print_warnings(scan: &Scan) {
     for w in &scan.warnings {
         eprintln!("  WARNING: {w}");
+    }
+}
+
+/// [`print_warnings`] for the first read of a command only: a command that reads the devices
+/// again (another VG held, a lease taken) says what it found once, as lvm2 does.
+fn warn_once(scan: &Scan) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        print_warnings(scan);
     }
 }
 
@@ -239,7 +270,7 @@ pub fn permission(v: &Option<String>) -> Result<Option<Permission>, (u8, String)
 /// Opens the session ([`open`]) and prints the scan's warnings.
 pub fn session(w: &WriteArgs, extra: &[PathBuf]) -> Result<Session, (u8, String)> {
     let s = open(w, extra)?;
-    print_warnings(&s.cached_scan());
+    warn_once(&s.cached_scan());
     Ok(s)
 }
 
@@ -413,7 +444,7 @@ pub fn current(s: &Session, vg: &str) -> Result<Vg, (u8, String)> {
 /// reads the devices under it and prints the warnings when it was not held yet.
 pub fn hold(s: &Session, vg: &str) -> Result<(), (u8, String)> {
     if s.hold(vg).map_err(failed)? {
-        print_warnings(&s.cached_scan());
+        warn_once(&s.cached_scan());
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use lvmeta::model::{Lv, SegKind, Vg};
 use lvmeta::report::{lv_opens, lv_time_text, DmState};
 use lvmeta::scan::{Scan, ScannedVg};
 
-use crate::args::{device_numbers, failed, long_size, scan_devices, DeviceArgs};
+use crate::args::{device_numbers, failed, long_size, read_for_report, DeviceArgs, LockArgs};
 use crate::CmdResult;
 
 /// The options of the display verbs.
@@ -20,6 +20,8 @@ use crate::CmdResult;
 pub struct DisplayArgs {
     #[command(flatten)]
     dev: DeviceArgs,
+    #[command(flatten)]
+    lock: LockArgs,
     /// lvdisplay: internal LVs too.
     #[arg(short = 'a', long = "all")]
     all: bool,
@@ -46,7 +48,7 @@ fn block(lines: &[String]) {
 impl DisplayArgs {
     /// `pvdisplay`.
     pub fn pvdisplay(&self) -> CmdResult {
-        let scan = scan_devices(&self.dev);
+        let (scan, _locks) = read_for_report(&self.dev, &self.lock, &[])?;
         for name in &self.names {
             if !scan.pvs.iter().any(|p| &p.device == name) {
                 return Err(failed(format!(
@@ -66,7 +68,7 @@ impl DisplayArgs {
 
     /// `vgdisplay`.
     pub fn vgdisplay(&self) -> CmdResult {
-        let scan = scan_devices(&self.dev);
+        let (scan, _locks) = read_for_report(&self.dev, &self.lock, &self.vg_names())?;
         let dm = DmState::probe();
         for svg in self.vgs(&scan)? {
             vg_block(&scan, svg, &dm);
@@ -76,7 +78,7 @@ impl DisplayArgs {
 
     /// `lvdisplay`.
     pub fn lvdisplay(&self) -> CmdResult {
-        let scan = scan_devices(&self.dev);
+        let (scan, _locks) = read_for_report(&self.dev, &self.lock, &self.vg_names())?;
         let dm = DmState::probe();
         let names: Vec<&str> = self
             .names
@@ -111,15 +113,22 @@ impl DisplayArgs {
         Ok(())
     }
 
+    /// The VG part of each name (`VG`, `VG/LV`, `/dev/VG/LV`): the VGs read under a lease.
+    fn vg_names(&self) -> Vec<&str> {
+        self.names
+            .iter()
+            .map(|n| n.strip_prefix("/dev/").unwrap_or(n))
+            .map(|n| n.split('/').next().unwrap_or(n))
+            .collect()
+    }
+
     /// The VGs named (by `VG` or `VG/LV`), or every VG, by name.
     fn vgs<'s>(&self, scan: &'s Scan) -> Result<Vec<&'s ScannedVg>, (u8, String)> {
         let mut out: Vec<&ScannedVg> = Vec::new();
         if self.names.is_empty() {
             out.extend(scan.vgs.iter());
         }
-        for n in &self.names {
-            let n = n.strip_prefix("/dev/").unwrap_or(n);
-            let vg = n.split('/').next().unwrap_or(n);
+        for vg in self.vg_names() {
             let found = scan
                 .vg(vg)
                 .map_err(|_| failed(format!("Volume group \"{vg}\" not found")))?;

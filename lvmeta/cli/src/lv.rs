@@ -132,6 +132,8 @@ impl ResizeArgs {
             }
         }
         s.update(vg, "lvresize", |v, ctx| {
+            // `target_extents` was planned from the read before the VG's lease.
+            edit::lv::expect_size(&v, lv, now)?;
             edit::lv::resize(
                 v,
                 ctx,

@@ -8,7 +8,7 @@ use clap::Args;
 use lvmeta::report::{self, DmState, Kind, Object, Request, SelectError, Selection, Units};
 use lvmeta::text::Style;
 
-use crate::args::{failed, open_devices, print_warnings, scan_devices, DeviceArgs, LockArgs};
+use crate::args::{failed, read_for_report, scan_devices, DeviceArgs, LockArgs};
 use crate::{CmdResult, EINVALID_CMD_LINE};
 
 /// The options of `pvs`, `vgs` and `lvs`.
@@ -213,20 +213,11 @@ impl ReportArgs {
                 .map(|n| n.split('/').next().unwrap_or(n))
                 .collect(),
         };
-        let mut session = lvmeta::session::Session::new(open_devices(&a.dev));
-        if let Some(h) = a.lock.host()? {
-            session = session.with_host(h);
-        }
-        // Without a host id nothing is locked, and every shared VG read is named below.
-        let (scan, locks) = session.read_locked(&selected).map_err(failed)?;
-        print_warnings(&scan);
+        let (scan, _locks) = read_for_report(&a.dev, &a.lock, &selected)?;
         check_names(&scan, kind, &names)?;
         let Some(names) = with_tags(&scan, kind, names) else {
             return Ok(());
         };
-        for vg in &locks.unlocked {
-            eprintln!("  WARNING: Reading VG {vg} without a lock; the view may be stale.");
-        }
         let req_kind = kind;
         let Some((kind, names)) = rows_of(&scan, kind, &fields, names)? else {
             return Ok(());

@@ -8,8 +8,8 @@ use lvmeta::edit::{self, SharedVg, VgSpec};
 use lvmeta::session::Session;
 
 use crate::args::{
-    activation, current, failed, lease_host, names, refs, sectors_arg, session, HostIdArg,
-    WriteArgs,
+    activation, current, failed, hold, lease_host, names, open, refs, sectors_arg, session,
+    HostIdArg, WriteArgs,
 };
 use crate::CmdResult;
 
@@ -163,9 +163,11 @@ impl VgchangeArgs {
     /// Starts the lockspace, changes the tags, stops the lockspace, as asked, VG by VG.
     pub fn run(&self) -> CmdResult {
         let mode = activation(&self.activate)?;
-        let s = session(&self.w, &[])?;
+        let s = open(&self.w, &[])?;
         let (add, del) = (&self.add, &self.del);
         for vg in &self.vgs {
+            // Read once, under the VG's file lock kept while this VG is worked on.
+            hold(&s, vg)?;
             // lvmlocal.conf's host_id still wins over auto.
             let auto = self.w.lock.host_id == Some(HostIdArg::Auto)
                 && lvmeta::lease::lvmlocal_host_id().is_none();
@@ -222,23 +224,28 @@ fn activate_all(s: &Session, vg: &str, mode: Option<bool>) -> CmdResult {
             .map(|d| d.is_some())
             .map_err(failed)
     };
-    for lv in &lvs {
-        match mode {
-            // A pool up only under its thin LVs goes down too.
-            None if s.live(vg, &lv.name, b).map_err(failed)? => {
-                s.deactivate(vg, &lv.name, b).map_err(failed)?
-            }
-            Some(shared) if !active(&lv.name)? && !lv.has_flag("ACTIVATION_SKIP") => s
-                .activate(vg, &lv.name, shared, false, b)
-                .map_err(failed)?
-                // The LV stays active after this process: so does its lease.
-                .keep_lease(),
-            _ => {}
-        }
-    }
+    // Each LV's state is asked once: whether it is up once this command is done with it.
     let mut count = 0;
     for lv in &lvs {
-        count += usize::from(active(&lv.name)?);
+        let up = match mode {
+            None => {
+                // A pool up only under its thin LVs goes down too.
+                if s.live(vg, &lv.name, b).map_err(failed)? {
+                    s.deactivate(vg, &lv.name, b).map_err(failed)?;
+                }
+                false
+            }
+            Some(_) if active(&lv.name)? => true,
+            Some(_) if lv.has_flag("ACTIVATION_SKIP") => false,
+            Some(shared) => {
+                s.activate(vg, &lv.name, shared, false, b)
+                    .map_err(failed)?
+                    // The LV stays active after this process: so does its lease.
+                    .keep_lease();
+                true
+            }
+        };
+        count += usize::from(up);
     }
     println!("  {count} logical volume(s) in volume group \"{vg}\" now active");
     Ok(())

@@ -72,6 +72,23 @@ pub fn hold(
     Ok((out, name))
 }
 
+/// Refuses when LV `name` no longer has `extents` extents. A size worked out from a read
+/// made before the VG's lease (`+SIZE`, `-SIZE`, the grow/shrink checks) is stale once
+/// another host has resized the LV under the lease since.
+pub fn expect_size(vg: &Vg, name: &str, extents: u32) -> Result<(), EditError> {
+    let now = vg.lvs[lv_index(vg, name)?].extents();
+    if now == u64::from(extents) {
+        return Ok(());
+    }
+    Err(refused(
+        format!("{}/{name}", vg.name),
+        format!(
+            "its size changed from {extents} to {now} extents while this command ran \
+             (another host resized it); run the command again"
+        ),
+    ))
+}
+
 /// `lvextend`/`lvreduce`/`lvresize` to `extents` extents. Shrinking needs `force` (data
 /// beyond the new end is lost); thin LVs only change their virtual size.
 pub fn resize(

@@ -296,7 +296,10 @@ impl Session {
                 }));
                 // A lease kept since before `first` was read: nobody can have changed the
                 // VG. Otherwise another host may have: read again under the lease.
-                (guard, if kept { first } else { self.current() })
+                // - A held VG's `first` is the cached scan, which may be older than a
+                //   lease taken since (activation, a locked read): checked again too.
+                let fresh = kept && !self.holds(vg);
+                (guard, if fresh { first } else { self.current() })
             }
             None => (Guard::Local, first),
         };
