@@ -13,8 +13,6 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::os::unix::fs::FileExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -38,24 +36,6 @@ fn session(sb: &Sandbox, i: usize) -> Session {
     Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]).with_lock_dir(sb.lock_dir())
 }
 
-/// Two synchronous 4 KiB writes at the end of the device: what any commit needs at least.
-fn floor(path: &str, size: u64) -> impl FnMut() {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
-        .open(path)
-        .expect("open O_DIRECT|O_DSYNC");
-    let mut buf = vec![0u8; 8192];
-    let start = buf.as_ptr().align_offset(4096);
-    buf[start..start + 4096].fill(0x5a);
-    move || {
-        let block = &buf[start..start + 4096];
-        f.write_all_at(block, size - 8192).expect("write");
-        f.write_all_at(block, size - 4096).expect("write");
-    }
-}
-
 fn create_remove(c: &mut Criterion) {
     if !ready() {
         return;
@@ -70,34 +50,9 @@ fn create_remove(c: &mut Criterion) {
     });
     // The `lvmeta` command as processes, as an admin runs it: what lvm2's pair is up against.
     let lvmeta = lvmeta_tests::lvmeta_bin();
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(&lvmeta)
-            .args(&args[..1])
-            .args(["--devices", &sb.loops[0]])
-            .args(&args[1..])
-            .env("LVMETA_LOCKING_DIR", sb.lock_dir())
-            .output()
-            .expect("run lvmeta");
-        assert!(out.status.success(), "lvmeta {args:?}");
-    };
-    g.bench_function("lvmeta-cli", |b| {
-        b.iter(|| {
-            run(&["lvcreate", "-an", "-L", "8m", "-n", "bench", "vg"]);
-            run(&["lvremove", "-f", "vg/bench"]);
-        })
-    });
-    g.bench_function("lvm2", |b| {
-        b.iter(|| {
-            sb.lvm_ok(
-                &[
-                    "lvcreate", "-q", "-an", "-Zn", "-L", "8m", "-n", "bench", "vg",
-                ],
-                None,
-            );
-            sb.lvm_ok(&["lvremove", "-q", "-f", "vg/bench"], None);
-        })
-    });
-    let mut w = floor(&sb.loops[0], 512 * MIB);
+    g.bench_function("lvmeta-cli", |b| b.iter(|| sb.lvmeta_pair(&lvmeta)));
+    g.bench_function("lvm2", |b| b.iter(|| sb.lvm2_pair()));
+    let mut w = lvmeta_tests::commit_floor(&sb.loops[0], 512 * MIB);
     g.bench_function("floor-2x4k-dsync", |b| b.iter(&mut w));
     g.finish();
 }

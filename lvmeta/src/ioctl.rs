@@ -1,5 +1,6 @@
 //! The kernel calls lvmeta makes itself, its only `unsafe`: the loop driver's ioctls
-//! (linux/loop.h), the block layer's erase ioctls (`BLKZEROOUT`, `BLKDISCARD`), `fallocate`
+//! (linux/loop.h), the block layer's erase ioctls (`BLKZEROOUT`, `BLKDISCARD`) and sector
+//! size (`BLKSSZGET`), `fallocate`
 //! for image files and `mknod` for device-mapper nodes. Each call passes a file descriptor
 //! this module's caller owns and, where the kernel reads or writes a structure, a pointer to
 //! a live, correctly laid out `repr(C)` value. (device-mapper's own ioctls are the
@@ -18,6 +19,8 @@ const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
 const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
 /// `_IO(0x12, 119)`: discard a byte range of a block device.
 const BLKDISCARD: libc::c_ulong = 0x1277;
+/// `_IO(0x12, 104)`: a block device's logical sector size.
+const BLKSSZGET: libc::c_ulong = 0x1268;
 /// `_IO(0x12, 127)`: make a byte range of a block device read back as zeroes (the kernel
 /// offloads it: WRITE SAME / WRITE ZEROES / UNMAP on a SAN, a hole punch under a loop device).
 const BLKZEROOUT: libc::c_ulong = 0x127F;
@@ -149,6 +152,15 @@ pub fn zero_out(dev: &File, offset: u64, len: u64) -> io::Result<()> {
     // call; the descriptor is open for the call.
     check(unsafe { libc::ioctl(dev.as_raw_fd(), BLKZEROOUT, &range) })?;
     Ok(())
+}
+
+/// The logical sector size of block device `dev` (`BLKSSZGET`).
+pub fn logical_sector_size(dev: &File) -> io::Result<u32> {
+    let mut size: libc::c_int = 0;
+    // SAFETY: the kernel writes one int to `size`, which lives across the call; the
+    // descriptor is open for the call.
+    check(unsafe { libc::ioctl(dev.as_raw_fd(), BLKSSZGET, &mut size) })?;
+    u32::try_from(size).map_err(|_| io::Error::other(format!("BLKSSZGET gave {size}")))
 }
 
 /// `BLKDISCARD` over `len` bytes at `offset` of block device `dev`; what the range reads back

@@ -56,6 +56,9 @@ pub const SEG_FIELDS: &str =
 /// Thin pool settings, as a pool and its thin LVs show them (compared live only: the
 /// fixtures' stored reports predate them).
 pub const POOL_FIELDS: &str = "lv_name,vg_name,discards,zero";
+/// Metadata area space, as each PV shows its own and its VG's (compared live only: the
+/// fixtures' stored reports predate them).
+pub const MDA_FIELDS: &str = "pv_name,pv_mda_free,pv_mda_size,vg_mda_free,vg_mda_size,vg_mda_count";
 /// VG report fields.
 pub const VGS_FIELDS: &str = "vg_name,vg_uuid,vg_size,vg_free,vg_extent_size,vg_extent_count,vg_free_count,pv_count,lv_count,vg_seqno,vg_tags,vg_lock_type,vg_lock_args,vg_systemid,vg_attr";
 /// PV report fields.
@@ -629,6 +632,26 @@ pub fn create_remove_lv(s: &lvmeta::session::Session, vg: &str, extents: u32) {
         edit::lv::remove(v, ctx, "bench", false)
     })
     .expect("remove");
+}
+
+/// The floor of any commit, for the benchmarks: two 4 KiB O_DIRECT|O_DSYNC writes, one after
+/// the other, in the last 8 KiB of the device at `path` (`size` bytes).
+pub fn commit_floor(path: &str, size: u64) -> impl FnMut() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(nix::libc::O_DIRECT | nix::libc::O_DSYNC)
+        .open(path)
+        .expect("open O_DIRECT|O_DSYNC");
+    let mut buf = vec![0u8; 8192];
+    let start = buf.as_ptr().align_offset(4096);
+    buf[start..start + 4096].fill(0x5a);
+    move || {
+        let block = &buf[start..start + 4096];
+        f.write_all_at(block, size - 8192).expect("write");
+        f.write_all_at(block, size - 4096).expect("write");
+    }
 }
 
 /// Unbinds, when dropped (also when a test fails), every loop device bound over `0` (a LUN),

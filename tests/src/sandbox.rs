@@ -2,12 +2,14 @@
 //! backups off, a filter that accepts only its loop devices), its own lock directory shared
 //! with lvmeta, and the loop devices detached on drop, also when a test fails.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::{lvmeta_bin, rows, LVS_FIELDS, POOL_FIELDS, PVS_FIELDS, SEG_FIELDS, VGS_FIELDS};
+use crate::{
+    lvmeta_bin, rows, LVS_FIELDS, MDA_FIELDS, POOL_FIELDS, PVS_FIELDS, SEG_FIELDS, VGS_FIELDS,
+};
 
 /// Loop devices over image files, with an lvm2 configuration that sees only them.
 pub struct Sandbox {
@@ -171,6 +173,34 @@ impl Sandbox {
         out
     }
 
+    /// `lvcreate -an -L 8m -n bench vg` + `lvremove -f vg/bench` as two `lvmeta` processes
+    /// over the first loop device (`bin`: the binary, found once by the caller): the pair
+    /// the benchmarks time against [`Sandbox::lvm2_pair`].
+    pub fn lvmeta_pair(&self, bin: &Path) {
+        for args in [
+            &["lvcreate", "-an", "-L", "8m", "-n", "bench", "vg"][..],
+            &["lvremove", "-f", "vg/bench"],
+        ] {
+            let out = Command::new(bin)
+                .args(&args[..1])
+                .args(["--devices", &self.loops[0]])
+                .args(&args[1..])
+                .env("LVMETA_LOCKING_DIR", self.lock_dir())
+                .output()
+                .expect("run lvmeta");
+            assert!(out.status.success(), "lvmeta {args:?}");
+        }
+    }
+
+    /// Stock lvm2's `lvcreate -an -Zn` + `lvremove -f` of the same LV ([`Sandbox::lvmeta_pair`]).
+    pub fn lvm2_pair(&self) {
+        let create = [
+            "lvcreate", "-q", "-an", "-Zn", "-L", "8m", "-n", "bench", "vg",
+        ];
+        self.lvm_ok(&create, None);
+        self.lvm_ok(&["lvremove", "-q", "-f", "vg/bench"], None);
+    }
+
     /// Stock `vgck VG` must pass without a warning about the metadata.
     pub fn vgck_clean(&self, vg: &str, extra: Option<&str>) {
         let out = self.lvm_ok(&["vgck", vg], extra);
@@ -187,7 +217,8 @@ impl Sandbox {
     }
 
     /// lvm2's and lvmeta's `pvs`, `vgs`, `lvs -a` and `lvs -a --segments` JSON for the
-    /// standard field lists (and `lvs -a` for the thin pool settings) must hold the same rows.
+    /// standard field lists (and `lvs -a` for the thin pool settings, `pvs` for the metadata
+    /// areas' space) must hold the same rows.
     /// - where the kernel has device-mapper, lvm2 runs with activation on (udev off): with
     ///   it off, lvm2 prints `XX` for every LV's state and open columns even there, and
     ///   lvmeta shows what the kernel has. Without device-mapper both print `XX` with the
@@ -204,6 +235,7 @@ impl Sandbox {
             ("lvs", LVS_FIELDS, false),
             ("lvs", SEG_FIELDS, true),
             ("lvs", POOL_FIELDS, false),
+            ("pvs", MDA_FIELDS, false),
         ] {
             let mut args = vec![
                 verb,

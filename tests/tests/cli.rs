@@ -162,3 +162,18 @@ fn errors_exit_like_lvm2() {
         );
     }
 }
+
+/// The command is linked without PIE (README, "Why the `lvmeta` command is linked without
+/// PIE"): its ELF type is an executable (2), not a shared object (3), unless the build asked
+/// for PIE.
+#[test]
+fn the_command_is_linked_without_pie() {
+    if std::env::var_os("LVMETA_CLI_PIE").is_some() {
+        eprintln!("LVMETA_CLI_PIE is set: the command was built as PIE");
+        return;
+    }
+    let elf = std::fs::read(lvmeta_bin()).expect("read the lvmeta binary");
+    assert_eq!(&elf[..4], b"\x7fELF");
+    let e_type = u16::from_le_bytes([elf[16], elf[17]]);
+    assert_eq!(e_type, 2, "ET_EXEC expected");
+}

@@ -9,7 +9,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 use super::{check_range, check_range_u64, write_zero_buffers, BlockDevice};
@@ -101,7 +101,7 @@ impl FileDevice {
         let meta = file.metadata().map_err(ctx)?;
         let block = meta.file_type().is_block_device();
         let (size, sector) = if block {
-            block_device_geometry(&file, meta.rdev()).map_err(ctx)?
+            block_device_geometry(&file).map_err(ctx)?
         } else if meta.is_file() {
             (meta.len(), 512)
         } else {
@@ -206,15 +206,14 @@ impl AlignedBuf {
     }
 }
 
-/// Size and logical sector size of a block device, from its end offset and sysfs.
-fn block_device_geometry(file: &File, rdev: u64) -> io::Result<(u64, u32)> {
+/// Size and logical sector size of a block device, from its end offset and `BLKSSZGET`
+/// (one call, where sysfs takes a path walk, an open and a read).
+fn block_device_geometry(file: &File) -> io::Result<(u64, u32)> {
     use std::io::{Seek, SeekFrom};
     let size = (&*file).seek(SeekFrom::End(0))?;
-    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-    let sysfs = format!("/sys/dev/block/{major}:{minor}/queue/logical_block_size");
-    let sector = std::fs::read_to_string(&sysfs)
+    let sector = crate::ioctl::logical_sector_size(file)
         .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
+        .filter(|s| s.is_power_of_two() && *s >= 512)
         .unwrap_or(512);
     Ok((size, sector))
 }

@@ -2,7 +2,7 @@
 
 use super::attr::{DmState, LvUses};
 use crate::model::{Area, Lv, SegKind, Segment, ThinPool, Vg};
-use crate::scan::{Scan, ScannedVg};
+use crate::scan::{Mda, Scan, ScannedVg};
 use crate::units::Sectors;
 
 /// Which object a field describes.
@@ -98,6 +98,9 @@ pub const FIELDS: &[Field] = &[
     f("vg_lock_args", "VLockArgs", Object::Vg),
     f("vg_systemid", "System ID", Object::Vg),
     f("vg_attr", "Attr", Object::Vg),
+    f("vg_mda_count", "#VMda", Object::Vg),
+    f("vg_mda_size", "VMdaSize", Object::Vg),
+    f("vg_mda_free", "VMdaFree", Object::Vg),
     f("pv_name", "PV", Object::Pv),
     f("pv_uuid", "PV UUID", Object::Pv),
     f("pv_fmt", "Fmt", Object::Pv),
@@ -110,6 +113,7 @@ pub const FIELDS: &[Field] = &[
     f("pv_pe_alloc_count", "Alloc", Object::Pv),
     f("pv_mda_count", "#PMda", Object::Pv),
     f("pv_mda_size", "PMdaSize", Object::Pv),
+    f("pv_mda_free", "PMdaFree", Object::Pv),
     f("pv_tags", "PV Tags", Object::Pv),
     f("pv_used", "Used", Object::Pv),
 ];
@@ -172,8 +176,43 @@ pub fn vg_field(c: &VgCtx<'_>, name: &str) -> Option<Cell> {
         "vg_lock_args" => Cell::Str(vg.lock_args.clone().unwrap_or_default()),
         "vg_systemid" => Cell::Str(vg.system_id.clone().unwrap_or_default()),
         "vg_attr" => Cell::Str(vg_attr(vg, c.svg.pv_devices.iter().any(Option::is_none))),
+        "vg_mda_count" | "vg_mda_size" | "vg_mda_free" => {
+            let mdas = c
+                .svg
+                .pv_devices
+                .iter()
+                .flatten()
+                .flat_map(|&i| &c.scan.pvs[i].mdas);
+            mda_field(mdas, name)
+        }
         _ => return None,
     })
+}
+
+/// `*_mda_count`, `*_mda_size` (the smallest area) and `*_mda_free` (the least free) of a
+/// PV's or a VG's metadata areas; 0 without any.
+fn mda_field<'m>(mdas: impl Iterator<Item = &'m Mda>, name: &str) -> Cell {
+    if name.ends_with("_count") {
+        return Cell::Num(mdas.count() as u64);
+    }
+    let least = match name.ends_with("_free") {
+        true => mdas.filter_map(mda_free).min(),
+        false => mdas.map(|m| m.locn.size).min(),
+    };
+    Cell::Size(least.unwrap_or(0))
+}
+
+/// lvm2's free space of a metadata area: half of what is left beside the current text (a
+/// commit writes the new text next to the old one), in whole sectors.
+/// - lvm2 counts the text as its size plus one sector (measured against lvm2 2.03.16: the
+///   free space of areas holding texts of 0 to 2786 bytes).
+/// - None for an area whose header did not validate.
+fn mda_free(m: &Mda) -> Option<u64> {
+    const SECTOR: u64 = 512;
+    let h = m.header.as_ref()?;
+    let room = h.size.saturating_sub(SECTOR);
+    let text = h.committed.size + SECTOR;
+    Some(room.saturating_sub(2 * text) / 2 / SECTOR * SECTOR)
 }
 
 fn vg_attr(vg: &Vg, partial: bool) -> String {
@@ -207,11 +246,13 @@ fn vg_attr(vg: &Vg, partial: bool) -> String {
 pub fn pv_field(scan: &Scan, i: usize, name: &str) -> Option<Cell> {
     let spv = &scan.pvs[i];
     let member = scan.vg_of_pv(i);
-    let mda_sizes = spv.mdas.iter().map(|m| m.locn.size);
     if let Some((svg, _)) = member {
         if let Some(c) = vg_field(&VgCtx { scan, svg }, name) {
             return Some(c);
         }
+    } else if name.starts_with("vg_mda_") {
+        // An orphan's VG has no areas: lvm2 prints 0.
+        return Some(mda_field(std::iter::empty(), name));
     } else if name.starts_with("vg_") {
         return Some(Cell::Str(String::new()));
     }
@@ -259,8 +300,7 @@ pub fn pv_field(scan: &Scan, i: usize, name: &str) -> Option<Cell> {
         "pv_pe_count" => Cell::Num(pe_count),
         "pv_pe_alloc_count" => Cell::Num(alloc),
         "pv_used" => Cell::Size(alloc * ext),
-        "pv_mda_count" => Cell::Num(spv.mdas.len() as u64),
-        "pv_mda_size" => Cell::Size(mda_sizes.min().unwrap_or(0)),
+        "pv_mda_count" | "pv_mda_size" | "pv_mda_free" => mda_field(spv.mdas.iter(), name),
         "pv_tags" => tags(&pv_tags),
         "vg_name" => Cell::Str(String::new()),
         _ => return None,
