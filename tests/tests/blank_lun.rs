@@ -6,7 +6,9 @@
 //! - a restarted controller keeps its id;
 //! - a blank LUN added to `--devices` is added to the VG;
 //! - a LUN carrying a filesystem (real mkfs.ext4) is left byte for byte untouched, the
-//!   reason logged.
+//!   reason logged;
+//! - a LUN that fails every read (device-mapper's error target: on the VM's kernel only)
+//!   does not keep the controller from serving.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -182,4 +184,73 @@ fn controllers_given_only_the_lun_make_one_vg() {
         ["2", "sanlock"],
         "{words}"
     );
+}
+
+/// device-mapper device `0`, removed when dropped.
+struct DmDevice(String);
+
+impl Drop for DmDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("dmsetup").args(["remove", &self.0]).status();
+    }
+}
+
+/// A LUN that fails every read (device-mapper's `error` target: a SAN path gone bad) does
+/// not hold the driver at start-up: the controller says so and serves (Probe answers that
+/// the VG is not ready), where waiting for a VG that cannot be read would keep kubelet from
+/// ever registering it.
+#[test]
+fn a_lun_that_does_not_read_is_served_without_waiting() {
+    let test = "a_lun_that_does_not_read_is_served_without_waiting";
+    if !privileged(test, &["dmsetup"]) || !lvmeta_tests::device_mapper(test) {
+        return;
+    }
+    let name = format!("lvmeta-unreadable-{}", std::process::id());
+    let made = Command::new("dmsetup")
+        .args(["create", &name, "--table", "0 262144 error"])
+        .status()
+        .expect("dmsetup");
+    assert!(made.success(), "dmsetup create {name}");
+    let dm = DmDevice(name);
+    let lun = format!("/dev/mapper/{}", dm.0);
+    let made_node = !Path::new(&lun).exists();
+    if made_node {
+        // No udev in the VM: the node is made from the device numbers.
+        let out = Command::new("dmsetup")
+            .args(["info", "-c", "--noheadings", "-o", "major,minor", &dm.0])
+            .output()
+            .expect("dmsetup info");
+        let nums = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let (major, minor) = nums.split_once(':').expect("major:minor");
+        let made = Command::new("mknod")
+            .args([&lun, "b", major, minor])
+            .status()
+            .expect("mknod");
+        assert!(made.success(), "mknod {lun}");
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    // No sanlock daemon answers in this run directory: local VGs only.
+    let run = dir.path().join("a");
+    let (_c, log) = controller(&run, &lun, "vg");
+    let _log = LogOnPanic(log.clone());
+    wait_log(
+        &log,
+        "a LUN does not read: serving without waiting for the VG",
+        Duration::from_secs(60),
+    );
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let channel = connect(&run.join("csi.sock")).await;
+        // It answers, and says why it is not ready: no VG can be read.
+        let probe = IdentityClient::new(channel).probe(ProbeRequest {}).await;
+        let status = probe.expect_err("not ready without a VG");
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+        assert!(
+            status.message().contains("VG vg is not ready"),
+            "{status:?}"
+        );
+    });
+    if made_node {
+        let _ = std::fs::remove_file(&lun);
+    }
 }
