@@ -136,11 +136,18 @@ fn board(data: &[u8]) {
     }
 }
 
-/// Short texts from outside: a kernel thin-pool status line.
+/// Short texts from outside: the kernel's status lines of thin-pool, thin, raid, cache and
+/// writecache targets.
 pub fn words(data: &[u8]) {
+    use crate::activate::status::{parse, Usage};
     let text = String::from_utf8_lossy(data);
     if let Ok(st) = crate::activate::thin::parse_pool_status("fuzz", &text) {
         assert!(!(st.read_only && st.out_of_data_space), "one metadata mode");
+    }
+    for target in ["thin-pool", "thin", "raid", "cache", "writecache"] {
+        if let Some(Usage::Writecache { total, free }) = parse(target, &text) {
+            assert!(free <= total, "no more free blocks than blocks");
+        }
     }
 }
 

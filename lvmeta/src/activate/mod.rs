@@ -16,6 +16,7 @@ pub mod loopdev;
 mod placement;
 pub mod plan;
 pub(crate) mod runs;
+pub mod status;
 pub mod thin;
 pub mod wrap;
 

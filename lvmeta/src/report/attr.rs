@@ -1,59 +1,9 @@
 //! lvm2's `lv_attr` and what it is made of: whether LVs are active ([`DmState`]), how the
-//! LVs of a VG refer to each other ([`LvUses`]); and the LV fields that follow from the
-//! same facts: its path and whether it is active.
+//! LVs of a VG refer to each other ([`LvUses`]); and the LV field that follows from the
+//! same facts: its path.
 
+use super::kernel::DmState;
 use crate::model::{Lv, SegKind, Vg};
-
-/// Whether LVs are active, as far as this machine can tell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DmState {
-    /// No device-mapper here: state and open columns show `X`, as lvm2 does without it.
-    Unknown,
-    /// The device-mapper devices: dm uuid (`LVM-<vg uuid><lv uuid>[-<layer>]` for LVs) ->
-    /// open count.
-    Known(std::collections::HashMap<String, i32>),
-}
-
-impl DmState {
-    /// Asks device-mapper; `Unknown` when the kernel has none (or lvmeta is built without
-    /// its `dm` feature).
-    pub fn probe() -> Self {
-        #[cfg(feature = "dm")]
-        if let Some(m) = crate::activate::dm::device_opens() {
-            return DmState::Known(m);
-        }
-        DmState::Unknown
-    }
-
-    /// lvm2's state and open columns of the LV with dm uuid `uuid`:
-    /// - active: a device with that uuid, or with it and a layer suffix (a pool's `_tdata`
-    ///   is `<uuid>-tdata`); a thin pool only with its own device, not by its `-tpool`;
-    /// - open: the device's open count, a pool's from its `-tpool` when that is up.
-    pub(super) fn columns(&self, uuid: &str, pool: bool) -> (char, char) {
-        let DmState::Known(devices) = self else {
-            return ('X', 'X');
-        };
-        let mine = |u: &str| {
-            u == uuid
-                || (!pool
-                    && u.strip_prefix(uuid)
-                        .is_some_and(|rest| rest.starts_with('-')))
-        };
-        let Some(open) = devices
-            .iter()
-            .filter(|(u, _)| mine(u))
-            .map(|(_, &o)| o)
-            .max()
-        else {
-            return ('-', '-');
-        };
-        let open = match devices.get(&format!("{uuid}-tpool")) {
-            Some(&o) if pool => o,
-            _ => open,
-        };
-        ('a', if open > 0 { 'o' } else { '-' })
-    }
-}
 
 /// How the LVs of a VG refer to each other, gathered in one pass so that per-LV fields need
 /// no scan of the whole VG.
@@ -64,8 +14,8 @@ pub struct LvUses<'v> {
     cows: Vec<(&'v str, &'v str)>,
     /// Origins of old-style snapshots, sorted.
     pub(super) origins: Vec<&'v str>,
-    /// Image LVs of raid segments, sorted.
-    raid_images: Vec<&'v str>,
+    /// Image LVs of raid segments, sorted: (image, its raid LV, its index there).
+    raid_images: Vec<(&'v str, &'v str, usize)>,
     /// Metadata LVs of raid segments, sorted.
     raid_metas: Vec<&'v str>,
 }
@@ -77,14 +27,18 @@ impl<'v> LvUses<'v> {
         let mut cows = Vec::new();
         let mut raid_images = Vec::new();
         let mut raid_metas = Vec::new();
-        for seg in vg.lvs.iter().flat_map(|l| &l.segments) {
+        for (lv, seg) in vg
+            .lvs
+            .iter()
+            .flat_map(|l| l.segments.iter().map(move |s| (l.name.as_str(), s)))
+        {
             let ty = seg.kind.type_name();
             seg.kind
                 .each_lv_ref(|field, target| refs.push((target, field, ty)));
             if let SegKind::Snapshot(s) = &seg.kind {
                 cows.push((s.cow.as_str(), s.origin.as_str()));
             }
-            raid_images.extend(seg.kind.raid_images());
+            raid_images.extend(seg.kind.raid_images().enumerate().map(|(i, m)| (m, lv, i)));
             raid_metas.extend(seg.kind.raid_metas());
         }
         let mut origins: Vec<&str> = cows.iter().map(|(_, o)| *o).collect();
@@ -131,7 +85,17 @@ impl<'v> LvUses<'v> {
 
     /// Is `lv` an image of a raid LV?
     pub(super) fn is_raid_image(&self, lv: &str) -> bool {
-        self.raid_images.binary_search(&lv).is_ok()
+        self.raid_image(lv).is_some()
+    }
+
+    /// The raid LV that uses image `lv`, and the image's index in it.
+    pub(super) fn raid_image(&self, lv: &str) -> Option<(&'v str, usize)> {
+        let i = self
+            .raid_images
+            .binary_search_by(|(m, _, _)| (*m).cmp(lv))
+            .ok()?;
+        let (_, raid, index) = self.raid_images[i];
+        Some((raid, index))
     }
 
     /// Is `lv` a metadata LV of a raid LV?
@@ -168,20 +132,15 @@ pub(super) fn lv_path(vg: &Vg, lv: &Lv) -> String {
     }
 }
 
-/// `active`, empty, or `unknown` where device-mapper cannot be asked (lvm2's words).
-pub(super) fn lv_active(vg: &Vg, lv: &Lv, dm: &DmState) -> &'static str {
-    if matches!(dm, DmState::Unknown) {
-        return "unknown";
-    }
-    let uuid = crate::activate::runs::dm_uuid(vg, lv);
-    let pool = matches!(
-        lv.segments.first().map(|s| &s.kind),
-        Some(SegKind::ThinPool(_))
-    );
-    match dm.columns(&uuid, pool).0 {
-        'a' => "active",
-        _ => "",
-    }
+/// Whether raid image `image` is in sync: its raid LV's status marks it `A` (lvm2's
+/// `lv_raid_image_in_sync`); not when the status cannot be read.
+fn image_in_sync(vg: &Vg, uses: &LvUses<'_>, image: &str, dm: &DmState) -> bool {
+    let Some((raid, index)) = uses.raid_image(image) else {
+        return false;
+    };
+    vg.lv(raid)
+        .and_then(|lv| super::kernel::raid_in_sync(vg, lv, dm))
+        .is_some_and(|bits| index < 64 && bits & (1 << index) != 0)
 }
 
 /// lvm2's 10-character `lv_attr`. The state, open and health columns are those of an LV
@@ -230,8 +189,14 @@ pub fn lv_attr(lv: &Lv, uses: &LvUses<'_>, vg: &Vg, dm: &DmState) -> String {
         _ if used_as("pool") => 'T',
         _ if name.contains("_mimage_") => 'i',
         SegKind::Integrity(_) => 'g',
-        // In sync is known of active images only (their kernel status, assumed good here).
-        _ if raid_image && hidden && c4 == 'a' => 'i',
+        // In sync, as the raid LV's kernel status says of this image, for active images.
+        _ if raid_image
+            && hidden
+            && matches!(c4, 'a' | 's')
+            && image_in_sync(vg, uses, name, dm) =>
+        {
+            'i'
+        }
         _ if raid_image => 'I',
         _ if used_as("mirror_log") => 'l',
         _ if is_cow => 's',

@@ -1,6 +1,7 @@
 //! The report fields, named as lvm2 names them, and their values.
 
-use super::attr::{DmState, LvUses};
+use super::attr::LvUses;
+use super::kernel::DmState;
 use crate::model::{Area, Lv, SegKind, Segment, ThinPool, Vg};
 use crate::scan::{Mda, Scan, ScannedVg};
 use crate::units::Sectors;
@@ -63,6 +64,7 @@ pub const FIELDS: &[Field] = &[
     f("move_pv", "Move", Object::Lv),
     f("mirror_log", "Log", Object::Lv),
     f("copy_percent", "Cpy%Sync", Object::Lv),
+    f("sync_percent", "Cpy%Sync", Object::Lv),
     f("convert_lv", "Convert", Object::Lv),
     f("lv_full_name", "LV", Object::Lv),
     f("lv_path", "Path", Object::Lv),
@@ -335,14 +337,15 @@ pub fn lv_field(
         "seg_size" => Cell::Size(u64::from(seg.extent_count) * ext),
         "data_percent" => Cell::Str(super::usage::data_percent(vg, lv, dm)),
         "metadata_percent" => Cell::Str(super::usage::metadata_percent(vg, lv, dm)),
-        "move_pv" | "mirror_log" | "copy_percent" | "convert_lv" => Cell::Str(String::new()),
+        "copy_percent" | "sync_percent" => Cell::Str(super::usage::copy_percent(vg, lv, dm)),
+        "move_pv" | "mirror_log" | "convert_lv" => Cell::Str(String::new()),
         "lv_full_name" => Cell::Str(format!("{}/{}", vg.name, lv.name)),
         "lv_path" => Cell::Str(super::attr::lv_path(vg, lv)),
         "lv_dm_path" => Cell::Str(format!(
             "/dev/mapper/{}",
             crate::activate::dm_names::dm_name(&vg.name, &lv.name)
         )),
-        "lv_active" => Cell::Str(super::attr::lv_active(vg, lv, dm).into()),
+        "lv_active" => Cell::Str(super::kernel::lv_active(vg, lv, dm).into()),
         "lv_layout" => Cell::Str(super::roles::layout(lv)),
         "lv_role" => Cell::Str(super::roles::role(lv, uses)),
         "lv_time" => Cell::Str(

@@ -3,14 +3,16 @@
 
 mod attr;
 mod fields;
+mod kernel;
 mod layout;
 mod roles;
 mod select;
 mod spec;
 mod usage;
 
-pub use attr::{lv_attr, DmState, LvUses};
+pub use attr::{lv_attr, LvUses};
 pub use fields::{Cell, Field, Object, FIELDS};
+pub use kernel::DmState;
 pub use layout::Layout;
 pub use roles::time as lv_time_text;
 pub use select::{SelectError, Selection};
@@ -332,11 +334,11 @@ pub fn lv_opens(vg: &crate::model::Vg, lv: &crate::model::Lv, dm: &DmState) -> O
     };
     let uuid = crate::activate::runs::dm_uuid(vg, lv);
     let pool = lv.pool().is_some();
-    if dm.columns(&uuid, pool).0 != 'a' {
+    if !matches!(dm.columns(&uuid, pool).0, 'a' | 's') {
         return None;
     }
     let tpool = devices.get(&format!("{uuid}-tpool")).filter(|_| pool);
-    Some(tpool.or(devices.get(&uuid)).copied().unwrap_or(0))
+    Some(tpool.or(devices.get(&uuid)).map_or(0, |d| d.open))
 }
 
 pub(crate) fn cell_text(c: &Cell, units: Units) -> String {

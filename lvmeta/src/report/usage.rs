@@ -1,14 +1,20 @@
-//! `Data%` and `Meta%` of active thin pools and thin LVs, from the kernel's status, printed
-//! as lvm2 prints them.
-//! - Blank for LVs that are not active here, or of other kinds.
-//! - Two decimals, rounded, but never to 0.00 or 100.00 unless exactly so (lvm2's rule).
+//! `Data%`, `Meta%` and `Cpy%Sync` of active LVs, from the kernel's status, printed as lvm2
+//! prints them:
+//! - thin pools and thin LVs: data and metadata used;
+//! - raid LVs: `Cpy%Sync`, the share in sync;
+//! - cached LVs, and the cache pool they use: cache blocks and metadata used, `Cpy%Sync` the
+//!   share of the used cache blocks that are dirty;
+//! - LVs with a writecache: `Data%`, the share of its blocks in use.
+//!
+//! Blank for LVs that are not active here, or of other kinds. Two decimals, rounded, but
+//! never to 0.00 or 100.00 unless exactly so (lvm2's rule).
 
-use super::attr::DmState;
+use super::kernel::{active, read, DmState};
+use crate::activate::status::Usage;
 use crate::model::{Lv, SegKind, Vg};
 
 /// `used / total` as lvm2 prints a percentage.
-#[cfg(any(feature = "dm", test))]
-fn percent(used: u64, total: u64) -> String {
+fn percent((used, total): (u64, u64)) -> String {
     if total == 0 {
         return String::new();
     }
@@ -23,50 +29,87 @@ fn percent(used: u64, total: u64) -> String {
     format!("{shown:.2}")
 }
 
-/// Which usage of LV `lv` the kernel reports: `(data, metadata)`; `None` when not active
-/// here or neither a thin pool nor a thin LV.
-fn usage(vg: &Vg, lv: &Lv, dm: &DmState) -> Option<(String, String)> {
-    if !matches!(dm, DmState::Known(_)) || super::attr::lv_active(vg, lv, dm) != "active" {
-        return None;
+/// The three columns of LV `lv`: data, metadata, copy; blank where the kernel says nothing.
+fn columns(vg: &Vg, lv: &Lv, dm: &DmState) -> [String; 3] {
+    let blank = || [String::new(), String::new(), String::new()];
+    if !matches!(dm, DmState::Known(_)) {
+        return blank();
     }
-    let names = crate::activate::dm_names::dm_layer_name;
-    match &lv.segments.first()?.kind {
-        SegKind::ThinPool(_) => read(&names(&vg.name, &lv.name, "tpool"), 0),
-        SegKind::Thin(_) => {
-            let sectors = lv.extents() * u64::from(vg.extent_size);
-            read(
-                &crate::activate::dm_names::dm_name(&vg.name, &lv.name),
-                sectors,
-            )
+    let Some(seg) = lv.segments.first() else {
+        return blank();
+    };
+    let dm_name = crate::activate::dm_names::dm_name;
+    // A cache pool reports through the LV it caches, as lvm2 shows it, active or not.
+    let (device, sectors) = match &seg.kind {
+        SegKind::CachePool(_) => match cached_by(vg, &lv.name) {
+            Some(user) if active(vg, user, dm) => (dm_name(&vg.name, &user.name), 0),
+            _ => return blank(),
+        },
+        _ if !active(vg, lv, dm) => return blank(),
+        SegKind::ThinPool(_) => (
+            crate::activate::dm_names::dm_layer_name(&vg.name, &lv.name, "tpool"),
+            0,
+        ),
+        SegKind::Thin(_) => (
+            dm_name(&vg.name, &lv.name),
+            lv.extents() * u64::from(vg.extent_size),
+        ),
+        SegKind::Raid { .. } | SegKind::Cache(_) | SegKind::Writecache(_) => {
+            (dm_name(&vg.name, &lv.name), 0)
         }
-        _ => None,
+        _ => return blank(),
+    };
+    let Some(usage) = read(&device) else {
+        return blank();
+    };
+    match usage {
+        Usage::Pool { data, metadata } => [percent(data), percent(metadata), String::new()],
+        Usage::Thin { mapped } => [percent((mapped, sectors)), String::new(), String::new()],
+        Usage::Raid { sync, .. } => [String::new(), String::new(), percent(sync)],
+        Usage::Cache {
+            metadata,
+            data,
+            dirty,
+        } => [percent(data), percent(metadata), dirty_share(dirty, data.0)],
+        Usage::Writecache { total, free } => {
+            [percent((total - free, total)), String::new(), String::new()]
+        }
     }
 }
 
-#[cfg(feature = "dm")]
-fn read(device: &str, thin_sectors: u64) -> Option<(String, String)> {
-    use crate::activate::dm::Usage;
-    match crate::activate::dm::thin_usage(device)? {
-        Usage::Pool { data, metadata } => {
-            Some((percent(data.0, data.1), percent(metadata.0, metadata.1)))
-        }
-        Usage::Thin { mapped } => Some((percent(mapped, thin_sectors), String::new())),
+/// The dirty share of a cache's used blocks; 0.00 while it holds none.
+fn dirty_share(dirty: u64, used: u64) -> String {
+    match used {
+        0 => percent((0, 1)),
+        _ => percent((dirty.min(used), used)),
     }
 }
 
-#[cfg(not(feature = "dm"))]
-fn read(_device: &str, _thin_sectors: u64) -> Option<(String, String)> {
-    None
+/// The LV that cache pool `pool` caches.
+fn cached_by<'v>(vg: &'v Vg, pool: &str) -> Option<&'v Lv> {
+    vg.lvs.iter().map(|l| &**l).find(|l| {
+        l.segments.first().is_some_and(
+            |s| matches!(&s.kind, SegKind::Cache(b) if b.lv("cache_pool") == Some(pool)),
+        )
+    })
 }
 
 /// `data_percent`.
 pub fn data_percent(vg: &Vg, lv: &Lv, dm: &DmState) -> String {
-    usage(vg, lv, dm).map(|u| u.0).unwrap_or_default()
+    let [data, _, _] = columns(vg, lv, dm);
+    data
 }
 
 /// `metadata_percent`.
 pub fn metadata_percent(vg: &Vg, lv: &Lv, dm: &DmState) -> String {
-    usage(vg, lv, dm).map(|u| u.1).unwrap_or_default()
+    let [_, metadata, _] = columns(vg, lv, dm);
+    metadata
+}
+
+/// `copy_percent` (and `sync_percent`).
+pub fn copy_percent(vg: &Vg, lv: &Lv, dm: &DmState) -> String {
+    let [_, _, copy] = columns(vg, lv, dm);
+    copy
 }
 
 #[cfg(test)]
@@ -75,12 +118,15 @@ mod tests {
 
     #[test]
     fn percentages_round_as_lvm2s() {
-        assert_eq!(percent(0, 100), "0.00");
-        assert_eq!(percent(1, 1_000_000), "0.01");
-        assert_eq!(percent(999_999, 1_000_000), "99.99");
-        assert_eq!(percent(100, 100), "100.00");
-        assert_eq!(percent(1, 3), "33.33");
-        assert_eq!(percent(2, 3), "66.67");
-        assert_eq!(percent(5, 0), "");
+        assert_eq!(percent((0, 100)), "0.00");
+        assert_eq!(percent((1, 1_000_000)), "0.01");
+        assert_eq!(percent((999_999, 1_000_000)), "99.99");
+        assert_eq!(percent((100, 100)), "100.00");
+        assert_eq!(percent((1, 3)), "33.33");
+        assert_eq!(percent((2, 3)), "66.67");
+        assert_eq!(percent((5, 0)), "");
+        // A cache's dirty share is of its used blocks; none used reads 0.00.
+        assert_eq!(dirty_share(0, 0), "0.00");
+        assert_eq!(dirty_share(1, 4), "25.00");
     }
 }

@@ -36,7 +36,7 @@ mod tables;
 mod wrap;
 
 use nodes::{block_devnum, node_devnum};
-pub use nodes::{device_opens, thin_usage, Usage};
+pub use nodes::{device_opens, usage};
 use tables::over;
 pub use tables::{linear_table, mapped_ranges, pool_table, striped_table, thin_table, TableLine};
 

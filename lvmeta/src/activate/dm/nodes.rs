@@ -7,6 +7,7 @@ use devicemapper::{DevId, DmOptions, DmUuid, DM};
 use super::super::{ActivateError, Layout, Placement};
 use super::tables::{linear_table, striped_table, TableLine};
 use super::{dm_err, dm_name, dm_name_of, table_flags, Dev, DmBackend, MAPPER_DIR};
+use crate::activate::status::{DmDev, Usage};
 
 /// The `major:minor` of the block device at `path`.
 pub(super) fn block_devnum(path: &str) -> Result<(u32, u32), ActivateError> {
@@ -34,58 +35,35 @@ pub(super) fn node_devnum(node: &Path) -> Option<(u32, u32)> {
         .then(|| (libc::major(m.rdev()), libc::minor(m.rdev())))
 }
 
-/// How full a thin pool's `-tpool` device or a thin LV's device is, by the kernel's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Usage {
-    /// A thin pool: data chunks and metadata blocks, used and in all.
-    Pool {
-        /// Data chunks used and in all.
-        data: (u64, u64),
-        /// Metadata blocks used and in all.
-        metadata: (u64, u64),
-    },
-    /// A thin LV: the 512-byte sectors mapped.
-    Thin {
-        /// Sectors mapped.
-        mapped: u64,
-    },
-}
-
-/// The usage device-mapper device `name` reports (a `thin-pool` or `thin` target); `None`
-/// when there is no such device, it is of another target, or its status does not parse.
-pub fn thin_usage(name: &str) -> Option<Usage> {
+/// The usage device-mapper device `name` reports ([`crate::activate::status`]); `None` when
+/// there is no such device, its target reports none, or its status does not parse.
+/// - Asked without a flush, as lvm2 asks: a flushing status makes a thin pool or a cache
+///   commit its metadata, so a report would change what it reports (a new cache's metadata
+///   use drops from 12 to 9 blocks once committed).
+pub fn usage(name: &str) -> Option<Usage> {
     let dm = DM::new().ok()?;
+    let quiet = DmOptions::default().set_flags(devicemapper::DmFlags::DM_NOFLUSH);
     let (_, lines) = dm
-        .table_status(&DevId::Name(dm_name_of(name).ok()?), DmOptions::default())
+        .table_status(&DevId::Name(dm_name_of(name).ok()?), quiet)
         .ok()?;
     let (_, _, target, status) = lines.first()?;
-    match target.as_str() {
-        "thin-pool" => {
-            let p = super::super::thin::parse_pool_status(name, status).ok()?;
-            Some(Usage::Pool {
-                data: p.data,
-                metadata: p.metadata,
-            })
-        }
-        "thin" => status
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()
-            .map(|mapped| Usage::Thin { mapped }),
-        _ => None,
-    }
+    crate::activate::status::parse(target, status)
 }
 
-/// Every device-mapper device's uuid and open count; `None` without device-mapper.
-pub fn device_opens() -> Option<std::collections::HashMap<String, i32>> {
+/// Every device-mapper device's uuid, open count and whether it is suspended; `None`
+/// without device-mapper.
+pub fn device_opens() -> Option<std::collections::HashMap<String, DmDev>> {
     let dm = DM::new().ok()?;
     let mut out = std::collections::HashMap::new();
     for (name, _, _) in dm.list_devices().ok()? {
         // A device removed meanwhile is simply not reported.
         if let Ok(info) = dm.device_info(&DevId::Name(&name)) {
             if let Some(u) = info.uuid() {
-                out.insert(u.to_string(), info.open_count());
+                let dev = DmDev {
+                    open: info.open_count(),
+                    suspended: info.flags().contains(devicemapper::DmFlags::DM_SUSPEND),
+                };
+                out.insert(u.to_string(), dev);
             }
         }
     }
