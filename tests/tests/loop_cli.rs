@@ -107,3 +107,51 @@ fn loop_cli_reports_match_lvm2() {
         eprintln!("loop devices: fixture {name} matches lvm2");
     }
 }
+
+/// Creation times print in the host's time zone, as lvm2's do: `lvs -o lv_time` and
+/// `lvdisplay`'s creation line under three `TZ`s (a half-hour offset, summer time, UTC).
+#[test]
+fn creation_times_print_in_the_hosts_zone_as_lvm2s() {
+    let test = "creation_times_print_in_the_hosts_zone_as_lvm2s";
+    if !privileged(test, &["losetup", "lvs"]) {
+        return;
+    }
+    let sb = lvmeta_tests::sandbox::Sandbox::new(&[64 << 20], 512);
+    sb.lvmeta_ok("vgcreate", &["vgt", &sb.loops[0]]);
+    sb.lvmeta_ok("lvcreate", &["-an", "-n", "when", "-L", "4m", "vgt"]);
+    for tz in ["Asia/Kolkata", "America/New_York", "UTC"] {
+        let lvm2 = |args: &[&str]| {
+            let out = Command::new(args[0])
+                .args(&args[1..])
+                .env("LVM_SYSTEM_DIR", sb.path("sys"))
+                .env("LVM_SUPPRESS_FD_WARNINGS", "1")
+                .env("TZ", tz)
+                .output()
+                .expect("lvm2");
+            assert!(out.status.success(), "lvm2 {args:?}");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let ours = |args: &[&str]| {
+            let out = Command::new(lvmeta_bin())
+                .args(&args[..1])
+                .args(["--devices", &sb.loops[0]])
+                .args(&args[1..])
+                .env("TZ", tz)
+                .output()
+                .expect("lvmeta");
+            assert!(out.status.success(), "lvmeta {args:?}");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let time = ["lvs", "--noheadings", "-o", "lv_time", "vgt/when"];
+        assert_eq!(ours(&time), lvm2(&time), "lv_time under TZ={tz}");
+        let created = |text: String| {
+            text.lines()
+                .find(|l| l.contains("LV Creation host, time"))
+                .map(str::to_owned)
+        };
+        let display = ["lvdisplay", "vgt/when"];
+        let theirs = created(lvm2(&display));
+        assert!(theirs.is_some(), "lvm2's lvdisplay has a creation line");
+        assert_eq!(created(ours(&display)), theirs, "lvdisplay under TZ={tz}");
+    }
+}

@@ -3,7 +3,7 @@
 //! - Every line is lvm2's label padded to its column, then the value; a block ends with a
 //!   line of one space (`log_print(" ")`).
 //! - Sizes are lvm2's long form (`40.00 MiB`, `<124.00 MiB`, `0   ` for zero).
-//! - Times are printed in UTC (`+0000`); lvm2 prints the local zone.
+//! - Times are printed in this host's time zone, as lvm2 prints them.
 
 use clap::Args;
 

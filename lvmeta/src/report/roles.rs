@@ -2,7 +2,7 @@
 //! was made, in lvm2's words.
 //! - Layouts and roles are lvm2's string lists, comma-joined; an LV of a kind not told apart
 //!   here is `unknown` (lvm2's word for a layout it cannot name).
-//! - Times are `%Y-%m-%d %T %z` in UTC (lvm2 prints the local zone).
+//! - Times are `%Y-%m-%d %T %z` in this host's zone, as lvm2 prints them.
 
 use super::attr::LvUses;
 use crate::model::{Lv, SegKind};
@@ -60,26 +60,21 @@ pub fn role(lv: &Lv, uses: &LvUses<'_>) -> String {
     format!("private{what}")
 }
 
-/// `secs` since the epoch as lvm2's `lv_time` prints it, in UTC.
+/// `secs` since the epoch as lvm2's `lv_time` prints it: `%Y-%m-%d %T %z` in this host's
+/// time zone (`TZ`, else `/etc/localtime`, else UTC), as glibc's `localtime` gives it.
 pub fn time(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rest = secs % 86_400;
-    // Days to a civil date (proleptic Gregorian), after H. Hinnant's algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} +0000",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    time_in(secs, &jiff::tz::TimeZone::system())
+}
+
+/// [`time`] in zone `tz`.
+fn time_in(secs: u64, tz: &jiff::tz::TimeZone) -> String {
+    let t = i64::try_from(secs)
+        .ok()
+        .and_then(|s| jiff::Timestamp::from_second(s).ok())
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    t.to_zoned_datetime(tz.clone())
+        .strftime("%Y-%m-%d %H:%M:%S %z")
+        .to_string()
 }
 
 #[cfg(test)]
@@ -89,9 +84,18 @@ mod tests {
 
     #[test]
     fn times_are_lvm2s_in_utc() {
-        assert_eq!(time(0), "1970-01-01 00:00:00 +0000");
-        assert_eq!(time(1_765_080_000), "2025-12-07 04:00:00 +0000");
-        assert_eq!(time(951_782_400), "2000-02-29 00:00:00 +0000");
+        let utc = jiff::tz::TimeZone::UTC;
+        assert_eq!(time_in(0, &utc), "1970-01-01 00:00:00 +0000");
+        assert_eq!(time_in(1_765_080_000, &utc), "2025-12-07 04:00:00 +0000");
+        assert_eq!(time_in(951_782_400, &utc), "2000-02-29 00:00:00 +0000");
+        // A zone half an hour off whole hours, and one with summer time.
+        let fixed = jiff::tz::TimeZone::fixed(jiff::tz::offset(5));
+        assert_eq!(time_in(0, &fixed), "1970-01-01 05:00:00 +0500");
+        let posix = jiff::tz::TimeZone::posix("CET-1CEST,M3.5.0,M10.5.0/3").expect("zone");
+        assert_eq!(time_in(1_751_328_000, &posix), "2025-07-01 02:00:00 +0200");
+        assert_eq!(time_in(1_765_080_000, &posix), "2025-12-07 05:00:00 +0100");
+        // Past what a timestamp holds: the epoch, not a panic.
+        assert_eq!(time_in(u64::MAX, &utc), "1970-01-01 00:00:00 +0000");
     }
 
     /// A thin pool with an origin and its snapshot, as lvm2 names their roles.
