@@ -6,7 +6,8 @@
 //! a running writer and comes back is reattached with RECONFIGURE with no I/O error seen by
 //! the writer, that DISCONNECT removes the device, and that a volume's wrapper moves its
 //! backing from the NBD device to the local device under a running writer (the pool coming
-//! to this host) with a pause and no error.
+//! to this host) with a pause and no error; and that a wrapper left inside a switch by a
+//! dead process is released whole.
 
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -169,6 +170,68 @@ fn the_kernel_client_attaches_reconnects_and_detaches() {
     wait_for("the device to go", Duration::from_secs(10), || {
         devices_of(&id).is_ok_and(|d| d.is_empty())
     });
+}
+
+/// A process that died inside a switch leaves the wrapper's lower device suspended with a new
+/// table loaded but not live: the wrapper counts as held, and its release resumes the lower
+/// device on its old table (the loaded one dropped), so that the writer goes on, no I/O
+/// error, still to the old backing.
+#[test]
+fn a_wrapper_left_inside_a_switch_is_released_whole() {
+    let test = "a_wrapper_left_inside_a_switch_is_released_whole";
+    if !privileged(test, &["losetup", "dmsetup"]) || !lvmeta_tests::device_mapper(test) {
+        return;
+    }
+    let dm = DmBackend::probe().expect("device-mapper");
+    let sb = Sandbox::new(&[SIZE, SIZE], 512);
+    let (old, new) = (sb.loops[0].clone(), sb.loops[1].clone());
+    let w = Wrap::new(1, "vg-id", "lv-id-cut-short");
+    let sectors = Sectors(SIZE / 512);
+    let upper = dm.wrap(&w, &old, sectors, false).expect("wrap");
+    let before = dm.wrapped_backing(&w).expect("table");
+    let dev = Arc::new(FileDevice::open_data(&upper).expect("open the upper device"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicU64::new(0));
+    let writer = run_writer(dev.clone(), stop.clone(), written.clone());
+    wait_for("writes", Duration::from_secs(30), || {
+        written.load(Ordering::SeqCst) > 50
+    });
+    // What a switch had done when its process died: hold, load, suspend the lower device.
+    dm.hold(&w).expect("hold");
+    let dmsetup = |args: &[&str]| {
+        let ok = std::process::Command::new("dmsetup")
+            .args(args)
+            .status()
+            .expect("dmsetup");
+        assert!(ok.success(), "dmsetup {args:?}");
+    };
+    let table = format!("0 {} linear {new} 0", sectors.0);
+    dmsetup(&["load", &w.lower_name(), "--table", &table]);
+    dmsetup(&["suspend", &w.lower_name()]);
+    // The upper device alone released (what a release did before): I/O waits below it.
+    dmsetup(&["resume", &w.upper_name()]);
+    assert!(
+        dm.is_held(&w).expect("held?"),
+        "a suspended lower device holds the wrapper"
+    );
+    dm.release(&w).expect("release whole");
+    assert!(!dm.is_held(&w).expect("held?"));
+    assert_eq!(
+        dm.wrapped_backing(&w).expect("table"),
+        before,
+        "the loaded table was dropped, not made live"
+    );
+    let after = written.load(Ordering::SeqCst);
+    wait_for("writes after the release", Duration::from_secs(60), || {
+        written.load(Ordering::SeqCst) > after + 50
+    });
+    stop.store(true, Ordering::SeqCst);
+    writer
+        .join()
+        .expect("writer")
+        .expect("no I/O error seen by the writer");
+    drop(dev);
+    dm.unwrap(&w).expect("unwrap");
 }
 
 /// A writer of checksummed blocks over `dev` until `stop`: (passes, longest write).

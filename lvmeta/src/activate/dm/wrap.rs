@@ -71,14 +71,21 @@ impl DmBackend {
             .map_err(|e| dm_err(&format!("hold {name}"), e))
     }
 
-    /// Is `w`'s upper device held (suspended) now? False when `w` is not made.
+    /// Is `w` held now: its upper device suspended, or its lower one (a process that died
+    /// inside a switch leaves the lower device suspended, and I/O through the upper device
+    /// waits there just the same)? False when `w` is not made.
     pub fn is_held(&self, w: &Wrap) -> Result<bool, ActivateError> {
-        let name = w.upper_name();
-        if self.mine(&name, &w.upper_uuid())?.is_none() {
+        Ok(self.suspended(&w.upper_name(), &w.upper_uuid())?
+            || self.suspended(&w.lower_name(), &w.lower_uuid())?)
+    }
+
+    /// Whether device `name` is this wrapper's (`uuid`) and suspended.
+    fn suspended(&self, name: &str, uuid: &str) -> Result<bool, ActivateError> {
+        if self.mine(name, uuid)?.is_none() {
             return Ok(false);
         }
         Ok(self
-            .info(&name)?
+            .info(name)?
             .is_some_and(|i| i.flags().contains(DmFlags::DM_SUSPEND)))
     }
 
@@ -148,9 +155,21 @@ impl DmBackend {
     }
 
     /// Releases `w`'s upper device: queued I/O goes on, to the lower device's backing now.
+    /// - A lower device left suspended (a switch cut short) is resumed first, on the table
+    ///   it had live: a table loaded but not made live is dropped, not made live by surprise;
+    ///   [`DmBackend::wrapped_backing`] then says where it points.
     pub fn release(&self, w: &Wrap) -> Result<(), ActivateError> {
         let name = w.upper_name();
         self.mine_or_missing(&name, &w.upper_uuid())?;
+        let lower = w.lower_name();
+        if self.suspended(&lower, &w.lower_uuid())? {
+            let id = DevId::Name(dm_name_of(&lower)?);
+            self.dm
+                .table_clear(&id)
+                .map_err(|e| dm_err(&format!("clear the loaded table of {lower}"), e))?;
+            self.set_suspended(&lower, false)?;
+            tracing::warn!(device = %lower, "a wrapper's lower device was left suspended: resumed");
+        }
         self.set_suspended(&name, false)
     }
 
