@@ -3,7 +3,7 @@
 //! lvmeta as lvm2 reports them from the kernel's status: `lv_attr` (a suspended LV's `s`, a
 //! raid image out of sync's `I`), `Cpy%Sync` of raid LVs (one of them still syncing),
 //! `Data%`/`Meta%`/`Cpy%Sync` of a writeback cache and of its cache pool, `Data%` of a
-//! writecache holding writes.
+//! writecache holding writes, nothing for raid0.
 
 use std::path::Path;
 use std::process::Command;
@@ -34,6 +34,10 @@ fn active_segment_types_report_as_lvm2s() {
     lvm(&["vgcreate", "-q", "vg", &a, &b]);
     lvm(&[
         "lvcreate", "-q", "-Zn", "--type", "raid1", "-m1", "-L", "8m", "-n", "r1", "vg",
+    ]);
+    // raid0 has nothing to sync: lvm2 leaves its Cpy%Sync blank.
+    lvm(&[
+        "lvcreate", "-q", "-Zn", "--type", "raid0", "-i", "2", "-L", "8m", "-n", "r0", "vg",
     ]);
     // Slow to sync: still syncing while the reports are taken.
     lvm(&[
@@ -121,6 +125,7 @@ fn active_segment_types_report_as_lvm2s() {
             .collect::<Vec<_>>()
     };
     assert_eq!(row("r1")[2..4], ["100.00", "100.00"]);
+    assert_eq!(row("r0").len(), 2, "no percentages for raid0");
     assert!(row("rslow")[1].starts_with("rwi-s"), "suspended");
     let cache = row("corig");
     assert_eq!(

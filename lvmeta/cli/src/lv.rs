@@ -132,8 +132,16 @@ impl ResizeArgs {
             }
         }
         s.update(vg, "lvresize", |v, ctx| {
-            // `target_extents` was planned from the read before the VG's lease.
+            // `target_extents` and the PV indexes were planned from the read before the
+            // VG's lease: refused if another host changed the LV or the VG's PVs since.
             edit::lv::expect_size(&v, lv, now)?;
+            let ids = |g: &lvmeta::model::Vg| g.pvs.iter().map(|p| p.id).collect::<Vec<_>>();
+            if pvs.is_some() && ids(&v) != ids(&cur) {
+                return Err(edit::refused(
+                    format!("{vg}/{lv}"),
+                    "the VG's PVs changed while this command ran; run the command again",
+                ));
+            }
             edit::lv::resize(
                 v,
                 ctx,

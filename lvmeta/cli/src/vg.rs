@@ -166,8 +166,8 @@ impl VgchangeArgs {
         let s = open(&self.w, &[])?;
         let (add, del) = (&self.add, &self.del);
         for vg in &self.vgs {
-            // Read once, under the VG's file lock kept while this VG is worked on.
-            hold(&s, vg)?;
+            // Joining and leaving a lockspace take seconds: not under the VG's file lock.
+            s.unhold();
             // lvmlocal.conf's host_id still wins over auto.
             let auto = self.w.lock.host_id == Some(HostIdArg::Auto)
                 && lvmeta::lease::lvmlocal_host_id().is_none();
@@ -182,6 +182,8 @@ impl VgchangeArgs {
                 s.lockstart(vg).map_err(failed)?;
                 println!("  VG {vg} lockspace started");
             }
+            // Read once, under the VG's file lock kept while its tags and LVs change.
+            hold(&s, vg)?;
             if !add.is_empty() || !del.is_empty() {
                 s.update(vg, "vgchange", |v, ctx| {
                     edit::vg::change_tags(v, ctx, add, del)
@@ -193,6 +195,7 @@ impl VgchangeArgs {
                 activate_all(&s, vg, mode)?;
             }
             if self.lockstop {
+                s.unhold();
                 s.lockstop(vg).map_err(failed)?;
                 println!("  VG {vg} lockspace stopped");
             }

@@ -192,14 +192,20 @@ pub fn vg_field(c: &VgCtx<'_>, name: &str) -> Option<Cell> {
 }
 
 /// `*_mda_count`, `*_mda_size` (the smallest area) and `*_mda_free` (the least free) of a
-/// PV's or a VG's metadata areas; 0 without any.
+/// PV's or a VG's metadata areas (free space and a VG's size: those not ignored); 0 without
+/// any.
 fn mda_field<'m>(mdas: impl Iterator<Item = &'m Mda>, name: &str) -> Cell {
     if name.ends_with("_count") {
         return Cell::Num(mdas.count() as u64);
     }
+    // Free space is of the areas in use, and so is a VG's size: lvm2 leaves ignored areas
+    // out of those (a PV whose only area is ignored has 0 free), not out of a PV's size.
+    let in_use_only = name.ends_with("_free") || name.starts_with("vg_");
+    let ignored = |m: &Mda| m.header.as_ref().is_some_and(|h| h.committed.is_ignored());
+    let in_use = mdas.filter(|m| !(in_use_only && ignored(m)));
     let least = match name.ends_with("_free") {
-        true => mdas.filter_map(mda_free).min(),
-        false => mdas.map(|m| m.locn.size).min(),
+        true => in_use.filter_map(mda_free).min(),
+        false => in_use.map(|m| m.locn.size).min(),
     };
     Cell::Size(least.unwrap_or(0))
 }

@@ -83,11 +83,14 @@ pub(super) fn active(vg: &Vg, lv: &Lv, dm: &DmState) -> bool {
 }
 
 /// Which devices of active raid LV `lv` the kernel has in sync ([`Usage::Raid`]).
+/// - Every device counts as in sync once the whole LV is (lvm2's `lv_raid_image_in_sync`
+///   asks the sync ratio before the health characters).
 pub(super) fn raid_in_sync(vg: &Vg, lv: &Lv, dm: &DmState) -> Option<u64> {
     if !matches!(dm, DmState::Known(_)) || !active(vg, lv, dm) {
         return None;
     }
     match read(&crate::activate::dm_names::dm_name(&vg.name, &lv.name))? {
+        Usage::Raid { sync, .. } if sync.0 == sync.1 => Some(u64::MAX),
         Usage::Raid { in_sync, .. } => Some(in_sync),
         _ => None,
     }

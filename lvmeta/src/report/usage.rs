@@ -65,6 +65,10 @@ fn columns(vg: &Vg, lv: &Lv, dm: &DmState) -> [String; 3] {
     match usage {
         Usage::Pool { data, metadata } => [percent(data), percent(metadata), String::new()],
         Usage::Thin { mapped } => [percent((mapped, sectors)), String::new(), String::new()],
+        // raid0 has no copies to sync: lvm2 leaves it blank.
+        Usage::Raid { .. } if matches!(&seg.kind, SegKind::Raid { level, .. } if level.starts_with("raid0")) => {
+            blank()
+        }
         Usage::Raid { sync, .. } => [String::new(), String::new(), percent(sync)],
         Usage::Cache {
             metadata,

@@ -44,6 +44,12 @@ impl Session {
         Ok(true)
     }
 
+    /// Gives back the file lock [`Session::hold`] keeps, if any: for work that may take
+    /// long and needs no VG lock (joining a lockspace), so that local commands do not wait.
+    pub fn unhold(&self) {
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     /// Whether this session keeps `vg`'s file lock ([`Session::hold`]).
     pub(super) fn holds(&self, vg: &str) -> bool {
         self.held
@@ -118,6 +124,9 @@ mod tests {
         assert!(s.hold("other").expect("hold other"));
         assert!(free(&dir, "vg"));
         assert!(!free(&dir, "other"));
+        s.unhold();
+        assert!(free(&dir, "other"), "given back");
+        assert!(s.hold("other").expect("hold other again"), "held anew");
         drop(s);
         assert!(free(&dir, "other"), "released with the session");
         let _ = std::fs::remove_dir_all(&dir);

@@ -158,6 +158,8 @@ impl DmBackend {
     /// - A lower device left suspended (a switch cut short) is resumed first, on the table
     ///   it had live: a table loaded but not made live is dropped, not made live by surprise;
     ///   [`DmBackend::wrapped_backing`] then says where it points.
+    /// - Callers serialise the steps on one wrapper (csi-shim: one request per volume at a
+    ///   time): a release beside another process's switch would drop that switch's table.
     pub fn release(&self, w: &Wrap) -> Result<(), ActivateError> {
         let name = w.upper_name();
         self.mine_or_missing(&name, &w.upper_uuid())?;
