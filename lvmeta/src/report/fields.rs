@@ -315,13 +315,15 @@ pub fn pv_field(scan: &Scan, i: usize, name: &str) -> Option<Cell> {
     })
 }
 
-/// An LV or segment field; `seg` is the segment of this row (the first when rows are LVs).
+/// An LV or segment field; `seg` is the segment of this row (the first when rows are LVs);
+/// `pct` keeps the LV's percentages once read.
 pub fn lv_field(
     c: &VgCtx<'_>,
     uses: &LvUses<'_>,
     lv: &Lv,
     seg: &Segment,
     dm: &DmState,
+    pct: &super::usage::Percents,
     name: &str,
 ) -> Option<Cell> {
     if let Some(v) = vg_field(c, name) {
@@ -341,9 +343,9 @@ pub fn lv_field(
         "lv_lock_args" => Cell::Str(lv.lock_args.clone().unwrap_or_default()),
         "segtype" => Cell::Str(seg.report_type().to_owned()),
         "seg_size" => Cell::Size(u64::from(seg.extent_count) * ext),
-        "data_percent" => Cell::Str(super::usage::data_percent(vg, lv, dm)),
-        "metadata_percent" => Cell::Str(super::usage::metadata_percent(vg, lv, dm)),
-        "copy_percent" | "sync_percent" => Cell::Str(super::usage::copy_percent(vg, lv, dm)),
+        "data_percent" => Cell::Str(pct.of(vg, lv, dm)[0].clone()),
+        "metadata_percent" => Cell::Str(pct.of(vg, lv, dm)[1].clone()),
+        "copy_percent" | "sync_percent" => Cell::Str(pct.of(vg, lv, dm)[2].clone()),
         "move_pv" | "mirror_log" | "convert_lv" => Cell::Str(String::new()),
         "lv_full_name" => Cell::Str(format!("{}/{}", vg.name, lv.name)),
         "lv_path" => Cell::Str(super::attr::lv_path(vg, lv)),

@@ -12,7 +12,9 @@ pub enum DmState {
     Unknown,
     /// The device-mapper devices: dm uuid (`LVM-<vg uuid><lv uuid>[-<layer>]` for LVs) ->
     /// open count and suspension.
-    Known(std::collections::HashMap<String, DmDev>),
+    /// - Ordered, so that an LV's devices (its uuid, then its layers') are found by a range
+    ///   lookup, not by a walk over every device.
+    Known(std::collections::BTreeMap<String, DmDev>),
 }
 
 impl DmState {
@@ -42,7 +44,8 @@ impl DmState {
                         .is_some_and(|rest| rest.starts_with('-')))
         };
         let Some(open) = devices
-            .iter()
+            .range::<str, _>((std::ops::Bound::Included(uuid), std::ops::Bound::Unbounded))
+            .take_while(|(u, _)| u.starts_with(uuid))
             .filter(|(u, _)| mine(u))
             .map(|(_, d)| d.open)
             .max()

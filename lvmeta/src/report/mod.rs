@@ -293,12 +293,14 @@ pub fn build(scan: &Scan, req: &Request<'_>, dm: &DmState) -> Table {
                     } else {
                         &lv.segments[..1]
                     };
+                    // Read from the kernel once for every row of the LV.
+                    let pct = usage::Percents::default();
                     for (n, seg) in segs.iter().enumerate() {
                         let row = req
                             .fields
                             .iter()
                             .map(|f| {
-                                let cell = lv_field(&c, &uses, lv, seg, dm, f.name)
+                                let cell = lv_field(&c, &uses, lv, seg, dm, &pct, f.name)
                                     .unwrap_or(Cell::Str(String::new()));
                                 match cell {
                                     Cell::Str(s) if hidden && f.name == "lv_name" => {

@@ -54,6 +54,8 @@ fn columns(vg: &Vg, lv: &Lv, dm: &DmState) -> [String; 3] {
             dm_name(&vg.name, &lv.name),
             lv.extents() * u64::from(vg.extent_size),
         ),
+        // raid0 has no copies to sync: lvm2 leaves it blank, so its status is not asked.
+        SegKind::Raid { level, .. } if level.starts_with("raid0") => return blank(),
         SegKind::Raid { .. } | SegKind::Cache(_) | SegKind::Writecache(_) => {
             (dm_name(&vg.name, &lv.name), 0)
         }
@@ -65,10 +67,6 @@ fn columns(vg: &Vg, lv: &Lv, dm: &DmState) -> [String; 3] {
     match usage {
         Usage::Pool { data, metadata } => [percent(data), percent(metadata), String::new()],
         Usage::Thin { mapped } => [percent((mapped, sectors)), String::new(), String::new()],
-        // raid0 has no copies to sync: lvm2 leaves it blank.
-        Usage::Raid { .. } if matches!(&seg.kind, SegKind::Raid { level, .. } if level.starts_with("raid0")) => {
-            blank()
-        }
         Usage::Raid { sync, .. } => [String::new(), String::new(), percent(sync)],
         Usage::Cache {
             metadata,
@@ -98,22 +96,16 @@ fn cached_by<'v>(vg: &'v Vg, pool: &str) -> Option<&'v Lv> {
     })
 }
 
-/// `data_percent`.
-pub fn data_percent(vg: &Vg, lv: &Lv, dm: &DmState) -> String {
-    let [data, _, _] = columns(vg, lv, dm);
-    data
-}
+/// One LV's `Data%`, `Meta%` and `Cpy%Sync`, read from the kernel once for all three columns
+/// of its row (`lvs` shows all three by default).
+#[derive(Default)]
+pub struct Percents(std::cell::OnceCell<[String; 3]>);
 
-/// `metadata_percent`.
-pub fn metadata_percent(vg: &Vg, lv: &Lv, dm: &DmState) -> String {
-    let [_, metadata, _] = columns(vg, lv, dm);
-    metadata
-}
-
-/// `copy_percent` (and `sync_percent`).
-pub fn copy_percent(vg: &Vg, lv: &Lv, dm: &DmState) -> String {
-    let [_, _, copy] = columns(vg, lv, dm);
-    copy
+impl Percents {
+    /// `data_percent`, `metadata_percent`, `copy_percent` (also `sync_percent`), in order.
+    pub fn of(&self, vg: &Vg, lv: &Lv, dm: &DmState) -> &[String; 3] {
+        self.0.get_or_init(|| columns(vg, lv, dm))
+    }
 }
 
 #[cfg(test)]

@@ -52,9 +52,9 @@ pub fn usage(name: &str) -> Option<Usage> {
 
 /// Every device-mapper device's uuid, open count and whether it is suspended; `None`
 /// without device-mapper.
-pub fn device_opens() -> Option<std::collections::HashMap<String, DmDev>> {
+pub fn device_opens() -> Option<std::collections::BTreeMap<String, DmDev>> {
     let dm = DM::new().ok()?;
-    let mut out = std::collections::HashMap::new();
+    let mut out = std::collections::BTreeMap::new();
     for (name, _, _) in dm.list_devices().ok()? {
         // A device removed meanwhile is simply not reported.
         if let Ok(info) = dm.device_info(&DevId::Name(&name)) {
