@@ -2,7 +2,10 @@
 //! thin LV of a pool active here, behind its two-layer wrapper (`local`), and the same thin
 //! LV served by csi-shim's NBD server on 127.0.0.1 and attached with the kernel's NBD client
 //! over four connections, behind its own wrapper (`nbd`); the bare thin LV is the floor
-//! (`thin`). Each path: sequential 1 MiB reads and writes at queue depth 8, random 4 KiB
+//! (`thin`). The sequential groups also time `tcp`: the same bytes moved over four
+//! 127.0.0.1 TCP connections between two threads each, no device at all, the floor of any
+//! NBD path in this guest (it copies into and out of the socket as the NBD path does).
+//! Each path: sequential 1 MiB reads and writes at queue depth 8, random 4 KiB
 //! reads and writes at queue depth 32 (O_DIRECT, one thread per queue slot). Then
 //! `handover/swap`: a wrapper's backing switched between the NBD device and the thin LV
 //! (hold, switch, release) while a writer runs on it; the writer's longest write is printed.
@@ -11,7 +14,8 @@
 //! otherwise), so it runs in the VM of `tests/vm/run` (docs/benchmarks.md).
 #![allow(missing_docs)] // criterion's macros generate undocumented items
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -84,6 +88,39 @@ fn sequential(i: u64, slots: u64) -> u64 {
 fn random(i: u64, slots: u64) -> u64 {
     // A multiplicative hash: every slot equally likely, no state shared between threads.
     i.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17) % slots
+}
+
+/// `n` connected 127.0.0.1 TCP pairs (sender, receiver).
+fn tcp_pairs(n: usize) -> Vec<(TcpStream, TcpStream)> {
+    let l = TcpListener::bind("127.0.0.1:0").expect("listen");
+    (0..n)
+        .map(|_| {
+            let tx = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+            let (rx, _) = l.accept().expect("accept");
+            (tx, rx)
+        })
+        .collect()
+}
+
+/// `ops` messages of `len` bytes spread over `pairs`, each sent and received by its own thread.
+fn run_tcp(pairs: &[(TcpStream, TcpStream)], len: usize, ops: u64) {
+    let per = ops / pairs.len() as u64;
+    std::thread::scope(|s| {
+        for (tx, rx) in pairs {
+            s.spawn(move || {
+                let buf = vec![0x5au8; len];
+                for _ in 0..per {
+                    (&*tx).write_all(&buf).expect("send");
+                }
+            });
+            s.spawn(move || {
+                let mut buf = vec![0u8; len];
+                for _ in 0..per {
+                    (&*rx).read_exact(&mut buf).expect("receive");
+                }
+            });
+        }
+    });
 }
 
 /// `vol` at `addr` attached as a kernel NBD device over four connections, once it shows.
@@ -193,6 +230,7 @@ fn nbd(c: &mut Criterion) {
         ),
     ];
 
+    let tcp = tcp_pairs(4);
     for (name, len, depth, ops, at) in [
         (
             "seq-1m",
@@ -214,6 +252,9 @@ fn nbd(c: &mut Criterion) {
                 g.bench_function(*path, |b| {
                     b.iter(|| run_io(dev, write, len, depth, ops, at))
                 });
+            }
+            if name == "seq-1m" {
+                g.bench_function("tcp", |b| b.iter(|| run_tcp(&tcp, len, ops)));
             }
             g.finish();
         }

@@ -216,6 +216,9 @@ fn nbd_serving(
         dead_timeout: args
             .nbd_dead_timeout
             .unwrap_or(8 * u64::from(args.io_timeout) + 180),
+        // A lost path shows at the next renewal (every 2 io_timeouts), which fails within
+        // one more; the sweep then fences within a second or two and closes the export.
+        io_error_hold: std::time::Duration::from_secs(3 * u64::from(args.io_timeout) + 5),
     };
     let serving = csi_shim::serve::Serving::start(setup, backend.clone())
         .map_err(|e| format!("--nbd-ip {ip} --nbd-port {}: {e}", args.nbd_port))?;

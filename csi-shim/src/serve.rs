@@ -36,6 +36,10 @@ pub struct NbdSetup {
     pub timeout: u64,
     /// Seconds I/O waits with no live connection before it fails.
     pub dead_timeout: u64,
+    /// How long a served request the thin LV fails with EIO is retried before EIO is
+    /// answered ([`crate::nbd::Export::hold_io_errors`]): longer than the fencing sweep
+    /// takes to see a lost path in the lockspace and close the export.
+    pub io_error_hold: std::time::Duration,
 }
 
 /// A volume this node serves.
@@ -61,6 +65,8 @@ pub struct Serving {
     /// Held from reading a pool's secret to registering its export, and while its record
     /// is rewritten: one secret and one epoch per pool.
     records: Mutex<()>,
+    /// When this node's slots were last checked against its generation.
+    stamped: Mutex<Option<std::time::Instant>>,
 }
 
 impl Serving {
@@ -78,7 +84,28 @@ impl Serving {
             exports,
             listener: Mutex::new(listener),
             records: Mutex::new(()),
+            stamped: Mutex::new(None),
         })
+    }
+
+    /// A new export of `dev` that every client node may open its connections to, holding
+    /// I/O errors for the setup's `io_error_hold`.
+    pub fn new_export(&self, dev: Box<dyn lvmeta::dev::BlockDevice>) -> Arc<Export> {
+        let most = self.setup.connections.max(1) * lvmeta::lease::board::SLOTS;
+        let export = Export::new(dev, false, most);
+        export.hold_io_errors(self.setup.io_error_hold);
+        export
+    }
+
+    /// Is a check of this node's slots against its generation due (one every `every`)?
+    /// Marks it done.
+    pub fn stamp_due(&self, every: std::time::Duration) -> bool {
+        let mut at = self.stamped.lock().unwrap_or_else(|p| p.into_inner());
+        if at.is_some_and(|t| t.elapsed() < every) {
+            return false;
+        }
+        *at = Some(std::time::Instant::now());
+        true
     }
 
     /// Serialises the pools' record writes (see the field).

@@ -1,6 +1,7 @@
 //! The NBD server as a hostile client meets it, over TCP on 127.0.0.1: pipelined
 //! requests, an export closed under load, stalled handshakes, connection floods and
-//! payload floods. Nothing here needs privileges.
+//! payload floods; the probe a client node uses to check that its server still serves.
+//! Nothing here needs privileges.
 
 use std::collections::HashSet;
 use std::io::{self, Read, Write};
@@ -455,4 +456,117 @@ fn an_idle_connection_outlives_the_reply_and_payload_deadlines() {
         std::thread::sleep(Duration::from_millis(800));
     }
     assert_eq!(server.connections(), 1, "the idle connection is still open");
+}
+
+#[test]
+fn a_probe_opens_the_export_and_gives_up_on_a_silent_or_refusing_server() {
+    let export = Export::new(Box::new(MemDevice::new("m", 1 << 20, 512)), false, 4);
+    let server = listen(export, Limits::default());
+    let addr = server.local_addr();
+    let from: Option<SocketAddr> = Some("127.0.0.1:0".parse().expect("addr"));
+    let t = Duration::from_secs(5);
+    csi_shim::attach::probe(addr, from, b"vol", t).expect("the export opens");
+    csi_shim::attach::probe(addr, None, b"vol", t).expect("from any address");
+    let refused = csi_shim::attach::probe(addr, from, b"other", t).expect_err("unknown export");
+    assert!(refused.to_string().contains("refused"), "{refused}");
+    // Accepts and says nothing: each probe ends at its timeout, not the kernel's.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let at = silent.local_addr().expect("addr");
+    let t0 = Instant::now();
+    for from in [None, from] {
+        let e = csi_shim::attach::probe(at, from, b"vol", Duration::from_millis(300))
+            .expect_err("a silent server");
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) || e.to_string().contains("timed out")
+                || e.to_string().contains("temporarily unavailable"),
+            "{e:?}"
+        );
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    drop(silent);
+}
+
+/// A device whose every I/O fails with EIO while `failing` is set (a lost path).
+struct Failing {
+    inner: MemDevice,
+    failing: AtomicBool,
+}
+
+impl BlockDevice for Failing {
+    fn name(&self) -> &str {
+        "failing"
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn logical_sector_size(&self) -> u32 {
+        512
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(io::Error::other("the path to the LUN is lost"));
+        }
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(io::Error::other("the path to the LUN is lost"));
+        }
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn io_errors_are_held_then_answered_or_dropped_when_the_export_closes() {
+    let dev = Arc::new(Failing {
+        inner: MemDevice::new("m", 1 << 20, 512),
+        failing: AtomicBool::new(true),
+    });
+    let read = |c: &mut TcpStream, cookie: u64| {
+        c.write_all(&request(Command::Read, 0, cookie, 0, 4096))
+            .expect("read");
+    };
+    // Not held: EIO at once.
+    let export = Export::new(Box::new(dev.clone()), false, 4);
+    let server = listen(export, Limits::default());
+    let mut c = connect(server.local_addr());
+    go(&mut c, b"vol").expect("go");
+    read(&mut c, 1);
+    assert_eq!(reply(&mut c).expect("reply"), (errno::EIO, 1));
+    drop(server);
+
+    // Held: the path comes back within the hold, and the request is answered with data.
+    let export = Export::new(Box::new(dev.clone()), false, 4);
+    export.hold_io_errors(Duration::from_secs(30));
+    let server = listen(export.clone(), Limits::default());
+    let mut c = connect(server.local_addr());
+    go(&mut c, b"vol").expect("go");
+    read(&mut c, 2);
+    std::thread::sleep(Duration::from_millis(700));
+    dev.failing.store(false, Ordering::SeqCst);
+    assert_eq!(
+        reply(&mut c).expect("reply"),
+        (0, 2),
+        "answered once it read"
+    );
+    c.read_exact(&mut [0u8; 4096]).expect("data");
+
+    // Held, and the export closes meanwhile (the node fenced the LV): no reply, the
+    // connection ends (the client's kernel requeues the request).
+    dev.failing.store(true, Ordering::SeqCst);
+    read(&mut c, 3);
+    std::thread::sleep(Duration::from_millis(700));
+    export.close();
+    let mut b = [0u8; 16];
+    match c.read(&mut b) {
+        Ok(0) => {}
+        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {}
+        other => panic!("a reply to a request held when the export closed: {other:?}"),
+    }
 }

@@ -425,6 +425,13 @@ impl LeaseManager for Counting {
     fn keep_for_orphans(&self, lockspace: &str) -> Result<(), LeaseError> {
         self.inner.keep_for_orphans(lockspace)
     }
+    fn host(
+        &self,
+        lockspace: &str,
+        host_id: u64,
+    ) -> Result<Option<lvmeta::lease::HostView>, LeaseError> {
+        self.inner.host(lockspace, host_id)
+    }
     fn unheld(
         &self,
         r: &lvmeta::lease::ResourceSpec,

@@ -215,6 +215,33 @@ pub fn set_config(lockspace: &str, cmd: u32) -> Result<(), Rv> {
     check(unsafe { sanlock_set_config(name.as_ptr(), 0, cmd, std::ptr::null_mut()) }).map(drop)
 }
 
+/// Hosts of `lockspace` as this host's daemon sees them: with `host_id` 0 those whose
+/// delta lease is held now, else that one host in any state. The lockspace must be joined
+/// here (`-ENOENT` otherwise; `-EAGAIN` until the daemon has read its delta leases once).
+pub fn get_hosts(lockspace: &str, host_id: u64) -> Result<Vec<sanlk_host>, Rv> {
+    let mut name = [0 as c_char; SANLK_NAME_LEN + 1];
+    put(&mut name[..SANLK_NAME_LEN], lockspace);
+    let mut hss: *mut sanlk_host = std::ptr::null_mut();
+    let mut count: c_int = 0;
+    // SAFETY: `name` is NUL-terminated and the out pointers live across the call;
+    // libsanlock leaves `hss` NULL or sets it to a malloc'ed array of `count` hosts (also
+    // with some errors, so it is freed whatever `rv` says).
+    let rv = unsafe { sanlock_get_hosts(name.as_ptr(), host_id, &mut hss, &mut count, 0) };
+    let hosts = match usize::try_from(count) {
+        Ok(n) if rv >= 0 && n > 0 && !hss.is_null() => {
+            // SAFETY: the array holds `count` initialised hosts (checked non-null above).
+            unsafe { std::slice::from_raw_parts(hss, n) }.to_vec()
+        }
+        _ => Vec::new(),
+    };
+    if !hss.is_null() {
+        // SAFETY: allocated by libsanlock with malloc, freed once, not used after.
+        unsafe { libc::free(hss.cast()) };
+    }
+    check(rv)?;
+    Ok(hosts)
+}
+
 /// A registered connection to the daemon; leases acquired on it are released when it closes
 /// (or when the process dies).
 #[derive(Debug)]

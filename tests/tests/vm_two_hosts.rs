@@ -18,6 +18,10 @@
 //!   server; B's plugin restarted while its wrapper is held releases it; then
 //!   KubeVirt's migration: A unstages while B writes, the pool moves to B, B's writer sees
 //!   no error and B keeps no NBD device;
+//! - A serving an RWX thin block volume loses its path to the LUN while B writes to it: A
+//!   closes its export before it fences the LV, B's probe finds the export gone and B
+//!   takes the pool once sanlock counts A's lease free; B's writer sees a pause, never an
+//!   error; A's path comes back and A is ready again by itself;
 //! - A serving an RWX thin block volume is powered off while B writes to it: B takes the
 //!   pool once sanlock counts A dead, and B's writer sees a pause, never an error.
 //!
@@ -114,6 +118,56 @@ async fn migrate(from: &mut Guest, to: &mut Guest, vol: &str, target: &str, seqi
         .find_map(|w| w.strip_prefix("longest_ms="))
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no longest_ms in {status:?}"))
+}
+
+/// B runs a writer (`seqio write`, tag `tag`) on its device `tb` of a volume A serves while
+/// `fail` happens to A; waits until B serves the pool itself (no NBD device left, the
+/// thin LV `vg-<dm>` active on B) and checks that the writer went on with no failed write.
+/// Returns how long B took and the writer's last status.
+fn survives(
+    b: &mut Guest,
+    tb: &str,
+    seqio: &str,
+    tag: &str,
+    dm: &str,
+    fail: impl FnOnce(),
+) -> (std::time::Duration, String) {
+    let run = format!("/run/t/{tag}");
+    b.vm.ok(&format!(
+        "setsid {seqio} write {tb} {tag} 512 {run}.status >{run}.log 2>&1 </dev/null &\n\
+         echo $! >{run}.pid\nsleep 2"
+    ));
+    let before = b.vm.ok(&format!("cat {run}.status"));
+    fail();
+    let t0 = std::time::Instant::now();
+    let moved = b.vm.ok(&format!(
+        "for i in $(seq 3000); do \
+           n=$(cat /sys/block/nbd*/backend 2>/dev/null | grep -c '^lvmeta:'); \
+           [ \"$n\" = 0 ] && [ -e /dev/mapper/vg-{dm} ] && echo moved && exit 0; \
+           sleep 0.1; done; echo stuck"
+    ));
+    assert_eq!(moved.trim(), "moved", "B took the pool of {dm}");
+    let took = t0.elapsed();
+    b.vm.ok("sleep 2");
+    let status = b.vm.ok(&format!(
+        "p=$(cat {run}.pid); kill $p; while kill -0 $p 2>/dev/null; do sleep 0.1; done\n\
+         cat {run}.status"
+    ));
+    assert!(
+        status.contains("failed=0 "),
+        "B's writer saw errors: {status}"
+    );
+    let acked = |st: &str| -> u64 {
+        st.split_whitespace()
+            .find_map(|w| w.strip_prefix("acked="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no acked= in {st:?}"))
+    };
+    assert!(
+        acked(&status) > acked(&before) + 32,
+        "B's writer went on after the takeover: {before} then {status}"
+    );
+    (took, status)
 }
 
 /// Hostile clients of A's NBD listener while A serves `vol` to B: from B (the storage
@@ -510,43 +564,37 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
             "lvm vgck --devices {LUN} --config global/use_lvmlockd=1 vg 2>&1"
         ));
 
+        // A's path to the LUN cut under a writer on B: A fences its thin LV, closing its
+        // export first (B's requests get no reply rather than A's I/O errors); B's probe
+        // finds the export gone and B takes the pool once sanlock counts A's lease free
+        // (its host-dead time). B's writer sees a pause, no error. A's path comes back and
+        // A joins the lockspace again by itself.
+        let cut = create(&mut b, "pvc-cut", "thin", &rwx_block).await;
+        a.use_volume(&cut, &rwx_block).await;
+        let tb = b.use_volume(&cut, &rwx_block).await;
+        let (took, status) = survives(&mut b, &tb, &seqio, "C", "pvc--cut", || {
+            guest::lun_path(&mut a.vm, guest::CUT);
+        });
+        eprintln!("vm_two_hosts: B served the pool {took:?} after A's path was cut; B's writer: {status}");
+        let closed = a.vm.ok("grep -c 'NBD export closed' /run/lvmeta-vm/csi.log || true");
+        assert_ne!(closed.trim(), "0", "A closed its export before fencing");
+        guest::lun_path(&mut a.vm, guest::RESTORE);
+        let t = std::time::Instant::now();
+        while a.ready().await != Some(true) {
+            assert!(t.elapsed() < std::time::Duration::from_secs(120), "A not ready again");
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+        a.release(&cut).await;
+        b.release(&cut).await;
+
         // The serving VM powered off under a writer on B: B's I/O waits in its NBD device
         // until sanlock counts A dead, then B takes the pool (its device's queued I/O
         // completes through its own export) and the writer goes on without an error.
         let dies = create(&mut b, "pvc-dies", "thin", &rwx_block).await;
         a.use_volume(&dies, &rwx_block).await;
         let tb = b.use_volume(&dies, &rwx_block).await;
-        b.vm.ok(&format!(
-            "setsid {seqio} write {tb} B 512 /run/t/dies.status >/run/t/dies.log 2>&1 \
-             </dev/null &\necho $! >/run/t/dies.pid\nsleep 2"
-        ));
-        let before = b.vm.ok("cat /run/t/dies.status");
-        a.vm.power_off();
-        let off = std::time::Instant::now();
-        let moved = b.vm.ok(
-            "for i in $(seq 2400); do \
-               n=$(cat /sys/block/nbd*/backend 2>/dev/null | grep -c '^lvmeta:'); \
-               [ \"$n\" = 0 ] && [ -e /dev/mapper/vg-pvc--dies ] && echo moved && exit 0; \
-               sleep 0.1; done; echo stuck",
-        );
-        assert_eq!(moved.trim(), "moved", "B took the pool of a powered-off A");
-        eprintln!("vm_two_hosts: B served the pool {:?} after A's power-off", off.elapsed());
-        b.vm.ok("sleep 2");
-        let status = b.vm.ok(
-            "p=$(cat /run/t/dies.pid); kill $p; while kill -0 $p 2>/dev/null; do sleep 0.1; done\n\
-             cat /run/t/dies.status",
-        );
-        assert!(status.contains("failed=0 "), "B's writer saw errors: {status}");
-        let acked = |st: &str| -> u64 {
-            st.split_whitespace()
-                .find_map(|w| w.strip_prefix("acked="))
-                .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("no acked= in {st:?}"))
-        };
-        assert!(
-            acked(&status) > acked(&before) + 32,
-            "B's writer went on after the takeover: {before} then {status}"
-        );
+        let (took, _) = survives(&mut b, &tb, &seqio, "B", "pvc--dies", || a.vm.power_off());
+        eprintln!("vm_two_hosts: B served the pool {took:?} after A's power-off");
         let scan = b.vm.ok(&format!("{seqio} scan {tb} 512"));
         assert!(scan.contains("B count=512"), "B's writes on B: {scan}");
         b.release(&dies).await;

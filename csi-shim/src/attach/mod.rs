@@ -40,8 +40,13 @@ pub struct AttachOptions {
     pub source: Option<SocketAddr>,
 }
 
+/// How long each step of a handshake (connect, each read or write) may take: a server that
+/// accepts and then says nothing must not hold the caller (the node's watch thread).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// `n` connections to `addr` (from `source` when given), each past the handshake for
-/// export `name` (TCP_NODELAY), and what the server said of the export.
+/// export `name` (TCP_NODELAY; [`HANDSHAKE_TIMEOUT`] per step, no timeout left on the
+/// socket for the kernel), and what the server said of the export.
 pub fn handshake_sockets(
     addr: SocketAddr,
     source: Option<SocketAddr>,
@@ -51,10 +56,13 @@ pub fn handshake_sockets(
     let mut socks = Vec::with_capacity(n);
     let mut neg = None;
     for _ in 0..n.max(1) {
-        let mut s = connect_from(source, addr)
+        let mut s = connect_with(source, addr, Some(HANDSHAKE_TIMEOUT))
             .map_err(|e| io::Error::new(e.kind(), format!("NBD server {addr}: {e}")))?;
         s.set_nodelay(true)?;
         neg = Some(go(&mut s, name).map_err(|e| io::Error::other(format!("{addr}: {e}")))?);
+        // The kernel's receive thread would take a socket timeout for a dead connection.
+        s.set_read_timeout(None)?;
+        s.set_write_timeout(None)?;
         socks.push(s);
     }
     let neg = neg.ok_or_else(|| io::Error::other("no connection"))?;
@@ -128,11 +136,28 @@ pub fn attach(
 
 /// A TCP connection to `to`, bound first to `from`'s address (any port) when given.
 pub fn connect_from(from: Option<SocketAddr>, to: SocketAddr) -> io::Result<TcpStream> {
+    connect_with(from, to, None)
+}
+
+/// [`connect_from`], given up after `timeout` when set (then also the socket's read and
+/// write timeout).
+fn connect_with(
+    from: Option<SocketAddr>,
+    to: SocketAddr,
+    timeout: Option<Duration>,
+) -> io::Result<TcpStream> {
     use nix::sys::socket::{
-        bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrStorage,
+        bind, connect, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType,
+        SockaddrStorage,
     };
     let Some(mut from) = from else {
-        return TcpStream::connect(to);
+        let s = match timeout {
+            Some(t) => TcpStream::connect_timeout(&to, t)?,
+            None => TcpStream::connect(to)?,
+        };
+        s.set_read_timeout(timeout)?;
+        s.set_write_timeout(timeout)?;
+        return Ok(s);
     };
     from.set_port(0);
     let family = match to {
@@ -140,6 +165,15 @@ pub fn connect_from(from: Option<SocketAddr>, to: SocketAddr) -> io::Result<TcpS
         SocketAddr::V6(_) => AddressFamily::Inet6,
     };
     let fd = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    if let Some(t) = timeout {
+        // Linux bounds a blocking connect by the send timeout (socket(7)).
+        let tv = nix::sys::time::TimeVal::new(
+            i64::try_from(t.as_secs()).unwrap_or(i64::MAX),
+            i64::from(t.subsec_micros()),
+        );
+        setsockopt(&fd, sockopt::SendTimeout, &tv)?;
+        setsockopt(&fd, sockopt::ReceiveTimeout, &tv)?;
+    }
     bind(
         std::os::fd::AsRawFd::as_raw_fd(&fd),
         &SockaddrStorage::from(from),
@@ -149,6 +183,30 @@ pub fn connect_from(from: Option<SocketAddr>, to: SocketAddr) -> io::Result<TcpS
         &SockaddrStorage::from(to),
     )?;
     Ok(TcpStream::from(fd))
+}
+
+/// Does the server at `to` open export `name` to this node (connecting from `from`) within
+/// `timeout` for each step? The connection is then closed with a DISC request.
+pub fn probe(
+    to: SocketAddr,
+    from: Option<SocketAddr>,
+    name: &[u8],
+    timeout: Duration,
+) -> io::Result<()> {
+    use std::io::Write;
+    let mut s = connect_with(from, to, Some(timeout))?;
+    go(&mut s, name).map_err(|e| io::Error::other(format!("{to}: {e}")))?;
+    let disc = crate::nbd::proto::Request {
+        flags: 0,
+        command: crate::nbd::proto::Command::Disconnect,
+        cookie: 0,
+        offset: 0,
+        len: 0,
+    };
+    // The answer was the handshake; a lost DISC only ends the connection less politely.
+    let _ = s.write_all(&disc.encode());
+    let _ = s.shutdown(Shutdown::Both);
+    Ok(())
 }
 
 /// `IP`, or `IP%INTERFACE` for an IPv6 link-local address, with `port`, as a socket

@@ -83,6 +83,10 @@ wire_for!(TcpStream, |s: &TcpStream| s
     .map(|a| a.ip()));
 wire_for!(UnixStream, |_: &UnixStream| None);
 
+/// How often a request the device failed with EIO is tried again while its export holds
+/// I/O errors.
+const EIO_RETRY: Duration = Duration::from_millis(500);
+
 /// A unit of device work for the shared workers.
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -297,12 +301,25 @@ impl Work {
         // The device is held across the I/O: a closed export touches it no more and
         // answers nothing.
         let (req, data) = (&self.req, &mut self.data);
-        let done = match self.checked {
-            Err(e) => Err(e),
-            Ok(()) => match self.export.with_device(|dev| run(dev, req, data)) {
-                Some(done) => done,
-                None => return,
-            },
+        let started = Instant::now();
+        let done = loop {
+            let done = match self.checked {
+                Err(e) => Err(e),
+                Ok(()) => match self.export.with_device(|dev| run(dev, req, data)) {
+                    Some(done) => done,
+                    None => return,
+                },
+            };
+            // An EIO is retried while the export holds I/O errors (the device lock is not
+            // held meanwhile: a close goes ahead, and the request then ends unanswered).
+            let hold = self.export.io_error_hold();
+            if done != Err(errno::EIO) || started.elapsed() >= hold {
+                break done;
+            }
+            if !self.alive.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(EIO_RETRY.min(hold));
         };
         let error = done.err().unwrap_or(0);
         let with_data = error == 0 && self.req.command == Command::Read;

@@ -52,6 +52,9 @@ pub struct Export {
     next_id: AtomicU64,
     /// How to end each open connection, by connection id.
     open: Mutex<HashMap<u64, Box<dyn Fn() + Send>>>,
+    /// How long a request the device fails with EIO is retried before EIO is answered, in
+    /// milliseconds ([`Export::hold_io_errors`]).
+    hold_ms: AtomicU64,
 }
 
 /// An export as one client may have it.
@@ -92,7 +95,23 @@ impl Export {
             max_connections,
             next_id: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
+            hold_ms: AtomicU64::new(0),
         })
+    }
+
+    /// Retries a request the device fails with EIO for up to `hold` before answering EIO;
+    /// a request still failing when the export closes is dropped unanswered (the client
+    /// requeues it). A lost path to the LUN then reaches clients as a pause until another
+    /// node serves, as multipath's queueing does, while a lasting device error still
+    /// reaches them after `hold`. Zero (the default): EIO is answered at once.
+    pub fn hold_io_errors(&self, hold: std::time::Duration) {
+        let ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);
+        self.hold_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// See [`Export::hold_io_errors`].
+    fn io_error_hold(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.hold_ms.load(Ordering::SeqCst))
     }
 
     /// The export's size in bytes.

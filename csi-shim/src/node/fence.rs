@@ -10,6 +10,7 @@ use lvmeta::lease::Standing;
 use crate::fencing::Swept;
 use crate::volume::Volumes;
 
+use super::shared::Remote;
 use super::Node;
 
 impl Node {
@@ -76,6 +77,7 @@ impl Node {
             if !unheld(&fresh, &lv, out) {
                 continue;
             }
+            self.close_exports(vg, Some(&lv));
             match session.fence(vg, &lv, act) {
                 Ok(devices) => {
                     tracing::error!(volume_id = %id, ?devices, "fenced: this host no longer holds the volume's lease; its I/O now fails");
@@ -122,6 +124,14 @@ impl Node {
                 .filter_map(|id| staged.remove(&id))
                 .collect()
         };
+        // Their exports go too (already closed when they were the fenced candidates).
+        if let Some(nbd) = self.nbd.as_deref() {
+            for s in &gone {
+                if let Some(Remote::Served { board, .. }) = &s.remote {
+                    nbd.remove(&board.lv_id);
+                }
+            }
+        }
         // Removed where nothing has them open, and released, outside the map's lock.
         for a in gone.into_iter().filter_map(|s| s.activation) {
             if a.deactivate(act).is_ok() {
@@ -134,6 +144,7 @@ impl Node {
     /// with none, its name) point at.
     fn fence_unknown(&self, vg: &str, standing: &Standing, why: &str, out: &mut Swept) {
         let act = self.config.activation.as_ref();
+        self.close_exports(vg, None);
         match self.backend.session().fence_lost(vg, standing, act) {
             Ok(devices) if devices.is_empty() => {}
             Ok(devices) => {
@@ -145,6 +156,33 @@ impl Node {
             Err(f) => out
                 .failed
                 .push(format!("{vg}: {why}; by its lost leases: {f}")),
+        }
+    }
+
+    /// Closes this node's NBD exports of `vg` (of LV `lv` only, when given) before their
+    /// devices are fenced: clients then get no reply (their kernel requeues the requests
+    /// and waits for another server, a pause) rather than the fenced device's I/O errors,
+    /// and their probes find the export gone.
+    fn close_exports(&self, vg: &str, lv: Option<&str>) {
+        let Some(nbd) = self.nbd.as_deref() else {
+            return;
+        };
+        let served: Vec<String> = self
+            .staged()
+            .values()
+            .filter_map(|s| match &s.remote {
+                Some(Remote::Served { board, .. })
+                    if board.vg == vg && lv.is_none_or(|l| board.lv == l) =>
+                {
+                    Some(board.lv_id.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        for lv_id in served {
+            if nbd.remove(&lv_id).is_some() {
+                tracing::warn!(vg, lv_id = %lv_id, "NBD export closed: this host lost the pool's lease; its clients wait for another server");
+            }
         }
     }
 }

@@ -3,7 +3,8 @@
 //! target with no NBD hop left).
 //!
 //! The server S0, unstaging the pool's last LV while clients are connected:
-//! 1. picks the successor (the lowest host id among the LV's STAGED slots) and writes the
+//! 1. picks the successor (the lowest host id among the LV's STAGED slots written in their
+//!    hosts' current lives: [`lvmeta::lease::board::Slot::is_stale`]) and writes the
 //!    record PAUSING(epoch e, successor);
 //! 2. waits (at most [`DRAIN_WAIT`]) until every such slot says DRAINED(e): each client's
 //!    watch ([`Node::watch_shared`]) held its wrapper, so its I/O in flight finished
@@ -18,9 +19,11 @@
 //! A PAUSING or RELEASED record older than [`STALL`] (its server or successor died or failed) lets any held
 //! client take the pool once the lease is free; the lease decides who wins.
 //!
-//! A server that dies: each client checks every [`PROBE_EVERY`] that its server accepts a
-//! connection. When it does not, the client tries to activate the LV; sanlock grants the
-//! pool's lease only once the server's host is dead (fenced or reset), and to one client.
+//! A server that dies or loses its path to the LUN: each client checks every
+//! [`PROBE_EVERY`] that its server opens the volume's export to it (a server that fences
+//! the volume closes the export first). When it does not, the client tries to activate the
+//! LV; sanlock grants the pool's lease only once the server's host is dead (fenced or
+//! reset) or has let the lease go, and to one client.
 //! That client serves the next epoch, hands its own NBD device a connection to the new
 //! export inside its process (RECONFIGURE: the I/O queued there completes), then holds,
 //! switches and releases its wrapper as above; the others reconnect. Until then the
@@ -52,7 +55,7 @@ pub const SHARED_POLL: Duration = Duration::from_millis(100);
 /// How often a client checks that its server answers.
 pub const PROBE_EVERY: Duration = Duration::from_secs(2);
 
-/// How long a server has to accept a probe's connection.
+/// How long a server has for each step of a probe (connect, handshake).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long a PAUSING or RELEASED record may stand before clients stop waiting for the
@@ -87,12 +90,13 @@ impl Node {
     ) -> Result<(), Status> {
         let session = self.backend.session();
         let me = nbd.setup().host_id;
-        let found = session.read_board(board).map_err(from_activation)?;
+        // Hosts whose life ended since they staged are neither waited for nor chosen.
+        let found = session.read_board_live(board).map_err(from_activation)?;
         let clients = clients_of(&found, board, me);
         let Some(successor) = clients.iter().map(|c| c.1).min() else {
             return Err(Status::unavailable(
-                "other nodes are connected to this volume without a slot naming them: not \
-                 handed over",
+                "other nodes are connected to this volume without a slot of their current \
+                 lives naming them: not handed over",
             ));
         };
         let Some(serving) = found.record.filter(|r| r.host == me) else {
@@ -179,11 +183,52 @@ impl Node {
                 _ => None,
             })
             .collect();
+        if nbd.stamp_due(PROBE_EVERY) {
+            for (id, a) in &attached {
+                if let Err(e) = self.restamp(nbd, id, a) {
+                    tracing::warn!(volume_id = %id, error = %e, "writing the slot in this host's new generation");
+                }
+            }
+        }
         for (id, a) in attached {
             if let Err(e) = self.follow(nbd, &id, a) {
                 tracing::warn!(volume_id = %id, error = %e, "following the pool's server");
             }
         }
+    }
+
+    /// Writes attached volume `id`'s slot again, as it stands, when it was written in an
+    /// earlier generation of this host (the lockspace was joined again since): servers
+    /// count only slots of their hosts' current lives.
+    fn restamp(&self, nbd: &Serving, id: &str, a: &Attached) -> Result<(), String> {
+        let session = self.backend.session();
+        let Some(generation) = session.own_generation(&a.board) else {
+            return Ok(());
+        };
+        // Under the volume's in-flight mark, and only while it is still attached through
+        // the same slot: an unstage frees the slot (LEAVING), and another host may claim it.
+        let Ok(_g) = self.backend.inflight().enter(id) else {
+            return Ok(());
+        };
+        if self.attached(id).is_none_or(|now| now.slot.0 != a.slot.0) {
+            return Ok(());
+        }
+        let me = nbd.setup().host_id;
+        let found = session.read_board(&a.board).map_err(|e| e.to_string())?;
+        let Some((i, slot)) = found
+            .slots_of(&a.board.lv_id)
+            .find(|(i, s)| *i == a.slot.0 && s.host == me)
+        else {
+            return Ok(());
+        };
+        if slot.generation == generation || slot.state == SlotState::Leaving {
+            return Ok(());
+        }
+        session
+            .write_board_slot(&a.board, *i, slot)
+            .map_err(|e| e.to_string())?;
+        tracing::info!(volume_id = %id, generation, "slot written in this host's new generation");
+        Ok(())
     }
 
     /// One look at the record of attached volume `id`: read without the volume's in-flight
@@ -268,18 +313,22 @@ impl Node {
         }
     }
 
-    /// Every [`PROBE_EVERY`]: does the server of attached volume `id` fail to accept a
-    /// connection? Then this node tries to take the pool, which sanlock allows only once
-    /// the server's host is dead (fenced or reset): the server writes nothing after that.
+    /// Every [`PROBE_EVERY`]: does the server of attached volume `id` fail to open the
+    /// volume's export to this node (down, unreachable, or up without the export: it lost
+    /// the pool's lease and closed it)? Then this node tries to take the pool, which
+    /// sanlock allows only once the server's host is dead (fenced or reset) or has let the
+    /// lease go: the server writes nothing after that.
     fn unanswered(&self, nbd: &Serving, id: &str, a: &Attached, r: &ServeRecord) -> bool {
         if !self.due(id, a) {
             return false;
         }
-        let to = super::shared::reach(r.addr, nbd.setup().addr);
-        if std::net::TcpStream::connect_timeout(&to, PROBE_TIMEOUT).is_ok() {
+        let setup = nbd.setup();
+        let to = super::shared::reach(r.addr, setup.addr);
+        let name = export_name(&a.board.lv_id, setup.host_id, &r.secret);
+        let Err(e) = attach::probe(to, Some(setup.addr), name.as_bytes(), PROBE_TIMEOUT) else {
             return false;
-        }
-        tracing::info!(volume_id = %id, server = %to, "the pool's server does not answer: taking the pool once its host is dead");
+        };
+        tracing::info!(volume_id = %id, server = %to, error = %e, "the pool's server does not serve the volume: taking the pool once its lease is free");
         true
     }
 

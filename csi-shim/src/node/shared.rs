@@ -23,7 +23,6 @@ use lvmeta::units::Sectors;
 use tonic::Status;
 
 use crate::attach::{self, netlink::NbdNetlink, AttachOptions};
-use crate::nbd::Export;
 use crate::params;
 use crate::serve::{export_name, new_secret, Served, Serving};
 use crate::status::from_activation;
@@ -237,9 +236,7 @@ impl Node {
                 (secret, record.epoch)
             }
         };
-        // Every client node may open its connections.
-        let most = nbd.setup().connections.max(1) * lvmeta::lease::board::SLOTS;
-        let export = Export::new(Box::new(dev), false, most);
+        let export = nbd.new_export(Box::new(dev));
         let size = export.size();
         nbd.add(
             &board.lv_id,
@@ -297,7 +294,7 @@ impl Node {
                 ))
             })?;
         let source = nbd.setup().addr.ip();
-        let slot = Slot {
+        let mut slot = Slot {
             lv_id: board.lv_id.clone(),
             host,
             generation: 0,
@@ -308,7 +305,7 @@ impl Node {
             addr: source,
         };
         let index = session
-            .claim_board_slot(&board, &slot)
+            .claim_board_slot(&board, &mut slot)
             .map_err(from_activation)?;
         let leave = |slot: &Slot| {
             let left = Slot {
@@ -517,13 +514,13 @@ impl Node {
         })
     }
 
-    /// Does the board name another host with `board`'s LV staged (or drained for a
-    /// handover)?
+    /// Does the board name another host with `board`'s LV staged (or drained) in its
+    /// current life ([`lvmeta::lease::board::Slot::is_stale`])?
     fn staged_elsewhere(&self, nbd: &Serving, board: &PoolBoard) -> Result<bool, Status> {
         let found = self
             .backend
             .session()
-            .read_board(board)
+            .read_board_live(board)
             .map_err(from_activation)?;
         Ok(!clients_of(&found, board, nbd.setup().host_id).is_empty())
     }

@@ -285,14 +285,15 @@ impl<'s> Volumes<'s> {
     }
 
     /// Refuses when thin LV `name` is served over NBD to other nodes now: its pool's
-    /// record is live and slots of its epoch stage `name` (stale slots of older epochs do
-    /// not count). The refusal names the serving host and the staging ones.
+    /// record is live and slots of its epoch stage `name` (slots of older epochs, or of
+    /// host lives that ended, do not count: the pool's lease still refuses a removal while
+    /// the pool is served). The refusal names the serving host and the staging ones.
     fn check_not_shared(&self, name: &str) -> Result<(), VolumeError> {
         use lvmeta::lease::board::{ServeState, SlotState};
         let Some(b) = self.session.pool_board(&self.vg, name)? else {
             return Ok(());
         };
-        let board = self.session.read_board(&b)?;
+        let board = self.session.read_board_live(&b)?;
         let Some(record) = board
             .record
             .as_ref()

@@ -19,7 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
 use byteorder::{ByteOrder, LittleEndian as LE};
 
-use super::Geometry;
+use super::{Geometry, HostState, HostView};
 
 /// The serve record's sector in a lease area.
 pub const RECORD_SECTOR: u64 = 2003;
@@ -308,6 +308,27 @@ impl Slot {
     }
 }
 
+impl Slot {
+    /// Was this slot written in a life of its host that has ended, as `hosts` (the lock
+    /// manager's view of the lockspace) shows?
+    /// - a later generation of its host id: the host joined again since (a reset or a
+    ///   restart), so it no longer follows what this slot says;
+    /// - the same generation, free or dead: it left the lockspace, or stopped renewing long
+    ///   enough to have been reset.
+    ///
+    /// A slot written without a generation (0), or whose host the manager has not seen, is
+    /// never stale.
+    pub fn is_stale(&self, hosts: &[HostView]) -> bool {
+        self.generation != 0
+            && hosts.iter().any(|h| {
+                h.host_id == self.host
+                    && (h.generation > self.generation
+                        || (h.generation == self.generation
+                            && matches!(h.state, HostState::Free | HostState::Dead)))
+            })
+    }
+}
+
 /// `entry` when it encodes back to exactly the bytes it came from (no stray bits in unused
 /// fields or padding), else no entry.
 fn canonical<T>(again: [u8; ENTRY_LEN], b: &[u8], entry: T) -> Result<Option<T>, BoardError> {
@@ -339,6 +360,12 @@ impl Board {
             }
         }
         Ok(Self { record, slots })
+    }
+
+    /// The board without the slots [`Slot::is_stale`] finds stale in `hosts`.
+    pub fn without_stale(mut self, hosts: &[HostView]) -> Self {
+        self.slots.retain(|(_, s)| !s.is_stale(hosts));
+        self
     }
 
     /// The slots naming LV `lv_id` (lvm2's id, with or without its dashes), with their
@@ -460,6 +487,40 @@ mod tests {
         assert_eq!(board.slot_for(5, THIN), Some(3), "its own");
         assert_eq!(board.slot_for(6, THIN), Some(0), "the first free one");
         assert!(Board::decode(&bytes[..512], 512, POOL).is_err());
+    }
+
+    #[test]
+    fn a_slot_of_an_ended_host_life_is_stale() {
+        let view = |generation, state| {
+            vec![HostView {
+                host_id: 5,
+                generation,
+                state,
+            }]
+        };
+        let s = slot();
+        assert!(!s.is_stale(&view(1, HostState::Live)), "its life");
+        assert!(!s.is_stale(&view(1, HostState::Fail)), "not dead yet");
+        assert!(!s.is_stale(&view(1, HostState::Unknown)));
+        assert!(s.is_stale(&view(1, HostState::Dead)), "reset");
+        assert!(s.is_stale(&view(1, HostState::Free)), "left");
+        assert!(s.is_stale(&view(2, HostState::Live)), "joined again since");
+        assert!(!s.is_stale(&view(0, HostState::Free)), "an older view");
+        assert!(!s.is_stale(&[]), "a host never seen");
+        let unknown = Slot {
+            generation: 0,
+            ..slot()
+        };
+        assert!(
+            !unknown.is_stale(&view(9, HostState::Dead)),
+            "no generation"
+        );
+        let board = Board {
+            record: None,
+            slots: vec![(0, slot()), (1, Slot { host: 6, ..slot() })],
+        };
+        let live = board.without_stale(&view(2, HostState::Live));
+        assert_eq!(live.slots, vec![(1, Slot { host: 6, ..slot() })]);
     }
 
     proptest! {

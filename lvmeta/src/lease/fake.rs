@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::{
-    HeldLease, LeaseError, LeaseManager, LockspaceHealth, LockspaceSpec, Lvb, Mode, ResourceSpec,
-    SeenFree, Standing,
+    HeldLease, HostState, HostView, LeaseError, LeaseManager, LockspaceHealth, LockspaceSpec, Lvb,
+    Mode, ResourceSpec, SeenFree, Standing,
 };
 /// Leases in memory, shared by every [`FakeLeases`] clone: one process simulating hosts.
 #[derive(Debug, Default)]
@@ -32,6 +32,10 @@ struct FakeState {
     lockspace_of: HashMap<(String, u64), String>,
     /// sanlock runs without its watchdog ([`FakeLeases::without_watchdog`]).
     no_watchdog: bool,
+    /// (lockspace, host id) -> the generation of its last join.
+    generations: HashMap<(String, u64), u64>,
+    /// Hosts sanlock would report dead ([`FakeLeases::kill_host`]).
+    dead: Vec<(String, u64)>,
 }
 
 impl FakeLeases {
@@ -47,6 +51,12 @@ impl FakeLeases {
         if !s.failed.iter().any(|f| f == name) {
             s.failed.push(name.to_owned());
         }
+    }
+
+    /// What sanlock reports once host `host_id` of lockspace `name` stopped renewing long
+    /// enough ago: dead (until it joins again).
+    pub fn kill_host(&self, name: &str, host_id: u64) {
+        self.lock().dead.push((name.to_owned(), host_id));
     }
 
     /// What sanlock reports when it runs with `-w 0`: no watchdog can reset this host.
@@ -119,6 +129,9 @@ impl LeaseManager for FakeLeases {
         let hosts = s.joined.entry(ls.name.clone()).or_default();
         if !hosts.contains(&ls.host_id) {
             hosts.push(ls.host_id);
+            let key = (ls.name.clone(), ls.host_id);
+            s.dead.retain(|d| *d != key);
+            *s.generations.entry(key).or_insert(0) += 1;
         }
         Ok(())
     }
@@ -284,5 +297,28 @@ impl LeaseManager for FakeLeases {
     }
     fn keep_for_orphans(&self, _lockspace: &str) -> Result<(), LeaseError> {
         Ok(())
+    }
+    fn host(&self, lockspace: &str, host_id: u64) -> Result<Option<HostView>, LeaseError> {
+        let s = self.lock();
+        let key = (lockspace.to_owned(), host_id);
+        let Some(generation) = s.generations.get(&key) else {
+            return Ok(None);
+        };
+        let joined = s
+            .joined
+            .get(lockspace)
+            .is_some_and(|j| j.contains(&host_id));
+        let state = if s.dead.contains(&key) {
+            HostState::Dead
+        } else if joined {
+            HostState::Live
+        } else {
+            HostState::Free
+        };
+        Ok(Some(HostView {
+            host_id,
+            generation: *generation,
+            state,
+        }))
     }
 }

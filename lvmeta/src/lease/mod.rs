@@ -182,6 +182,38 @@ pub trait LeaseManager: Send + Sync {
     /// Marks `lockspace` so that orphans of it keep it (and the host's watchdog) after it
     /// fails, as they would not otherwise.
     fn keep_for_orphans(&self, lockspace: &str) -> Result<(), LeaseError>;
+    /// Host `host_id` of `lockspace`, which this host has joined, as the manager sees it
+    /// now; `None` while it cannot say yet (sanlock: until it has read the lockspace's
+    /// delta leases once after the join, about a second).
+    fn host(&self, lockspace: &str, host_id: u64) -> Result<Option<HostView>, LeaseError>;
+}
+
+/// A host of a lockspace as the lock manager sees it (sanlock's `sanlk_host`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostView {
+    /// Its host id.
+    pub host_id: u64,
+    /// How many times a host has joined under this id (grows by one per join).
+    pub generation: u64,
+    /// What its delta lease says of it now.
+    pub state: HostState,
+}
+
+/// What a host's delta lease says of it (sanlock's `SANLK_HOST_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostState {
+    /// Not watched long enough to say.
+    Unknown,
+    /// It left the lockspace (its delta lease is free).
+    Free,
+    /// It renews its delta lease.
+    Live,
+    /// It stopped renewing, not yet long enough to be dead.
+    Fail,
+    /// It stopped renewing for the host-dead time: its leases may be taken (a host that
+    /// held some was reset by its watchdog by then; one that held none was not, but it
+    /// has lost the lockspace).
+    Dead,
 }
 
 /// A lease area [`LeaseManager::unheld`] found free, as it read it.

@@ -14,13 +14,14 @@ use sanlock_sys::{
     SANLK_RES_PERSISTENT, SANLK_RES_SECTOR4K, SANLK_RES_SECTOR512, SANLK_RES_SHARED,
 };
 use sanlock_sys::{
-    SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_CONFIG_USED_BY_ORPHANS, SANLK_RESTRICT_SIGKILL,
+    SANLK_ACQUIRE_OWNER_NOWAIT, SANLK_CONFIG_USED_BY_ORPHANS, SANLK_HOST_DEAD, SANLK_HOST_FAIL,
+    SANLK_HOST_FREE, SANLK_HOST_LIVE, SANLK_HOST_MASK, SANLK_RESTRICT_SIGKILL,
 };
 
 use super::holder::{status, ForHolder};
 use super::{
-    daemon, paxos, Geometry, HeldLease, LeaseError, LeaseManager, LockspaceHealth, LockspaceSpec,
-    Lvb, Mode, ResourceSpec, SeenFree, Standing,
+    daemon, paxos, Geometry, HeldLease, HostState, HostView, LeaseError, LeaseManager,
+    LockspaceHealth, LockspaceSpec, Lvb, Mode, ResourceSpec, SeenFree, Standing,
 };
 
 /// Longest wait for another process's join of the same lockspace to end.
@@ -494,6 +495,31 @@ impl LeaseManager for SanlockLeases {
     fn keep_for_orphans(&self, lockspace: &str) -> Result<(), LeaseError> {
         safe::set_config(lockspace, SANLK_CONFIG_USED_BY_ORPHANS)
             .map_err(|rv| err(format!("mark {lockspace} used by orphans"), rv))
+    }
+
+    fn host(&self, lockspace: &str, host_id: u64) -> Result<Option<HostView>, LeaseError> {
+        // Asked by id: the daemon's answer for all hosts leaves out those whose delta lease
+        // is free (timestamp 0), which is how a host that left looks.
+        let hosts = match safe::get_hosts(lockspace, host_id) {
+            Ok(h) => h,
+            // Not read the lockspace's delta leases yet (about a second after a join).
+            Err(Rv(rv)) if rv == -libc::EAGAIN => return Ok(None),
+            Err(rv) => return Err(err(format!("host {host_id} of lockspace {lockspace}"), rv)),
+        };
+        Ok(hosts
+            .iter()
+            .find(|h| h.host_id == host_id)
+            .map(|h| HostView {
+                host_id: h.host_id,
+                generation: h.generation,
+                state: match h.flags & SANLK_HOST_MASK {
+                    SANLK_HOST_FREE => HostState::Free,
+                    SANLK_HOST_LIVE => HostState::Live,
+                    SANLK_HOST_FAIL => HostState::Fail,
+                    SANLK_HOST_DEAD => HostState::Dead,
+                    _ => HostState::Unknown,
+                },
+            }))
     }
 
     fn standing(&self) -> Result<Standing, LeaseError> {

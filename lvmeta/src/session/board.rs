@@ -69,8 +69,8 @@ impl Session {
         Ok(board_io::read(&dev, &b.spec, &b.pool_lv_id)?)
     }
 
-    /// Writes the pool's serve record; `held` must be this host's exclusive hold of the
-    /// pool (an activation of one of its thin LVs).
+    /// Writes the pool's serve record, stamped with this host's generation; `held` must be
+    /// this host's exclusive hold of the pool (an activation of one of its thin LVs).
     pub fn write_serve_record(
         &self,
         b: &PoolBoard,
@@ -88,19 +88,25 @@ impl Session {
             }
             .into());
         }
+        let record = ServeRecord {
+            generation: self.own_generation(b).unwrap_or(record.generation),
+            ..record.clone()
+        };
         let dev = lock_device(&b.spec)?;
         Ok(board_io::write_record(
             &dev,
             &b.spec,
             &b.pool_lv_id,
-            record,
+            &record,
         )?)
     }
 
     /// Claims a slot for `slot` (this host's own for its LV, else a free one) and writes
-    /// it, under the VG lease held exclusively; the slot's index
-    /// ([`lease::board::BoardError::Full`] when every slot is taken).
-    pub fn claim_board_slot(&self, b: &PoolBoard, slot: &Slot) -> Result<usize, Error> {
+    /// it, stamped with this host's generation in the lockspace, under the VG lease held
+    /// exclusively; the slot's index ([`lease::board::BoardError::Full`] when every slot
+    /// is taken).
+    pub fn claim_board_slot(&self, b: &PoolBoard, slot: &mut Slot) -> Result<usize, Error> {
+        slot.generation = self.own_generation(b).unwrap_or(slot.generation);
         let scan = self.current();
         let sv = scan.vg(&b.vg)?;
         let at = places(&scan, sv);
@@ -109,7 +115,7 @@ impl Session {
             .ok_or_else(|| Error::SharedWithoutLeases(b.vg.clone()))?;
         let (vg_lease, _) = h.lock_vg(&sv.vg, &at, lease::Mode::Exclusive)?;
         let claimed = lock_device(&b.spec)
-            .and_then(|dev| Ok(board_io::claim(&dev, &b.spec, &b.pool_lv_id, slot)?));
+            .and_then(|dev| Ok(board_io::claim(&dev, &b.spec, &b.pool_lv_id, &*slot)?));
         // The VG is unchanged: the lease goes back without a value block. The claim stands
         // whatever the release says (the caller must know its slot).
         if let Err(e) = h.unlock_vg(&vg_lease, None) {
@@ -118,16 +124,54 @@ impl Session {
         claimed
     }
 
-    /// Rewrites slot `index`, which this host claimed.
+    /// Rewrites slot `index`, which this host claimed, stamped with this host's generation.
     pub fn write_board_slot(&self, b: &PoolBoard, index: usize, slot: &Slot) -> Result<(), Error> {
+        let slot = Slot {
+            generation: self.own_generation(b).unwrap_or(slot.generation),
+            ..slot.clone()
+        };
         let dev = lock_device(&b.spec)?;
         Ok(board_io::write_slot(
             &dev,
             &b.spec,
             &b.pool_lv_id,
             index,
-            slot,
+            &slot,
         )?)
+    }
+
+    /// The board as [`Session::read_board`] reads it, without the slots of host lives
+    /// that have ended ([`Slot::is_stale`]): the hosts that may still have the LV staged.
+    /// A slot whose host the lock manager cannot say anything of counts.
+    pub fn read_board_live(&self, b: &PoolBoard) -> Result<Board, Error> {
+        let board = self.read_board(b)?;
+        let mut ids: Vec<u64> = board.slots.iter().map(|(_, s)| s.host).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let views: Vec<lease::HostView> = ids
+            .into_iter()
+            .filter_map(|id| self.host_view(b, id))
+            .collect();
+        Ok(board.without_stale(&views))
+    }
+
+    /// This host's generation in the pool's lockspace (None when the manager cannot say).
+    pub fn own_generation(&self, b: &PoolBoard) -> Option<u64> {
+        let id = self.host.as_ref()?.host_id;
+        self.host_view(b, id).map(|h| h.generation)
+    }
+
+    /// Host `id` of the pool's lockspace as this host's lock manager sees it now (None when
+    /// it cannot say: not joined here, not read yet, or no manager).
+    fn host_view(&self, b: &PoolBoard, id: u64) -> Option<lease::HostView> {
+        let h = self.host.as_ref()?;
+        match h.manager.host(&b.spec.lockspace, id) {
+            Ok(view) => view,
+            Err(e) => {
+                tracing::debug!(vg = %b.vg, pool = %b.pool, host_id = id, error = %e, "no view of the host in the lockspace");
+                None
+            }
+        }
     }
 }
 

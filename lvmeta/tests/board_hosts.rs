@@ -1,0 +1,118 @@
+//! A thin pool's serve board seen through the lock manager's view of the lockspace: slots
+//! are stamped with their host's generation, and a slot written in a host life that has
+//! ended (the host dead, gone, or joined again since) no longer counts as a staging until
+//! its host writes it again. In-memory leases, two hosts on one image file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lvmeta::dev::{BlockDevice, FileDevice};
+use lvmeta::edit::{self, LvSpec, SharedVg, VgSpec};
+use lvmeta::lease::board::{Slot, SlotState, NO_ADDR};
+use lvmeta::lease::{FakeLeases, Host};
+use lvmeta::session::Session;
+use lvmeta::testing::stamp;
+
+/// Removes the image file when dropped.
+struct Image(std::path::PathBuf);
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Host `id`'s session on the image at `path`.
+fn host(fake: &Arc<FakeLeases>, path: &std::path::Path, id: u64) -> Session {
+    let dev = FileDevice::open_rw(path).expect("open the image");
+    Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]).with_host(Host::new(
+        fake.clone(),
+        id,
+        10,
+        Duration::from_millis(300),
+    ))
+}
+
+#[test]
+fn slots_of_ended_host_lives_do_not_count() {
+    let image = Image(std::env::temp_dir().join(format!("board-hosts-{}.img", std::process::id())));
+    let f = std::fs::File::create(&image.0).expect("image");
+    f.set_len(512 << 20).expect("size");
+    let pv = image.0.to_str().expect("utf-8").to_owned();
+    let fake = Arc::new(FakeLeases::default());
+    let a = host(&fake, &image.0, 7);
+    a.vgcreate(
+        &VgSpec {
+            name: "vg".into(),
+            extent_size: 8192,
+            tags: vec![],
+            shared: Some(SharedVg {
+                lock_lv_size: lvmeta::units::Bytes(256 << 20),
+            }),
+        },
+        &[pv.as_str()],
+    )
+    .expect("vgcreate --shared");
+    a.lockstart("vg").expect("lockstart as host 7");
+    a.update("vg", "lvcreate", |v, ctx| {
+        let pool = edit::PoolSpec {
+            data: LvSpec::linear("pool", 2, stamp()),
+            chunk_size: None,
+            metadata_extents: None,
+            discards: "passdown".into(),
+            zero: true,
+        };
+        let (v, _) = edit::thin::create_pool(v, ctx, &pool)?;
+        let thin = edit::ThinSpec {
+            name: Some("t".into()),
+            pool: "pool".into(),
+            extents: 1,
+            origin: None,
+            tags: vec![],
+            activation_skip: Some(false),
+            stamp: stamp(),
+        };
+        edit::thin::create_thin(v, ctx, &thin)
+    })
+    .expect("pool and thin LV");
+    let board = a.pool_board("vg", "t").expect("board").expect("a thin LV");
+
+    // Host 8 stages t: its slot carries its generation (its first join: 1).
+    let b = host(&fake, &image.0, 8);
+    b.lockstart("vg").expect("lockstart as host 8");
+    let mut slot = Slot {
+        lv_id: board.lv_id.replace('-', ""),
+        host: 8,
+        generation: 0,
+        state: SlotState::Staged,
+        read_only: false,
+        epoch: 1,
+        written_ms: 1,
+        addr: NO_ADDR,
+    };
+    let index = b.claim_board_slot(&board, &mut slot).expect("claim");
+    assert_eq!(slot.generation, 1, "stamped with host 8's generation");
+    let staged = |s: &Session| {
+        let live = s.read_board_live(&board).expect("read");
+        live.slots_of(&board.lv_id)
+            .map(|(_, s)| s.host)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(staged(&a), [8]);
+
+    // Host 8 dies: its slot stays on the LUN but counts no more.
+    fake.kill_host(&board.spec.lockspace, 8);
+    assert_eq!(staged(&a), [] as [u64; 0]);
+    let raw = a.read_board(&board).expect("read");
+    assert_eq!(raw.slots_of(&board.lv_id).count(), 1, "still written");
+
+    // It joins again (generation 2): the old slot stays stale until host 8 writes it.
+    b.lockstop("vg").expect("lockstop");
+    b.lockstart("vg").expect("lockstart again");
+    assert_eq!(staged(&a), [] as [u64; 0], "a slot of its earlier life");
+    b.write_board_slot(&board, index, &slot).expect("rewrite");
+    assert_eq!(staged(&a), [8], "written in its new life");
+    let raw = a.read_board(&board).expect("read");
+    let (_, written) = raw.slots_of(&board.lv_id).next().expect("slot");
+    assert_eq!(written.generation, 2);
+}
