@@ -489,7 +489,8 @@ fn a_probe_opens_the_export_and_gives_up_on_a_silent_or_refusing_server() {
     drop(silent);
 }
 
-/// A device whose every I/O fails with EIO while `failing` is set (a lost path).
+/// A device whose reads and writes fail with EIO while `failing` is set (a lost path),
+/// and whose flushes fail with EIO always.
 struct Failing {
     inner: MemDevice,
     failing: AtomicBool,
@@ -507,18 +508,18 @@ impl BlockDevice for Failing {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         if self.failing.load(Ordering::SeqCst) {
-            return Err(io::Error::other("the path to the LUN is lost"));
+            return Err(io::Error::from(nix::errno::Errno::EIO));
         }
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         if self.failing.load(Ordering::SeqCst) {
-            return Err(io::Error::other("the path to the LUN is lost"));
+            return Err(io::Error::from(nix::errno::Errno::EIO));
         }
         self.inner.write_at(offset, buf)
     }
     fn flush(&self) -> io::Result<()> {
-        Ok(())
+        Err(io::Error::from(nix::errno::Errno::EIO))
     }
 }
 
@@ -557,6 +558,13 @@ fn io_errors_are_held_then_answered_or_dropped_when_the_export_closes() {
     );
     c.read_exact(&mut [0u8; 4096]).expect("data");
 
+    // A FLUSH is never held: one that failed may have lost writes.
+    let t0 = Instant::now();
+    c.write_all(&request(Command::Flush, 0, 4, 0, 0))
+        .expect("flush");
+    assert_eq!(reply(&mut c).expect("reply"), (errno::EIO, 4));
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+
     // Held, and the export closes meanwhile (the node fenced the LV): no reply, the
     // connection ends (the client's kernel requeues the request).
     dev.failing.store(true, Ordering::SeqCst);
@@ -569,4 +577,47 @@ fn io_errors_are_held_then_answered_or_dropped_when_the_export_closes() {
         Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {}
         other => panic!("a reply to a request held when the export closed: {other:?}"),
     }
+}
+
+#[test]
+fn requests_held_through_errors_leave_the_workers_to_other_exports() {
+    let bad = Export::new(
+        Box::new(Arc::new(Failing {
+            inner: MemDevice::new("bad", 1 << 20, 512),
+            failing: AtomicBool::new(true),
+        })),
+        false,
+        4,
+    );
+    bad.hold_io_errors(Duration::from_secs(60));
+    let good = Export::new(Box::new(MemDevice::new("good", 1 << 20, 512)), false, 4);
+    let find: Arc<Finder> = Arc::new(move |_, n: &[u8]| match n {
+        b"bad" => Some(bad.clone().into()),
+        b"good" => Some(good.clone().into()),
+        _ => None,
+    });
+    // One worker: a held request waiting in it would stop every other export.
+    let limits = Limits {
+        workers: 1,
+        ..Limits::default()
+    };
+    let server = Listener::bind("127.0.0.1:0".parse().expect("addr"), find, limits).expect("bind");
+    let mut b = connect(server.local_addr());
+    go(&mut b, b"bad").expect("go");
+    for cookie in 0..8 {
+        b.write_all(&request(Command::Read, 0, cookie, 0, 4096))
+            .expect("read");
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    let mut g = connect(server.local_addr());
+    go(&mut g, b"good").expect("go");
+    let t0 = Instant::now();
+    g.write_all(&request(Command::Read, 0, 9, 0, 4096))
+        .expect("read");
+    assert_eq!(reply(&mut g).expect("reply"), (0, 9));
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "the healthy export waited {:?} behind held requests",
+        t0.elapsed()
+    );
 }

@@ -22,6 +22,7 @@ use lvmeta::dev::BlockDevice;
 
 use super::buffers::{Buffers, Idle, Pooled, IDLE_PER_CONNECTION, IDLE_PER_NODE};
 use super::handshake::{handshake, read_array, Find, ServeError};
+use super::later::{Job, Later};
 use super::limits::{payload_budget, Budget, Limits, Permit};
 use super::proto::{self, errno, Command, Request};
 use super::Export;
@@ -87,9 +88,6 @@ wire_for!(UnixStream, |_: &UnixStream| None);
 /// I/O errors.
 const EIO_RETRY: Duration = Duration::from_millis(500);
 
-/// A unit of device work for the shared workers.
-type Job = Box<dyn FnOnce() + Send>;
-
 /// What the connections of one node share: limits, the bytes budget, the I/O workers
 /// (joined when the server goes: no thread outlives it).
 pub struct Server {
@@ -99,6 +97,8 @@ pub struct Server {
     idle: Arc<Idle>,
     jobs: Mutex<Option<Sender<Job>>>,
     workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Requests held through device errors wait here between tries.
+    later: Arc<Later>,
 }
 
 impl Server {
@@ -118,12 +118,18 @@ impl Server {
                 Err(e) => return Err(e),
             }
         }
+        let to_workers = Mutex::new(tx.clone());
+        let later = Later::start(move |job| {
+            // Workers gone (only while the server goes): the request ends unanswered.
+            let _ = to_workers.lock().map(|w| w.send(job));
+        })?;
         Ok(Arc::new(Self {
             budget: payload_budget(limits.budget_bytes),
             idle: Idle::new(IDLE_PER_NODE),
             limits,
             jobs: Mutex::new(Some(tx)),
             workers: Mutex::new(workers),
+            later: Arc::new(later),
         }))
     }
 
@@ -239,6 +245,8 @@ impl Server {
                 permits: (count, own, bytes),
                 replies: replies.clone(),
                 alive: alive.clone(),
+                later: self.later.clone(),
+                held_since: None,
             };
             self.submit(Box::new(move || work.run()));
         }
@@ -259,6 +267,8 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // Held requests first: the retry thread holds a way to the workers' queue.
+        self.later.stop();
         // The workers end once the queue closes and they have run what was in it.
         drop(self.jobs.lock().unwrap_or_else(|p| p.into_inner()).take());
         let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
@@ -291,9 +301,15 @@ struct Work {
     replies: Sender<Reply>,
     /// Cleared when the connection fails: its queued requests are not run.
     alive: Arc<AtomicBool>,
+    /// Where a request held through device errors waits for its next try.
+    later: Arc<Later>,
+    /// When the device first failed it with EIO, while held.
+    held_since: Option<Instant>,
 }
 
 impl Work {
+    /// Runs the request (again, when held) and queues its reply; checked first at every
+    /// try: a connection that failed runs nothing more (the client requeued its requests).
     fn run(mut self) {
         if !self.alive.load(Ordering::SeqCst) {
             return;
@@ -301,25 +317,19 @@ impl Work {
         // The device is held across the I/O: a closed export touches it no more and
         // answers nothing.
         let (req, data) = (&self.req, &mut self.data);
-        let started = Instant::now();
-        let done = loop {
-            let done = match self.checked {
-                Err(e) => Err(e),
-                Ok(()) => match self.export.with_device(|dev| run(dev, req, data)) {
-                    Some(done) => done,
-                    None => return,
+        let done = match self.checked {
+            Err(e) => Err(e),
+            Ok(()) => match self
+                .export
+                .with_device(|dev| run(dev, req, data).map_err(|e| (dev.name().to_owned(), e)))
+            {
+                Some(Ok(())) => Ok(()),
+                Some(Err((device, e))) => match self.hold(&device, &e) {
+                    true => return self.again(),
+                    false => Err(errno::EIO),
                 },
-            };
-            // An EIO is retried while the export holds I/O errors (the device lock is not
-            // held meanwhile: a close goes ahead, and the request then ends unanswered).
-            let hold = self.export.io_error_hold();
-            if done != Err(errno::EIO) || started.elapsed() >= hold {
-                break done;
-            }
-            if !self.alive.load(Ordering::SeqCst) {
-                return;
-            }
-            std::thread::sleep(EIO_RETRY.min(hold));
+                None => return,
+            },
         };
         let error = done.err().unwrap_or(0);
         let with_data = error == 0 && self.req.command == Command::Read;
@@ -330,6 +340,34 @@ impl Work {
         };
         // The writer is gone only when the connection ended: nobody to answer.
         let _ = self.replies.send(reply);
+    }
+
+    /// Is device error `e` of this request held rather than answered? Only EIO (a lost
+    /// path reads as EIO), never for FLUSH (a flush that failed may have lost writes a
+    /// later one would not bring back), and for at most the export's hold. Logs the first
+    /// failure and the answer.
+    fn hold(&mut self, device: &str, e: &io::Error) -> bool {
+        let (req, hold) = (&self.req, self.export.io_error_hold());
+        let may = e.raw_os_error() == Some(nix::errno::Errno::EIO as i32)
+            && req.command != Command::Flush
+            && !hold.is_zero();
+        let first = self.held_since.is_none();
+        let since = *self.held_since.get_or_insert_with(Instant::now);
+        if may && since.elapsed() < hold {
+            if first {
+                tracing::warn!(device, offset = req.offset, len = req.len, error = %e, hold_s = hold.as_secs(), "NBD request failed: held, tried again until it succeeds, the export closes or the hold ends");
+            }
+            return true;
+        }
+        tracing::warn!(device, offset = req.offset, len = req.len, error = %e, held_ms = since.elapsed().as_millis() as u64, "NBD request failed: answered EIO");
+        false
+    }
+
+    /// Tries the request again after [`EIO_RETRY`], off the workers.
+    fn again(self) {
+        let later = self.later.clone();
+        // A server that is going drops it: unanswered, the client requeues it.
+        let _ = later.at(Instant::now() + EIO_RETRY, Box::new(move || self.run()));
     }
 }
 
@@ -377,25 +415,22 @@ impl Drop for Attached<'_> {
     }
 }
 
-/// Runs a checked request on the export's device; the errno on failure.
-fn run(dev: &dyn BlockDevice, req: &Request, data: &mut Pooled) -> Result<(), u32> {
-    let eio = |e: io::Error| {
-        tracing::warn!(device = dev.name(), offset = req.offset, len = req.len, error = %e, "NBD request failed");
-        errno::EIO
-    };
+/// Runs a request that passed its check on the export's device.
+fn run(dev: &dyn BlockDevice, req: &Request, data: &mut Pooled) -> io::Result<()> {
     let fua = req.flags & proto::CMD_FLAG_FUA != 0;
     let len = u64::from(req.len);
     // FUA: a WRITE goes through `write_fua`; TRIM and WRITE_ZEROES are durable on return
     // already (the trait's promise), so the flag needs nothing more there.
     match req.command {
-        Command::Read => dev.read_at(req.offset, data.as_mut_slice()).map_err(eio),
-        Command::Write if fua => dev.write_fua(req.offset, data.as_slice()).map_err(eio),
-        Command::Write => dev.write_at(req.offset, data.as_slice()).map_err(eio),
+        Command::Read => dev.read_at(req.offset, data.as_mut_slice()),
+        Command::Write if fua => dev.write_fua(req.offset, data.as_slice()),
+        Command::Write => dev.write_at(req.offset, data.as_slice()),
         // A hint: a device that cannot discard keeps the data.
-        Command::Trim => dev.discard(req.offset, len).map(drop).map_err(eio),
-        Command::WriteZeroes => dev.write_zeroes(req.offset, len).map_err(eio),
-        Command::Flush => dev.flush().map_err(eio),
-        Command::Disconnect | Command::Other(_) => Err(errno::EINVAL),
+        Command::Trim => dev.discard(req.offset, len).map(drop),
+        Command::WriteZeroes => dev.write_zeroes(req.offset, len),
+        Command::Flush => dev.flush(),
+        // Refused by the check (never reaches a device).
+        Command::Disconnect | Command::Other(_) => Err(io::ErrorKind::InvalidInput.into()),
     }
 }
 

@@ -17,6 +17,7 @@ mod buffers;
 mod client;
 mod conn;
 mod handshake;
+mod later;
 pub mod limits;
 pub mod listener;
 pub mod proto;
@@ -155,6 +156,11 @@ impl Export {
 
     /// Runs `f` on the device, holding it open; None once closed.
     fn with_device<R>(&self, f: impl FnOnce(&dyn BlockDevice) -> R) -> Option<R> {
+        // Closing: not even waiting for the lock (the closer holds it until the I/O in
+        // flight is done).
+        if self.is_closed() {
+            return None;
+        }
         let dev = self.dev.read().unwrap_or_else(|p| p.into_inner());
         if self.is_closed() {
             return None;

@@ -144,10 +144,12 @@ impl Node {
     /// with none, its name) point at.
     fn fence_unknown(&self, vg: &str, standing: &Standing, why: &str, out: &mut Swept) {
         let act = self.config.activation.as_ref();
-        self.close_exports(vg, None);
         match self.backend.session().fence_lost(vg, standing, act) {
             Ok(devices) if devices.is_empty() => {}
             Ok(devices) => {
+                // After the fence here (the served LVs are not known before it): their
+                // requests failing meanwhile were held, and now end unanswered.
+                self.close_exports(vg, None);
                 tracing::error!(vg, ?devices, reason = %why, "fenced every device of the VG on this host: its lockspace is lost and its metadata unknown here");
                 self.forget_fenced(vg);
                 out.fenced
