@@ -216,24 +216,20 @@ fn nbd_serving(
         dead_timeout: args
             .nbd_dead_timeout
             .unwrap_or(8 * u64::from(args.io_timeout) + 180),
-        io_error_hold: io_error_hold(args.io_timeout, args.nbd_timeout),
+        io_error_hold: io_error_hold(args.io_timeout),
     };
     let serving = csi_shim::serve::Serving::start(setup, backend.clone())
         .map_err(|e| format!("--nbd-ip {ip} --nbd-port {}: {e}", args.nbd_port))?;
     Ok(Some(Arc::new(serving)))
 }
 
-/// How long a served request the thin LV fails with EIO is held: a cut path shows at the
-/// next renewal (every 2 io_timeouts), which fails at once, and the sweep then fences and
-/// closes the export within a second or two. Shorter than the clients' request timeout,
-/// or their kernels would drop the connections and requeue the held requests.
-fn io_error_hold(io_timeout: u32, nbd_timeout: u64) -> std::time::Duration {
-    let want = 2 * u64::from(io_timeout) + 5;
-    let most = nbd_timeout.saturating_sub(5);
-    if want > most {
-        tracing::warn!(io_timeout, nbd_timeout, hold_s = most, "--nbd-timeout is short for this io_timeout: a server that loses its path may answer I/O errors before it closes its exports (raise --nbd-timeout to {} s)", want + 5);
-    }
-    std::time::Duration::from_secs(want.min(most))
+/// How long a served request the thin LV fails with EIO is held: longer than sanlock takes
+/// to count this host's renewals failed after its path is cut (8 io_timeouts), after which
+/// the sweep fences and closes the export within a second or two. A client's kernel that
+/// times a held request out meanwhile requeues it on another connection, and once all are
+/// gone waits `--nbd-dead-timeout` for a new server: a pause either way.
+fn io_error_hold(io_timeout: u32) -> std::time::Duration {
+    std::time::Duration::from_secs(8 * u64::from(io_timeout) + 10)
 }
 
 /// `HOST:PORT`, or `:PORT` for 0.0.0.0.

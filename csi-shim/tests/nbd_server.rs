@@ -489,8 +489,7 @@ fn a_probe_opens_the_export_and_gives_up_on_a_silent_or_refusing_server() {
     drop(silent);
 }
 
-/// A device whose reads and writes fail with EIO while `failing` is set (a lost path),
-/// and whose flushes fail with EIO always.
+/// A device whose every I/O fails with EIO while `failing` is set (a lost path).
 struct Failing {
     inner: MemDevice,
     failing: AtomicBool,
@@ -519,7 +518,10 @@ impl BlockDevice for Failing {
         self.inner.write_at(offset, buf)
     }
     fn flush(&self) -> io::Result<()> {
-        Err(io::Error::from(nix::errno::Errno::EIO))
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(io::Error::from(nix::errno::Errno::EIO));
+        }
+        Ok(())
     }
 }
 
@@ -558,17 +560,35 @@ fn io_errors_are_held_then_answered_or_dropped_when_the_export_closes() {
     );
     c.read_exact(&mut [0u8; 4096]).expect("data");
 
-    // A FLUSH is never held: one that failed may have lost writes.
+    // A FLUSH after a WRITE it would make durable is answered at once: the write may be
+    // lost, and a FLUSH that later succeeds elsewhere would hide it.
+    dev.failing.store(false, Ordering::SeqCst);
+    c.write_all(&request(Command::Write, 0, 3, 0, 512))
+        .expect("write");
+    c.write_all(&[7; 512]).expect("data");
+    assert_eq!(reply(&mut c).expect("reply"), (0, 3));
+    dev.failing.store(true, Ordering::SeqCst);
     let t0 = Instant::now();
     c.write_all(&request(Command::Flush, 0, 4, 0, 0))
         .expect("flush");
     assert_eq!(reply(&mut c).expect("reply"), (errno::EIO, 4));
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    dev.failing.store(false, Ordering::SeqCst);
+    c.write_all(&request(Command::Flush, 0, 5, 0, 0))
+        .expect("flush");
+    assert_eq!(
+        reply(&mut c).expect("reply"),
+        (0, 5),
+        "the write is durable now"
+    );
 
     // Held, and the export closes meanwhile (the node fenced the LV): no reply, the
-    // connection ends (the client's kernel requeues the request).
+    // connection ends (the client's kernel requeues the requests). A FLUSH with nothing
+    // left to make durable is held like a READ.
     dev.failing.store(true, Ordering::SeqCst);
-    read(&mut c, 3);
+    read(&mut c, 6);
+    c.write_all(&request(Command::Flush, 0, 7, 0, 0))
+        .expect("flush");
     std::thread::sleep(Duration::from_millis(700));
     export.close();
     let mut b = [0u8; 16];

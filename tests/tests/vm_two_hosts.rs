@@ -285,11 +285,11 @@ fn two_hosts_share_and_hand_over_volumes_on_one_lun() {
         // A short request timeout: a request in flight when a server process ends is
         // retried after it (the kernel requeues it only then).
         let nbd_a = format!(
-            "--nbd-ip {} --nbd-timeout 14",
+            "--nbd-ip {} --nbd-timeout 10",
             guest::link_addr(1, &vm_a.link_interface())
         );
         let nbd_b = format!(
-            "--nbd-ip {} --nbd-timeout 14",
+            "--nbd-ip {} --nbd-timeout 10",
             guest::link_addr(2, &vm_b.link_interface())
         );
         let mut a = guest::start_shim(vm_a, 1, &nbd_a).await;

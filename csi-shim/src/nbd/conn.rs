@@ -317,13 +317,17 @@ impl Work {
         // The device is held across the I/O: a closed export touches it no more and
         // answers nothing.
         let (req, data) = (&self.req, &mut self.data);
+        let before = self.export.before();
         let done = match self.checked {
             Err(e) => Err(e),
             Ok(()) => match self
                 .export
                 .with_device(|dev| run(dev, req, data).map_err(|e| (dev.name().to_owned(), e)))
             {
-                Some(Ok(())) => Ok(()),
+                Some(Ok(())) => {
+                    self.export.done(req, before);
+                    Ok(())
+                }
                 Some(Err((device, e))) => match self.hold(&device, &e) {
                     true => return self.again(),
                     false => Err(errno::EIO),
@@ -343,13 +347,14 @@ impl Work {
     }
 
     /// Is device error `e` of this request held rather than answered? Only EIO (a lost
-    /// path reads as EIO), never for FLUSH (a flush that failed may have lost writes a
-    /// later one would not bring back), and for at most the export's hold. Logs the first
-    /// failure and the answer.
+    /// path reads as EIO), for at most the export's hold, and for a FLUSH only when every
+    /// WRITE answered so far is durable: a FLUSH that failed may have lost writes, which
+    /// a later one (on another server) would not bring back. Logs the first failure and
+    /// the answer.
     fn hold(&mut self, device: &str, e: &io::Error) -> bool {
         let (req, hold) = (&self.req, self.export.io_error_hold());
         let may = e.raw_os_error() == Some(nix::errno::Errno::EIO as i32)
-            && req.command != Command::Flush
+            && (req.command != Command::Flush || self.export.all_synced())
             && !hold.is_zero();
         let first = self.held_since.is_none();
         let since = *self.held_since.get_or_insert_with(Instant::now);

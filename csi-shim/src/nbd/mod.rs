@@ -56,6 +56,10 @@ pub struct Export {
     /// How long a request the device fails with EIO is retried before EIO is answered, in
     /// milliseconds ([`Export::hold_io_errors`]).
     hold_ms: AtomicU64,
+    /// WRITEs without FUA answered so far (their data may wait for a FLUSH).
+    unsynced: AtomicU64,
+    /// The `unsynced` count a successful FLUSH started at: every such write is durable.
+    synced: AtomicU64,
 }
 
 /// An export as one client may have it.
@@ -97,7 +101,35 @@ impl Export {
             next_id: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
             hold_ms: AtomicU64::new(0),
+            unsynced: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
         })
+    }
+
+    /// What [`Export::done`] needs to know of a request about to run.
+    fn before(&self) -> u64 {
+        self.unsynced.load(Ordering::SeqCst)
+    }
+
+    /// Counts a request that succeeded, `before` being [`Export::before`] when it started: a
+    /// WRITE without FUA leaves data a FLUSH must make durable, a FLUSH makes durable
+    /// every such write answered before it started.
+    fn done(&self, req: &proto::Request, before: u64) {
+        match req.command {
+            proto::Command::Write if req.flags & proto::CMD_FLAG_FUA == 0 => {
+                self.unsynced.fetch_add(1, Ordering::SeqCst);
+            }
+            proto::Command::Flush => {
+                self.synced.fetch_max(before, Ordering::SeqCst);
+            }
+            _ => {}
+        }
+    }
+
+    /// Has every WRITE answered so far been made durable (by its FUA or a later FLUSH)?
+    /// Then a FLUSH that fails has lost nothing, and may be held like any request.
+    fn all_synced(&self) -> bool {
+        self.unsynced.load(Ordering::SeqCst) <= self.synced.load(Ordering::SeqCst)
     }
 
     /// Retries a request the device fails with EIO for up to `hold` before answering EIO;
