@@ -39,6 +39,7 @@ use tonic::Status;
 use tower::ServiceExt;
 
 use crate::authority::Mended;
+use crate::every::Every;
 use crate::slots::{Slot, Table};
 
 /// Why the server could not run.
@@ -146,7 +147,7 @@ where
     let (stop, stopping) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     let mut failures = Failures::default();
-    let mut full = Every::default();
+    let full = Every::default();
     'accept: loop {
         tokio::select! {
             () = &mut shutdown => break,
@@ -160,7 +161,7 @@ where
                             tasks.spawn(conn);
                         }
                         None => {
-                            if full.due() {
+                            if full.due(LOG_EVERY) {
                                 tracing::warn!(connections = table.len(), "every CSI connection is busy: closing new ones");
                             }
                         }
@@ -228,7 +229,7 @@ impl Failures {
     fn failed(&mut self, e: &std::io::Error) -> Duration {
         self.count += 1;
         let pause = self.pause;
-        if self.log.due() {
+        if self.log.due(LOG_EVERY) {
             tracing::warn!(
                 errno = e.raw_os_error(),
                 error = %e,
@@ -247,20 +248,6 @@ impl Failures {
             tracing::info!(failures = self.count, "accepting CSI connections again");
             *self = Failures::default();
         }
-    }
-}
-
-/// A rate limit for log lines: [`Every::due`] at most once per [`LOG_EVERY`].
-#[derive(Default)]
-struct Every(Option<Instant>);
-
-impl Every {
-    fn due(&mut self) -> bool {
-        let due = self.0.is_none_or(|t| t.elapsed() >= LOG_EVERY);
-        if due {
-            self.0 = Some(Instant::now());
-        }
-        due
     }
 }
 

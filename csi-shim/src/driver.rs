@@ -28,7 +28,7 @@ pub struct Driver {
     /// ListVolumes' snapshots of the served volumes.
     listings: Listings,
     /// When the last warning about a filling metadata area was logged.
-    warned_full: std::sync::Mutex<Option<std::time::Instant>>,
+    warned_full: crate::every::Every,
     /// The process's metrics (see [`crate::metrics`]).
     metrics: Arc<crate::metrics::Metrics>,
     /// Whether this host can be fenced (see [`crate::fencing`]); `None`: not asked.
@@ -58,7 +58,7 @@ impl Driver {
             wiper: Arc::default(),
             runs_wiper: true,
             listings: Listings::default(),
-            warned_full: std::sync::Mutex::new(None),
+            warned_full: crate::every::Every::default(),
             metrics: Arc::default(),
             fencing: None,
         }
@@ -268,11 +268,9 @@ impl Driver {
         if m.percent() <= METADATA_WARN_PERCENT {
             return;
         }
-        let mut last = self.warned_full.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_some_and(|t| t.elapsed() < METADATA_WARN_EVERY) {
+        if !self.warned_full.due(METADATA_WARN_EVERY) {
             return;
         }
-        *last = Some(std::time::Instant::now());
         tracing::warn!(
             vg,
             used = m.used,

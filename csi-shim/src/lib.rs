@@ -15,6 +15,7 @@ pub mod client;
 pub mod connections;
 pub mod controller;
 pub mod driver;
+pub mod every;
 pub mod fencing;
 pub mod fuzzing;
 pub mod identity;

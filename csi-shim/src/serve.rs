@@ -66,7 +66,7 @@ pub struct Serving {
     /// is rewritten: one secret and one epoch per pool.
     records: Mutex<()>,
     /// When this node's slots were last checked against its generation.
-    stamped: Mutex<Option<std::time::Instant>>,
+    stamped: crate::every::Every,
 }
 
 impl Serving {
@@ -84,7 +84,7 @@ impl Serving {
             exports,
             listener: Mutex::new(listener),
             records: Mutex::new(()),
-            stamped: Mutex::new(None),
+            stamped: crate::every::Every::default(),
         })
     }
 
@@ -100,12 +100,7 @@ impl Serving {
     /// Is a check of this node's slots against its generation due (one every `every`)?
     /// Marks it done.
     pub fn stamp_due(&self, every: std::time::Duration) -> bool {
-        let mut at = self.stamped.lock().unwrap_or_else(|p| p.into_inner());
-        if at.is_some_and(|t| t.elapsed() < every) {
-            return false;
-        }
-        *at = Some(std::time::Instant::now());
-        true
+        self.stamped.due(every)
     }
 
     /// Serialises the pools' record writes (see the field).

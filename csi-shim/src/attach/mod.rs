@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::nbd::{go, Negotiated};
+use crate::nbd::{disconnect, go, Negotiated};
 use netlink::{Connect, NbdNetlink};
 
 /// How a device is attached.
@@ -193,18 +193,10 @@ pub fn probe(
     name: &[u8],
     timeout: Duration,
 ) -> io::Result<()> {
-    use std::io::Write;
     let mut s = connect_with(from, to, Some(timeout))?;
     go(&mut s, name).map_err(|e| io::Error::other(format!("{to}: {e}")))?;
-    let disc = crate::nbd::proto::Request {
-        flags: 0,
-        command: crate::nbd::proto::Command::Disconnect,
-        cookie: 0,
-        offset: 0,
-        len: 0,
-    };
     // The answer was the handshake; a lost DISC only ends the connection less politely.
-    let _ = s.write_all(&disc.encode());
+    let _ = disconnect(&mut s);
     let _ = s.shutdown(Shutdown::Both);
     Ok(())
 }

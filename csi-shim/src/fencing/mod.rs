@@ -60,7 +60,7 @@ pub struct Fencing {
     /// Why this node's volumes cannot be fenced, if they cannot.
     devices: Option<String>,
     last: Mutex<Option<(Instant, Result<(), String>)>>,
-    warned: Mutex<Option<Instant>>,
+    warned: crate::every::Every,
     /// Lockspace joins started by the sweep: VG, when, and whether one is running.
     joins: Mutex<Vec<(String, Instant, bool)>>,
     /// The served VGs whose lockspace the last sweep found failed.
@@ -81,7 +81,7 @@ impl Fencing {
             required,
             devices,
             last: Mutex::new(None),
-            warned: Mutex::new(None),
+            warned: crate::every::Every::default(),
             joins: Mutex::new(Vec::new()),
             lost: Mutex::new(Vec::new()),
         }
@@ -143,9 +143,7 @@ impl Fencing {
             Ok(()) => Ok(()),
             Err(why) if self.required => Err(why),
             Err(why) => {
-                let mut w = self.warned.lock().unwrap_or_else(|p| p.into_inner());
-                if w.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
-                    *w = Some(Instant::now());
+                if self.warned.due(WARN_EVERY) {
                     tracing::warn!(reason = %why, "UNSAFE: this host cannot be fenced and --unsafe-without-fencing lets it use shared VGs: a host that loses its leases may corrupt volumes another host took over");
                 }
                 Ok(())

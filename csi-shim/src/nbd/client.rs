@@ -36,6 +36,18 @@ pub enum ClientError {
     NoInfo,
 }
 
+/// Ends a connection in transmission as a client should: a DISC request (no reply comes).
+pub fn disconnect<W: Write>(stream: &mut W) -> io::Result<()> {
+    let disc = proto::Request {
+        flags: 0,
+        command: proto::Command::Disconnect,
+        cookie: 0,
+        offset: 0,
+        len: 0,
+    };
+    stream.write_all(&disc.encode())
+}
+
 /// Goes to export `name` on `stream`; on success the stream is in transmission.
 pub fn go<S: Read + Write>(stream: &mut S, name: &[u8]) -> Result<Negotiated, ClientError> {
     let mut greeting = [0u8; 18];

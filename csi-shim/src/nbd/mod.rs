@@ -22,7 +22,7 @@ pub mod limits;
 pub mod listener;
 pub mod proto;
 
-pub use client::{go, ClientError, Negotiated};
+pub use client::{disconnect, go, ClientError, Negotiated};
 pub use conn::{Server, Wire};
 pub use handshake::ServeError;
 
