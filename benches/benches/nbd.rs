@@ -26,7 +26,7 @@ use csi_shim::attach::netlink::NbdNetlink;
 use csi_shim::attach::{attach, device_path, AttachOptions};
 use csi_shim::nbd::limits::Limits;
 use csi_shim::nbd::listener::{Finder, Listener};
-use csi_shim::nbd::Export;
+use csi_shim::nbd::{Export, Refusal};
 use lvmeta::activate::dm::DmBackend;
 use lvmeta::activate::wrap::Wrap;
 use lvmeta::dev::{AlignedBuf, BlockDevice, FileDevice};
@@ -196,8 +196,11 @@ fn nbd(c: &mut Criterion) {
         false,
         4,
     );
-    let find: Arc<Finder> =
-        Arc::new(move |_, n: &[u8]| (n == b"vol").then(|| export.clone().into()));
+    let find: Arc<Finder> = Arc::new(move |_, n: &[u8]| {
+        (n == b"vol")
+            .then(|| export.clone().into())
+            .ok_or(Refusal::NotServed)
+    });
     let server = Listener::bind(
         "127.0.0.1:0".parse().expect("addr"),
         find,

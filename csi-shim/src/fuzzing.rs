@@ -25,7 +25,11 @@ pub fn nbd(data: &[u8]) {
         data.first().is_some_and(|b| b & 1 == 1),
         4,
     );
-    let find = move |name: &[u8]| (name == b"vol").then(|| export.clone().into());
+    let find = move |name: &[u8]| {
+        (name == b"vol")
+            .then(|| export.clone().into())
+            .ok_or(crate::nbd::Refusal::NotServed)
+    };
     let (server, mut client) = UnixStream::pair().expect("socket pair");
     let input = data.get(1..).unwrap_or_default().to_vec();
     // The client's bytes in, then its half closed; the server's bytes out until it ends.

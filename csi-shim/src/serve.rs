@@ -1,12 +1,16 @@
 //! This node's side of the NBD plane: the listener on `--nbd-ip`, the thin volumes it
 //! serves to other nodes, and who may reach them.
 //!
-//! A client is given an export only when all of these hold (anything else: ERR_UNKNOWN):
+//! A client is given an export only when all of these hold:
 //! - the name is `lvmeta1/<lv id>/<host id>/<secret>` and this node serves that LV;
 //! - the secret is the one in the pool's serve record (compared in constant time; only
 //!   hosts that see the LUN can read it);
 //! - the pool's board has a STAGED slot of that host for that LV, and the connection comes
 //!   from the address that slot names.
+//!
+//! A client failing the first two is told ERR_UNKNOWN (not served here: an attached node
+//! takes it as its server gone); one failing only the last is told ERR_POLICY (the server
+//! is alive and serves the LV, just not to that host now).
 //!
 //! A host whose slot is a reader-only staging (ROX) gets the export read-only: told so in
 //! the handshake, its writes, trims and zeroes refused (EPERM).
@@ -21,7 +25,7 @@ use lvmeta::session::PoolBoard;
 use crate::driver::Driver;
 use crate::nbd::limits::Limits;
 use crate::nbd::listener::{Finder, Listener};
-use crate::nbd::{Export, Grant};
+use crate::nbd::{Export, Grant, Refusal};
 
 /// How this node takes part in NBD (node options `--nbd-*`).
 #[derive(Debug, Clone)]
@@ -248,12 +252,12 @@ fn admit_by_name(
     driver: &Driver,
     peer: Option<IpAddr>,
     name: &[u8],
-) -> Option<Grant> {
+) -> Result<Grant, Refusal> {
     let Some((lv_id, host, secret)) = parse_export_name(name) else {
         // Not a name this node gives, so no secret of ours is in it.
         let shown = crate::params::shown(&String::from_utf8_lossy(name)).to_string();
         tracing::debug!(?peer, name = %shown, "NBD export refused: not a name this node gives");
-        return None;
+        return Err(Refusal::NotServed);
     };
     let served = table
         .lock()
@@ -262,11 +266,11 @@ fn admit_by_name(
         .cloned();
     let Some(served) = served.filter(|s| same_secret(&s.secret, &secret)) else {
         tracing::warn!(?peer, host, lv_id = %crate::params::shown(&lv_id), "NBD export refused: not served here, or a stale secret");
-        return None;
+        return Err(Refusal::NotServed);
     };
     match driver.session().read_board(&served.board) {
         Ok(board) => match admits(&board, &lv_id, served.epoch, host, peer) {
-            Some(read_only_client) => Some(Grant {
+            Some(read_only_client) => Ok(Grant {
                 export: served.export,
                 read_only_client,
             }),
@@ -277,12 +281,14 @@ fn admit_by_name(
                     lv_id,
                     "NBD export refused: that host has no slot staging it from this address"
                 );
-                None
+                Err(Refusal::NotAdmitted)
             }
         },
+        // This node may have lost its path to the LUN: a client may take the pool once
+        // sanlock says so.
         Err(e) => {
             tracing::warn!(?peer, host, lv_id, error = %e, "NBD export refused: the board cannot be read");
-            None
+            Err(Refusal::NotServed)
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use csi_shim::nbd::limits::Limits;
 use csi_shim::nbd::listener::{Finder, Listener};
-use csi_shim::nbd::{go, Export};
+use csi_shim::nbd::{go, Export, Refusal};
 use lvmeta::dev::MemDevice;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
@@ -37,8 +37,11 @@ fn read_4k(s: &mut TcpStream) -> u32 {
 #[test]
 fn the_listener_outlives_descriptor_exhaustion() {
     let export = Export::new(Box::new(MemDevice::new("vol", SIZE, 512)), false, 512);
-    let find: Arc<Finder> =
-        Arc::new(move |_, name: &[u8]| (name == b"vol").then(|| export.clone().into()));
+    let find: Arc<Finder> = Arc::new(move |_, name: &[u8]| {
+        (name == b"vol")
+            .then(|| export.clone().into())
+            .ok_or(Refusal::NotServed)
+    });
     let server = Listener::bind(
         "127.0.0.1:0".parse().expect("addr"),
         find,

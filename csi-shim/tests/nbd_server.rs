@@ -13,16 +13,20 @@ use std::time::{Duration, Instant};
 use csi_shim::nbd::limits::Limits;
 use csi_shim::nbd::listener::{Finder, Listener};
 use csi_shim::nbd::proto::{self, errno, rep, Command, Request};
-use csi_shim::nbd::{go, ClientError, Export};
+use csi_shim::nbd::{go, ClientError, Export, Refusal};
 use lvmeta::dev::{BlockDevice, MemDevice};
 
-/// A device whose writes wait at a gate and are counted.
+/// A device whose writes wait at a gate and are counted, and stay volatile (by offset)
+/// until a flush that starts after they landed.
 struct Gated {
     inner: MemDevice,
     open: Mutex<bool>,
     opened: Condvar,
     writes: AtomicUsize,
     delay: Duration,
+    volatile: Mutex<HashSet<u64>>,
+    durable: Mutex<HashSet<u64>>,
+    flushes: AtomicUsize,
 }
 
 impl Gated {
@@ -33,6 +37,9 @@ impl Gated {
             opened: Condvar::new(),
             writes: AtomicUsize::new(0),
             delay,
+            volatile: Mutex::default(),
+            durable: Mutex::default(),
+            flushes: AtomicUsize::new(0),
         })
     }
     fn open_gate(&self) {
@@ -62,16 +69,25 @@ impl BlockDevice for Gated {
         drop(open);
         std::thread::sleep(self.delay);
         self.writes.fetch_add(1, Ordering::SeqCst);
-        self.inner.write_at(offset, buf)
+        self.inner.write_at(offset, buf)?;
+        self.volatile.lock().expect("volatile").insert(offset);
+        Ok(())
     }
     fn flush(&self) -> io::Result<()> {
+        self.flushes.fetch_add(1, Ordering::SeqCst);
+        let landed: Vec<u64> = self.volatile.lock().expect("volatile").drain().collect();
+        std::thread::sleep(Duration::from_millis(2));
+        self.durable.lock().expect("durable").extend(landed);
         Ok(())
     }
 }
 
 fn listen(export: Arc<Export>, limits: Limits) -> Listener {
-    let find: Arc<Finder> =
-        Arc::new(move |_, name: &[u8]| (name == b"vol").then(|| export.clone().into()));
+    let find: Arc<Finder> = Arc::new(move |_, name: &[u8]| {
+        (name == b"vol")
+            .then(|| export.clone().into())
+            .ok_or(Refusal::NotServed)
+    });
     Listener::bind("127.0.0.1:0".parse().expect("addr"), find, limits).expect("bind")
 }
 
@@ -101,7 +117,7 @@ fn reply(s: &mut TcpStream) -> io::Result<(u32, u64)> {
 }
 
 #[test]
-fn pipelined_requests_are_all_answered_by_cookie_and_land() {
+fn pipelined_requests_are_all_answered_by_cookie_and_land_durably() {
     let dev = Gated::new(8 << 20, true, Duration::from_millis(1));
     let export = Export::new(Box::new(dev.clone()), false, 4);
     let server = listen(export, Limits::default());
@@ -121,8 +137,17 @@ fn pipelined_requests_are_all_answered_by_cookie_and_land() {
         let (err, cookie) = reply(&mut c).expect("reply");
         assert_eq!(err, 0);
         assert!(seen.insert(cookie), "cookie {cookie} answered twice");
+        // Answered only once durable: a takeover after the reply loses nothing.
+        let offset = (cookie - 1000) * 4096;
+        assert!(
+            dev.durable.lock().expect("durable").contains(&offset),
+            "write at {offset} answered before a flush covered it"
+        );
     }
     assert_eq!(seen, (1000..1128).collect::<HashSet<u64>>());
+    // The writes waiting together shared their flushes.
+    let flushes = dev.flushes.load(Ordering::SeqCst);
+    assert!(flushes < 128, "a flush per write: {flushes}");
     c.write_all(&request(Command::Flush, 0, 1, 0, 0))
         .expect("flush");
     assert_eq!(reply(&mut c).expect("flush reply"), (0, 1));
@@ -377,7 +402,7 @@ fn requests_out_of_bounds_get_errnos_and_listening_everywhere_is_refused() {
         go(&mut d, b"other"),
         Err(ClientError::Refused(rep::ERR_UNKNOWN))
     ));
-    let find: Arc<Finder> = Arc::new(|_, _: &[u8]| None);
+    let find: Arc<Finder> = Arc::new(|_, _: &[u8]| Err(Refusal::NotServed));
     let everywhere = Listener::bind("0.0.0.0:0".parse().expect("addr"), find, Limits::default());
     assert!(everywhere.is_err());
 }
@@ -461,7 +486,17 @@ fn an_idle_connection_outlives_the_reply_and_payload_deadlines() {
 #[test]
 fn a_probe_opens_the_export_and_gives_up_on_a_silent_or_refusing_server() {
     let export = Export::new(Box::new(MemDevice::new("m", 1 << 20, 512)), false, 4);
-    let server = listen(export, Limits::default());
+    let find: Arc<Finder> = Arc::new(move |_, name: &[u8]| match name {
+        b"vol" => Ok(export.clone().into()),
+        b"not-now" => Err(Refusal::NotAdmitted),
+        _ => Err(Refusal::NotServed),
+    });
+    let server = Listener::bind(
+        "127.0.0.1:0".parse().expect("addr"),
+        find,
+        Limits::default(),
+    )
+    .expect("bind");
     let addr = server.local_addr();
     let from: Option<SocketAddr> = Some("127.0.0.1:0".parse().expect("addr"));
     let t = Duration::from_secs(5);
@@ -469,6 +504,14 @@ fn a_probe_opens_the_export_and_gives_up_on_a_silent_or_refusing_server() {
     csi_shim::attach::probe(addr, None, b"vol", t).expect("from any address");
     let refused = csi_shim::attach::probe(addr, from, b"other", t).expect_err("unknown export");
     assert!(refused.to_string().contains("refused"), "{refused}");
+    assert_ne!(
+        refused.kind(),
+        io::ErrorKind::PermissionDenied,
+        "not served: gone"
+    );
+    // Served, but not to this client now: the server is up (no takeover).
+    let denied = csi_shim::attach::probe(addr, from, b"not-now", t).expect_err("not admitted");
+    assert_eq!(denied.kind(), io::ErrorKind::PermissionDenied, "{denied}");
     // Accepts and says nothing: each probe ends at its timeout, not the kernel's.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let at = silent.local_addr().expect("addr");
@@ -489,10 +532,12 @@ fn a_probe_opens_the_export_and_gives_up_on_a_silent_or_refusing_server() {
     drop(silent);
 }
 
-/// A device whose every I/O fails with EIO while `failing` is set (a lost path).
+/// A device whose every I/O fails with EIO while `failing` is set (a lost path), and
+/// whose flushes fail while `flush_failing` is.
 struct Failing {
     inner: MemDevice,
     failing: AtomicBool,
+    flush_failing: AtomicBool,
 }
 
 impl BlockDevice for Failing {
@@ -518,7 +563,7 @@ impl BlockDevice for Failing {
         self.inner.write_at(offset, buf)
     }
     fn flush(&self) -> io::Result<()> {
-        if self.failing.load(Ordering::SeqCst) {
+        if self.failing.load(Ordering::SeqCst) || self.flush_failing.load(Ordering::SeqCst) {
             return Err(io::Error::from(nix::errno::Errno::EIO));
         }
         Ok(())
@@ -530,6 +575,7 @@ fn io_errors_are_held_then_answered_or_dropped_when_the_export_closes() {
     let dev = Arc::new(Failing {
         inner: MemDevice::new("m", 1 << 20, 512),
         failing: AtomicBool::new(true),
+        flush_failing: AtomicBool::new(false),
     });
     let read = |c: &mut TcpStream, cookie: u64| {
         c.write_all(&request(Command::Read, 0, cookie, 0, 4096))
@@ -560,31 +606,31 @@ fn io_errors_are_held_then_answered_or_dropped_when_the_export_closes() {
     );
     c.read_exact(&mut [0u8; 4096]).expect("data");
 
-    // A FLUSH after a WRITE it would make durable is answered at once: the write may be
-    // lost, and a FLUSH that later succeeds elsewhere would hide it.
+    // A WRITE whose flush fails is held too (nothing answered rests on a failed flush),
+    // and answered once the write and a flush after it succeed.
+    let wrote = |c: &mut TcpStream, cookie: u64| {
+        c.write_all(&request(Command::Write, 0, cookie, 512, 512))
+            .expect("write");
+        c.write_all(&[7; 512]).expect("data");
+    };
     dev.failing.store(false, Ordering::SeqCst);
-    c.write_all(&request(Command::Write, 0, 3, 0, 512))
-        .expect("write");
-    c.write_all(&[7; 512]).expect("data");
-    assert_eq!(reply(&mut c).expect("reply"), (0, 3));
-    dev.failing.store(true, Ordering::SeqCst);
+    dev.flush_failing.store(true, Ordering::SeqCst);
     let t0 = Instant::now();
+    wrote(&mut c, 3);
+    std::thread::sleep(Duration::from_millis(700));
+    dev.flush_failing.store(false, Ordering::SeqCst);
+    assert_eq!(reply(&mut c).expect("reply"), (0, 3), "held, then durable");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(700),
+        "answered while its flush failed"
+    );
     c.write_all(&request(Command::Flush, 0, 4, 0, 0))
         .expect("flush");
-    assert_eq!(reply(&mut c).expect("reply"), (errno::EIO, 4));
-    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
-    dev.failing.store(false, Ordering::SeqCst);
-    c.write_all(&request(Command::Flush, 0, 5, 0, 0))
-        .expect("flush");
-    assert_eq!(
-        reply(&mut c).expect("reply"),
-        (0, 5),
-        "the write is durable now"
-    );
+    assert_eq!(reply(&mut c).expect("reply"), (0, 4));
 
     // Held, and the export closes meanwhile (the node fenced the LV): no reply, the
-    // connection ends (the client's kernel requeues the requests). A FLUSH with nothing
-    // left to make durable is held like a READ.
+    // connection ends (the client's kernel requeues the requests). A FLUSH is held like
+    // a READ: every write answered is durable already.
     dev.failing.store(true, Ordering::SeqCst);
     read(&mut c, 6);
     c.write_all(&request(Command::Flush, 0, 7, 0, 0))
@@ -605,6 +651,7 @@ fn requests_held_through_errors_leave_the_workers_to_other_exports() {
         Box::new(Arc::new(Failing {
             inner: MemDevice::new("bad", 1 << 20, 512),
             failing: AtomicBool::new(true),
+            flush_failing: AtomicBool::new(false),
         })),
         false,
         4,
@@ -612,9 +659,9 @@ fn requests_held_through_errors_leave_the_workers_to_other_exports() {
     bad.hold_io_errors(Duration::from_secs(60));
     let good = Export::new(Box::new(MemDevice::new("good", 1 << 20, 512)), false, 4);
     let find: Arc<Finder> = Arc::new(move |_, n: &[u8]| match n {
-        b"bad" => Some(bad.clone().into()),
-        b"good" => Some(good.clone().into()),
-        _ => None,
+        b"bad" => Ok(bad.clone().into()),
+        b"good" => Ok(good.clone().into()),
+        _ => Err(Refusal::NotServed),
     });
     // One worker: a held request waiting in it would stop every other export.
     let limits = Limits {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use lvmeta::dev::{BlockDevice, FileDevice};
 use lvmeta::edit::{self, LvSpec, SharedVg, VgSpec};
-use lvmeta::lease::board::{Slot, SlotState, NO_ADDR};
+use lvmeta::lease::board::{Slot, SlotState, NO_ADDR, SLOTS};
 use lvmeta::lease::{FakeLeases, Host};
-use lvmeta::session::Session;
+use lvmeta::session::{PoolBoard, Session};
 use lvmeta::testing::stamp;
 
 /// Removes the image file when dropped.
@@ -33,14 +33,13 @@ fn host(fake: &Arc<FakeLeases>, path: &std::path::Path, id: u64) -> Session {
     ))
 }
 
-#[test]
-fn slots_of_ended_host_lives_do_not_count() {
-    let image = Image(std::env::temp_dir().join(format!("board-hosts-{}.img", std::process::id())));
+/// A shared VG "vg" on a new image, with pool "pool" and thin LV "t", made by host 7;
+/// host 7's session and the pool's board.
+fn pool_on_image(fake: &Arc<FakeLeases>, image: &Image) -> (Session, PoolBoard) {
     let f = std::fs::File::create(&image.0).expect("image");
     f.set_len(512 << 20).expect("size");
     let pv = image.0.to_str().expect("utf-8").to_owned();
-    let fake = Arc::new(FakeLeases::default());
-    let a = host(&fake, &image.0, 7);
+    let a = host(fake, &image.0, 7);
     a.vgcreate(
         &VgSpec {
             name: "vg".into(),
@@ -76,20 +75,33 @@ fn slots_of_ended_host_lives_do_not_count() {
     })
     .expect("pool and thin LV");
     let board = a.pool_board("vg", "t").expect("board").expect("a thin LV");
+    (a, board)
+}
 
-    // Host 8 stages t: its slot carries its generation (its first join: 1).
-    let b = host(&fake, &image.0, 8);
-    b.lockstart("vg").expect("lockstart as host 8");
-    let mut slot = Slot {
+/// Host `host`'s slot of thin LV t, as staged.
+fn staged_slot(board: &PoolBoard, host: u64) -> Slot {
+    Slot {
         lv_id: board.lv_id.replace('-', ""),
-        host: 8,
+        host,
         generation: 0,
         state: SlotState::Staged,
         read_only: false,
         epoch: 1,
         written_ms: 1,
         addr: NO_ADDR,
-    };
+    }
+}
+
+#[test]
+fn slots_of_ended_host_lives_do_not_count() {
+    let image = Image(std::env::temp_dir().join(format!("board-hosts-{}.img", std::process::id())));
+    let fake = Arc::new(FakeLeases::default());
+    let (a, board) = pool_on_image(&fake, &image);
+
+    // Host 8 stages t: its slot carries its generation (its first join: 1).
+    let b = host(&fake, &image.0, 8);
+    b.lockstart("vg").expect("lockstart as host 8");
+    let mut slot = staged_slot(&board, 8);
     let index = b.claim_board_slot(&board, &mut slot).expect("claim");
     assert_eq!(slot.generation, 1, "stamped with host 8's generation");
     let staged = |s: &Session| {
@@ -115,4 +127,47 @@ fn slots_of_ended_host_lives_do_not_count() {
     let raw = a.read_board(&board).expect("read");
     let (_, written) = raw.slots_of(&board.lv_id).next().expect("slot");
     assert_eq!(written.generation, 2);
+}
+
+#[test]
+fn a_full_board_reuses_the_slot_of_an_ended_host_life_only() {
+    let image = Image(std::env::temp_dir().join(format!("board-reuse-{}.img", std::process::id())));
+    let fake = Arc::new(FakeLeases::default());
+    let (a, board) = pool_on_image(&fake, &image);
+    let b = host(&fake, &image.0, 8);
+    b.lockstart("vg").expect("lockstart as host 8");
+    let mut eight = staged_slot(&board, 8);
+    let index = b.claim_board_slot(&board, &mut eight).expect("claim");
+    // The other 43 slots: hosts the lock manager knows nothing of (they count).
+    for (n, i) in (0..SLOTS).filter(|i| *i != index).enumerate() {
+        a.write_board_slot(&board, i, &staged_slot(&board, 100 + n as u64))
+            .expect("fill");
+    }
+    let c = host(&fake, &image.0, 9);
+    c.lockstart("vg").expect("lockstart as host 9");
+    let mut nine = staged_slot(&board, 9);
+    let full = c.claim_board_slot(&board, &mut nine);
+    assert!(full.is_err(), "host 8 is live: {full:?}");
+
+    // Host 8's life ends (it left, and joins again): its slot goes to host 9.
+    b.lockstop("vg").expect("lockstop");
+    b.lockstart("vg").expect("lockstart again");
+    assert_eq!(c.claim_board_slot(&board, &mut nine).expect("claim"), index);
+    let raw = a.read_board(&board).expect("read");
+    let (_, now) = raw.slots.iter().find(|(i, _)| *i == index).expect("slot");
+    assert_eq!(now.host, 9);
+    // Host 8 claims again: nothing free, and host 9's slot is of a live host.
+    assert!(b.claim_board_slot(&board, &mut eight).is_err(), "full");
+    // One of the others leaves: host 8 gets its slot.
+    let leaving = Slot {
+        state: SlotState::Leaving,
+        ..staged_slot(&board, 100)
+    };
+    let first = if index == 0 { 1 } else { 0 };
+    a.write_board_slot(&board, first, &leaving).expect("leave");
+    assert_eq!(
+        b.claim_board_slot(&board, &mut eight).expect("claim"),
+        first
+    );
+    assert_eq!(eight.generation, 2, "in its new life");
 }

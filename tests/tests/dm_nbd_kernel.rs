@@ -20,7 +20,7 @@ use csi_shim::attach::netlink::NbdNetlink;
 use csi_shim::attach::{self, device_path, devices_of, handshake_sockets, AttachOptions};
 use csi_shim::nbd::limits::Limits;
 use csi_shim::nbd::listener::{Finder, Listener};
-use csi_shim::nbd::Export;
+use csi_shim::nbd::{Export, Refusal};
 use lvmeta::activate::dm::DmBackend;
 use lvmeta::activate::wrap::Wrap;
 use lvmeta::dev::{BlockDevice, FileDevice};
@@ -93,7 +93,9 @@ fn the_kernel_client_attaches_reconnects_and_detaches() {
     let find: Arc<Finder> = {
         let current = current.clone();
         Arc::new(move |_, name: &[u8]| {
-            (name == b"vol").then(|| current.lock().expect("export").clone().into())
+            (name == b"vol")
+                .then(|| current.lock().expect("export").clone().into())
+                .ok_or(Refusal::NotServed)
         })
     };
     let server = Listener::bind(
@@ -286,8 +288,11 @@ fn a_wrapper_moves_from_nbd_to_the_local_device_under_a_writer() {
         false,
         4,
     );
-    let find: Arc<Finder> =
-        Arc::new(move |_, name: &[u8]| (name == b"vol").then(|| export.clone().into()));
+    let find: Arc<Finder> = Arc::new(move |_, name: &[u8]| {
+        (name == b"vol")
+            .then(|| export.clone().into())
+            .ok_or(Refusal::NotServed)
+    });
     let server = Listener::bind(
         "127.0.0.1:0".parse().expect("addr"),
         find,

@@ -255,6 +255,31 @@ cat /run/t/flood.out",
         again.contains("read=ok"),
         "B's own name after the flood: {again}"
     );
+    // Another host's claim lands on B's slot (as when a host counted B gone): B claims
+    // another one within seconds, and A admits B's connections again.
+    let taken = b.vm.ok(&format!("{tool} steal {LUN} vg {lv} 2"));
+    assert!(!taken.trim().is_empty(), "B had a slot of {lv}");
+    let back = b.vm.ok(&format!(
+        "for i in $(seq 100); do s=$({tool} slots {LUN} vg {lv}); \
+           case \" $s \" in *' 2@'*) break;; esac; sleep 0.2; done; echo \"$s\""
+    ));
+    assert!(back.contains("2@"), "B claimed no slot again: {back}");
+    assert!(
+        !taken
+            .split_whitespace()
+            .any(|i| back.contains(&format!("2@{i}"))),
+        "B's slot again where it was taken ({taken}): {back}"
+    );
+    let readmitted = go(b, &b_ip, &b_name);
+    assert!(
+        readmitted.contains("read=ok"),
+        "B's own name after its slot was taken: {readmitted}"
+    );
+    eprintln!(
+        "vm_two_hosts: B's slot {} taken, B's slots now {}",
+        taken.trim(),
+        back.trim()
+    );
 }
 
 #[test]

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::nbd::{disconnect, go, Negotiated};
+use crate::nbd::{disconnect, go, ClientError, Negotiated};
 use netlink::{Connect, NbdNetlink};
 
 /// How a device is attached.
@@ -186,7 +186,9 @@ fn connect_with(
 }
 
 /// Does the server at `to` open export `name` to this node (connecting from `from`) within
-/// `timeout` for each step? The connection is then closed with a DISC request.
+/// `timeout` for each step? The connection is then closed with a DISC request. A server
+/// that serves the export but refuses it to this node now (`ERR_POLICY`) is
+/// [`io::ErrorKind::PermissionDenied`].
 pub fn probe(
     to: SocketAddr,
     from: Option<SocketAddr>,
@@ -194,7 +196,15 @@ pub fn probe(
     timeout: Duration,
 ) -> io::Result<()> {
     let mut s = connect_with(from, to, Some(timeout))?;
-    go(&mut s, name).map_err(|e| io::Error::other(format!("{to}: {e}")))?;
+    go(&mut s, name).map_err(|e| {
+        let kind = match e {
+            ClientError::Refused(crate::nbd::proto::rep::ERR_POLICY) => {
+                io::ErrorKind::PermissionDenied
+            }
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, format!("{to}: {e}"))
+    })?;
     // The answer was the handshake; a lost DISC only ends the connection less politely.
     let _ = disconnect(&mut s);
     let _ = s.shutdown(Shutdown::Both);

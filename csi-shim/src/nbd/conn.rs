@@ -8,7 +8,9 @@
 //! - A request the export cannot serve is answered with its errno; the connection ends only
 //!   on a protocol error, a failed socket, `DISC` (after the replies of earlier requests), or
 //!   the export's closing (without replies: the client requeues them).
-//! - Data are never cached here: FLUSH and FUA ask the device to make replied writes stable.
+//! - Data are never cached here, and a WRITE is answered once it is durable (a device
+//!   flush shared with the writes that wait with it): FUA changes nothing, and a FLUSH only
+//!   flushes the device again.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, Shutdown, TcpStream};
@@ -21,6 +23,7 @@ use std::time::{Duration, Instant};
 use lvmeta::dev::BlockDevice;
 
 use super::buffers::{Buffers, Idle, Pooled, IDLE_PER_CONNECTION, IDLE_PER_NODE};
+use super::durable::Flushes;
 use super::handshake::{handshake, read_array, Find, ServeError};
 use super::later::{Job, Later};
 use super::limits::{payload_budget, Budget, Limits, Permit};
@@ -317,17 +320,13 @@ impl Work {
         // The device is held across the I/O: a closed export touches it no more and
         // answers nothing.
         let (req, data) = (&self.req, &mut self.data);
-        let before = self.export.before();
+        let flushes = &self.export.flushes;
         let done = match self.checked {
             Err(e) => Err(e),
-            Ok(()) => match self
-                .export
-                .with_device(|dev| run(dev, req, data).map_err(|e| (dev.name().to_owned(), e)))
-            {
-                Some(Ok(())) => {
-                    self.export.done(req, before);
-                    Ok(())
-                }
+            Ok(()) => match self.export.with_device(|dev| {
+                run(dev, req, data, flushes).map_err(|e| (dev.name().to_owned(), e))
+            }) {
+                Some(Ok(())) => Ok(()),
                 Some(Err((device, e))) => match self.hold(&device, &e) {
                     true => return self.again(),
                     false => Err(errno::EIO),
@@ -347,15 +346,12 @@ impl Work {
     }
 
     /// Is device error `e` of this request held rather than answered? Only EIO (a lost
-    /// path reads as EIO), for at most the export's hold, and for a FLUSH only when every
-    /// WRITE answered so far is durable: a FLUSH that failed may have lost writes, which
-    /// a later one (on another server) would not bring back. Logs the first failure and
-    /// the answer.
+    /// path reads as EIO), for at most the export's hold. Any request may be held: no
+    /// write answered rests on a flush that failed. Logs the first failure and the
+    /// answer.
     fn hold(&mut self, device: &str, e: &io::Error) -> bool {
         let (req, hold) = (&self.req, self.export.io_error_hold());
-        let may = e.raw_os_error() == Some(nix::errno::Errno::EIO as i32)
-            && (req.command != Command::Flush || self.export.all_synced())
-            && !hold.is_zero();
+        let may = e.raw_os_error() == Some(nix::errno::Errno::EIO as i32) && !hold.is_zero();
         let first = self.held_since.is_none();
         let since = *self.held_since.get_or_insert_with(Instant::now);
         if may && since.elapsed() < hold {
@@ -420,20 +416,26 @@ impl Drop for Attached<'_> {
     }
 }
 
-/// Runs a request that passed its check on the export's device.
-fn run(dev: &dyn BlockDevice, req: &Request, data: &mut Pooled) -> io::Result<()> {
-    let fua = req.flags & proto::CMD_FLAG_FUA != 0;
+/// Runs a request that passed its check on the export's device; a WRITE or FLUSH returns
+/// once a flush of the device that started after its data landed succeeded.
+fn run(
+    dev: &dyn BlockDevice,
+    req: &Request,
+    data: &mut Pooled,
+    flushes: &Flushes,
+) -> io::Result<()> {
     let len = u64::from(req.len);
-    // FUA: a WRITE goes through `write_fua`; TRIM and WRITE_ZEROES are durable on return
-    // already (the trait's promise), so the flag needs nothing more there.
+    let flush = || flushes.after(|| dev.flush());
+    // TRIM and WRITE_ZEROES are durable on return already (the trait's promise).
     match req.command {
         Command::Read => dev.read_at(req.offset, data.as_mut_slice()),
-        Command::Write if fua => dev.write_fua(req.offset, data.as_slice()),
-        Command::Write => dev.write_at(req.offset, data.as_slice()),
+        Command::Write => dev
+            .write_at(req.offset, data.as_slice())
+            .and_then(|()| flush()),
         // A hint: a device that cannot discard keeps the data.
         Command::Trim => dev.discard(req.offset, len).map(drop),
         Command::WriteZeroes => dev.write_zeroes(req.offset, len),
-        Command::Flush => dev.flush(),
+        Command::Flush => flush(),
         // Refused by the check (never reaches a device).
         Command::Disconnect | Command::Other(_) => Err(io::ErrorKind::InvalidInput.into()),
     }
@@ -558,10 +560,15 @@ mod tests {
         let export = Export::new(Box::new(MemDevice::new("vol", SIZE, 512)), ro, 4);
         let handle = std::thread::spawn(move || {
             let find = move |name: &[u8]| {
-                (name == b"vol").then(|| Grant {
-                    export: export.clone(),
-                    read_only_client: ro_client,
-                })
+                use crate::nbd::Refusal;
+                match name {
+                    b"vol" => Ok(Grant {
+                        export: export.clone(),
+                        read_only_client: ro_client,
+                    }),
+                    b"not-now" => Err(Refusal::NotAdmitted),
+                    _ => Err(Refusal::NotServed),
+                }
             };
             serve(server, &find)
         });
@@ -640,6 +647,12 @@ mod tests {
         assert_eq!(reply(&mut c).0, rep::ERR_UNSUP);
         option(&mut c, opt::GO, &go_data(b"other"));
         assert_eq!(reply(&mut c).0, rep::ERR_UNKNOWN);
+        option(&mut c, opt::GO, &go_data(b"not-now"));
+        assert_eq!(
+            reply(&mut c).0,
+            rep::ERR_POLICY,
+            "served, not to this client"
+        );
         option(&mut c, opt::GO, &[1, 2]);
         assert_eq!(reply(&mut c).0, rep::ERR_INVALID);
         option(&mut c, opt::GO, &go_data(b"vol"));

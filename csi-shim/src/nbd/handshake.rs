@@ -7,7 +7,7 @@
 use std::io::{self, Read, Write};
 
 use super::proto::{self, opt, rep, ProtoError};
-use super::Grant;
+use super::{Grant, Refusal};
 
 /// Why a connection ended before the client disconnected.
 #[derive(Debug, thiserror::Error)]
@@ -21,7 +21,7 @@ pub enum ServeError {
 }
 
 /// Finds the export a client asked for by name, if that client may have it.
-pub type Find<'a> = dyn Fn(&[u8]) -> Option<Grant> + 'a;
+pub type Find<'a> = dyn Fn(&[u8]) -> Result<Grant, Refusal> + 'a;
 
 /// The transmission flags of an export as granted.
 pub(super) fn flags_of(g: &Grant) -> u16 {
@@ -49,7 +49,7 @@ pub(super) fn handshake<S: Read + Write>(
         stream.read_exact(&mut data)?;
         match option {
             opt::EXPORT_NAME => {
-                let Some(s) = find(&data) else {
+                let Ok(s) = find(&data) else {
                     return Ok(None);
                 };
                 let reply = proto::export_name_reply(s.export.size(), flags_of(&s), no_zeroes);
@@ -66,14 +66,15 @@ pub(super) fn handshake<S: Read + Write>(
                 let found = proto::info_name(&data).map(find);
                 let refused = match &found {
                     None => Some(rep::ERR_INVALID),
-                    Some(None) => Some(rep::ERR_UNKNOWN),
-                    Some(Some(s)) if s.export.is_closed() => Some(rep::ERR_SHUTDOWN),
-                    Some(Some(s)) if s.export.connections() >= s.export.max_connections => {
+                    Some(Err(Refusal::NotServed)) => Some(rep::ERR_UNKNOWN),
+                    Some(Err(Refusal::NotAdmitted)) => Some(rep::ERR_POLICY),
+                    Some(Ok(s)) if s.export.is_closed() => Some(rep::ERR_SHUTDOWN),
+                    Some(Ok(s)) if s.export.connections() >= s.export.max_connections => {
                         Some(rep::ERR_POLICY)
                     }
-                    Some(Some(_)) => None,
+                    Some(Ok(_)) => None,
                 };
-                let (None, Some(Some(s))) = (refused, found) else {
+                let (None, Some(Ok(s))) = (refused, found) else {
                     let kind = refused.unwrap_or(rep::ERR_UNKNOWN);
                     stream.write_all(&proto::option_reply(option, kind, &[]))?;
                     stream.flush()?;

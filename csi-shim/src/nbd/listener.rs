@@ -18,11 +18,11 @@ use nix::sys::socket::{setsockopt, shutdown, sockopt, Shutdown};
 
 use super::conn::{Server, Wire};
 use super::limits::Limits;
-use super::{Export, Grant};
+use super::{Export, Grant, Refusal};
 
-/// Finds the export named by a client at an address, as that client may have it (None:
-/// not at all).
-pub type Finder = dyn Fn(Option<IpAddr>, &[u8]) -> Option<Grant> + Send + Sync;
+/// Finds the export named by a client at an address, as that client may have it, or why
+/// it may not.
+pub type Finder = dyn Fn(Option<IpAddr>, &[u8]) -> Result<Grant, Refusal> + Send + Sync;
 
 /// A running listener.
 pub struct Listener {
@@ -98,7 +98,7 @@ impl Listener {
         let spawned = std::thread::Builder::new()
             .name("nbd-local".into())
             .spawn(move || {
-                let only = |_: &[u8]| Some(export.clone().into());
+                let only = |_: &[u8]| Ok(export.clone().into());
                 if let Err(e) = server.serve(served, &only) {
                     tracing::debug!(error = %e, "local NBD connection ended");
                 }

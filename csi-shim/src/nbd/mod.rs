@@ -12,10 +12,15 @@
 //! An [`Export`] that is closed (the pool handed over, this node fenced) drops its
 //! connections without replying: the kernel client requeues unanswered requests on its next
 //! connection instead of failing them, so a pod sees a pause, never an error.
+//!
+//! Every write is durable before it is answered (`durable.rs`): a node that dies or loses
+//! its path loses nothing it answered, so the node that takes its pools over serves every
+//! answered write.
 
 mod buffers;
 mod client;
 mod conn;
+mod durable;
 mod handshake;
 mod later;
 pub mod limits;
@@ -25,6 +30,17 @@ pub mod proto;
 pub use client::{disconnect, go, ClientError, Negotiated};
 pub use conn::{Server, Wire};
 pub use handshake::ServeError;
+
+/// Why a client is not given the export it named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not served here, or named with a stale secret (`ERR_UNKNOWN`): a client that was
+    /// attached takes this as its server gone.
+    NotServed,
+    /// Served here, but not to this client now (no staging of it from that address, or
+    /// the export's connections all taken; `ERR_POLICY`): the server is alive.
+    NotAdmitted,
+}
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,10 +72,8 @@ pub struct Export {
     /// How long a request the device fails with EIO is retried before EIO is answered, in
     /// milliseconds ([`Export::hold_io_errors`]).
     hold_ms: AtomicU64,
-    /// WRITEs without FUA answered so far (their data may wait for a FLUSH).
-    unsynced: AtomicU64,
-    /// The `unsynced` count a successful FLUSH started at: every such write is durable.
-    synced: AtomicU64,
+    /// The device flushes that make each write durable before it is answered.
+    flushes: durable::Flushes,
 }
 
 /// An export as one client may have it.
@@ -101,35 +115,8 @@ impl Export {
             next_id: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
             hold_ms: AtomicU64::new(0),
-            unsynced: AtomicU64::new(0),
-            synced: AtomicU64::new(0),
+            flushes: durable::Flushes::default(),
         })
-    }
-
-    /// What [`Export::done`] needs to know of a request about to run.
-    fn before(&self) -> u64 {
-        self.unsynced.load(Ordering::SeqCst)
-    }
-
-    /// Counts a request that succeeded, `before` being [`Export::before`] when it started: a
-    /// WRITE without FUA leaves data a FLUSH must make durable, a FLUSH makes durable
-    /// every such write answered before it started.
-    fn done(&self, req: &proto::Request, before: u64) {
-        match req.command {
-            proto::Command::Write if req.flags & proto::CMD_FLAG_FUA == 0 => {
-                self.unsynced.fetch_add(1, Ordering::SeqCst);
-            }
-            proto::Command::Flush => {
-                self.synced.fetch_max(before, Ordering::SeqCst);
-            }
-            _ => {}
-        }
-    }
-
-    /// Has every WRITE answered so far been made durable (by its FUA or a later FLUSH)?
-    /// Then a FLUSH that fails has lost nothing, and may be held like any request.
-    fn all_synced(&self) -> bool {
-        self.unsynced.load(Ordering::SeqCst) <= self.synced.load(Ordering::SeqCst)
     }
 
     /// Retries a request the device fails with EIO for up to `hold` before answering EIO;

@@ -32,7 +32,7 @@
 use std::time::{Duration, Instant};
 
 use lvmeta::activate::Activation;
-use lvmeta::lease::board::{ServeRecord, ServeState, SlotState};
+use lvmeta::lease::board::{ServeRecord, ServeState, Slot, SlotState};
 use lvmeta::lease::LeaseError;
 use lvmeta::session::PoolBoard;
 use lvmeta::units::Sectors;
@@ -185,8 +185,8 @@ impl Node {
             .collect();
         if nbd.stamp_due(PROBE_EVERY) {
             for (id, a) in &attached {
-                if let Err(e) = self.restamp(nbd, id, a) {
-                    tracing::warn!(volume_id = %id, error = %e, "writing the slot in this host's new generation");
+                if let Err(e) = self.keep_slot(nbd, id, a) {
+                    tracing::warn!(volume_id = %id, error = %e, "keeping this node's board slot");
                 }
             }
         }
@@ -197,10 +197,13 @@ impl Node {
         }
     }
 
-    /// Writes attached volume `id`'s slot again, as it stands, when it was written in an
-    /// earlier generation of this host (the lockspace was joined again since): servers
-    /// count only slots of their hosts' current lives.
-    fn restamp(&self, nbd: &Serving, id: &str, a: &Attached) -> Result<(), String> {
+    /// Keeps attached volume `id`'s slot this host's:
+    /// - written again, as it stands, when it was written in an earlier generation of this
+    ///   host (the lockspace was joined again since): servers count only slots of their
+    ///   hosts' current lives;
+    /// - claimed anew elsewhere when another host took it (that host saw this host's life
+    ///   as ended, or a write of this host's old life landed late over its own).
+    fn keep_slot(&self, nbd: &Serving, id: &str, a: &Attached) -> Result<(), String> {
         let session = self.backend.session();
         let Some(generation) = session.own_generation(&a.board) else {
             return Ok(());
@@ -210,15 +213,25 @@ impl Node {
         let Ok(_g) = self.backend.inflight().enter(id) else {
             return Ok(());
         };
-        if self.attached(id).is_none_or(|now| now.slot.0 != a.slot.0) {
+        let Some(mut now) = self.attached(id).filter(|now| now.slot.0 == a.slot.0) else {
             return Ok(());
-        }
+        };
         let me = nbd.setup().host_id;
         let found = session.read_board(&a.board).map_err(|e| e.to_string())?;
         let Some((i, slot)) = found
             .slots_of(&a.board.lv_id)
             .find(|(i, s)| *i == a.slot.0 && s.host == me)
         else {
+            let mut slot = Slot {
+                written_ms: super::shared::now_ms(),
+                ..now.slot.1.clone()
+            };
+            let index = session
+                .claim_board_slot(&a.board, &mut slot)
+                .map_err(|e| e.to_string())?;
+            tracing::warn!(volume_id = %id, lost = a.slot.0, claimed = index, "this node's board slot was taken by another host; claimed another");
+            now.slot = (index, slot);
+            self.update(id, &now);
             return Ok(());
         };
         if slot.generation == generation || slot.state == SlotState::Leaving {
@@ -315,7 +328,8 @@ impl Node {
 
     /// Every [`PROBE_EVERY`]: does the server of attached volume `id` fail to open the
     /// volume's export to this node (down, unreachable, or up without the export: it lost
-    /// the pool's lease and closed it)? Then this node tries to take the pool, which
+    /// the pool's lease and closed it)? A server that serves it but refuses this node for
+    /// now (`ERR_POLICY`) is up. Then this node tries to take the pool, which
     /// sanlock allows only once the server's host is dead (fenced or reset) or has let the
     /// lease go: the server writes nothing after that.
     fn unanswered(&self, nbd: &Serving, id: &str, a: &Attached, r: &ServeRecord) -> bool {
@@ -328,6 +342,12 @@ impl Node {
         let Err(e) = attach::probe(to, Some(setup.addr), name.as_bytes(), PROBE_TIMEOUT) else {
             return false;
         };
+        // Alive and serving the volume, just not to this node now (its slot is being
+        // claimed again, the export is full): the pool's lease would refuse a takeover.
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            tracing::debug!(volume_id = %id, server = %to, error = %e, "the pool's server is up but refuses this node for now");
+            return false;
+        }
         tracing::info!(volume_id = %id, server = %to, error = %e, "the pool's server does not serve the volume: taking the pool once its lease is free");
         true
     }

@@ -375,18 +375,30 @@ impl Board {
         self.slots.iter().filter(move |(_, s)| s.lv_id == lv)
     }
 
-    /// The slot a host should use for `lv_id`: its own, else a free or left one; None when
-    /// every slot is taken by others.
-    pub fn slot_for(&self, host: u64, lv_id: &str) -> Option<usize> {
+    /// What `view` (the lock manager) says of each host that has a slot.
+    pub fn host_views(&self, view: &dyn Fn(u64) -> Option<HostView>) -> Vec<HostView> {
+        let mut ids: Vec<u64> = self.slots.iter().map(|(_, s)| s.host).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter().filter_map(view).collect()
+    }
+
+    /// The slot a host should use for `lv_id`: its own, else a free or left one, else one
+    /// of another host's ended life ([`Slot::is_stale`] against `hosts`, the lock
+    /// manager's view); None when every slot is taken by others.
+    /// - A stale slot's host may write it once more before it learns its life ended (a
+    ///   write in flight, a rejoin not yet noticed); each host checks its slots and claims
+    ///   another when one was taken, so neither stays without one.
+    pub fn slot_for(&self, host: u64, lv_id: &str, hosts: &[HostView]) -> Option<usize> {
         let own = self
             .slots_of(lv_id)
             .find(|(_, s)| s.host == host)
             .map(|(i, _)| *i);
-        let reusable = |i: usize| match self.slots.iter().find(|(j, _)| *j == i) {
-            None => true,
-            Some((_, s)) => s.state == SlotState::Leaving,
-        };
-        own.or_else(|| (0..SLOTS).find(|i| reusable(*i)))
+        let entry = |i: usize| self.slots.iter().find(|(j, _)| *j == i).map(|(_, s)| s);
+        let free = |i: &usize| entry(*i).is_none_or(|s| s.state == SlotState::Leaving);
+        let ended = |i: &usize| entry(*i).is_some_and(|s| s.host != host && s.is_stale(hosts));
+        own.or_else(|| (0..SLOTS).find(free))
+            .or_else(|| (0..SLOTS).find(ended))
     }
 }
 
@@ -484,8 +496,33 @@ mod tests {
         let board = Board::decode(&bytes, 512, POOL).expect("decode");
         assert_eq!(board.record, Some(record()));
         assert_eq!(board.slots, vec![(3, slot())]);
-        assert_eq!(board.slot_for(5, THIN), Some(3), "its own");
-        assert_eq!(board.slot_for(6, THIN), Some(0), "the first free one");
+        assert_eq!(board.slot_for(5, THIN, &[]), Some(3), "its own");
+        assert_eq!(board.slot_for(6, THIN, &[]), Some(0), "the first free one");
+        // Full: another host's slot is reused only once its host's life ended.
+        let mut full = board.clone();
+        full.slots = (0..SLOTS)
+            .map(|i| {
+                (
+                    i,
+                    Slot {
+                        host: 10 + i as u64,
+                        ..slot()
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(full.slot_for(6, THIN, &[]), None, "all taken");
+        let ended = HostView {
+            host_id: 12,
+            generation: 1,
+            state: HostState::Dead,
+        };
+        assert_eq!(full.slot_for(6, THIN, &[ended]), Some(2), "host 12 is dead");
+        assert_eq!(
+            full.slot_for(12, "f".repeat(32).as_str(), &[ended]),
+            None,
+            "not its own"
+        );
         assert!(Board::decode(&bytes[..512], 512, POOL).is_err());
     }
 

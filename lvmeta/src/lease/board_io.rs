@@ -10,7 +10,7 @@ use crate::dev::BlockDevice;
 use super::board::{
     board_at, slot_offset, Board, BoardError, ServeRecord, Slot, BOARD_SECTORS, SLOTS,
 };
-use super::ResourceSpec;
+use super::{HostView, ResourceSpec};
 
 /// Why a board could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -94,18 +94,20 @@ pub fn write_slot(
     write_entry(dev, spec, pool_lv_id, slot_offset(index, sector), &entry)
 }
 
-/// Claims the slot `slot`'s host should use for its LV (its own, else a free one) and writes
-/// `slot` there; the index. The caller holds the VG lease exclusively, so no other host
-/// claims at the same time.
+/// Claims the slot `slot`'s host should use for its LV ([`Board::slot_for`], `view` saying
+/// what the lock manager knows of a host) and writes `slot` there; the index. The caller
+/// holds the VG lease exclusively, so no other host claims at the same time.
 pub fn claim(
     dev: &dyn BlockDevice,
     spec: &ResourceSpec,
     pool_lv_id: &str,
     slot: &Slot,
+    view: &dyn Fn(u64) -> Option<HostView>,
 ) -> Result<usize, BoardIoError> {
     let board = read(dev, spec, pool_lv_id)?;
+    let hosts = board.host_views(view);
     let index = board
-        .slot_for(slot.host, &slot.lv_id)
+        .slot_for(slot.host, &slot.lv_id, &hosts)
         .ok_or_else(|| board_err(dev, pool_lv_id)(BoardError::Full))?;
     write_slot(dev, spec, pool_lv_id, index, slot)?;
     Ok(index)

@@ -101,10 +101,10 @@ impl Session {
         )?)
     }
 
-    /// Claims a slot for `slot` (this host's own for its LV, else a free one) and writes
-    /// it, stamped with this host's generation in the lockspace, under the VG lease held
-    /// exclusively; the slot's index ([`lease::board::BoardError::Full`] when every slot
-    /// is taken).
+    /// Claims a slot for `slot` (this host's own for its LV, else a free one, else one of
+    /// another host's ended life) and writes it, stamped with this host's generation in
+    /// the lockspace, under the VG lease held exclusively; the slot's index
+    /// ([`lease::board::BoardError::Full`] when every slot is taken).
     pub fn claim_board_slot(&self, b: &PoolBoard, slot: &mut Slot) -> Result<usize, Error> {
         slot.generation = self.own_generation(b).unwrap_or(slot.generation);
         let scan = self.current();
@@ -114,8 +114,16 @@ impl Session {
             .host_for(&sv.vg)?
             .ok_or_else(|| Error::SharedWithoutLeases(b.vg.clone()))?;
         let (vg_lease, _) = h.lock_vg(&sv.vg, &at, lease::Mode::Exclusive)?;
-        let claimed = lock_device(&b.spec)
-            .and_then(|dev| Ok(board_io::claim(&dev, &b.spec, &b.pool_lv_id, &*slot)?));
+        let view = |id| self.host_view(b, id);
+        let claimed = lock_device(&b.spec).and_then(|dev| {
+            Ok(board_io::claim(
+                &dev,
+                &b.spec,
+                &b.pool_lv_id,
+                &*slot,
+                &view,
+            )?)
+        });
         // The VG is unchanged: the lease goes back without a value block. The claim stands
         // whatever the release says (the caller must know its slot).
         if let Err(e) = h.unlock_vg(&vg_lease, None) {
@@ -145,13 +153,7 @@ impl Session {
     /// A slot whose host the lock manager cannot say anything of counts.
     pub fn read_board_live(&self, b: &PoolBoard) -> Result<Board, Error> {
         let board = self.read_board(b)?;
-        let mut ids: Vec<u64> = board.slots.iter().map(|(_, s)| s.host).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let views: Vec<lease::HostView> = ids
-            .into_iter()
-            .filter_map(|id| self.host_view(b, id))
-            .collect();
+        let views = board.host_views(&|id| self.host_view(b, id));
         Ok(board.without_stale(&views))
     }
 

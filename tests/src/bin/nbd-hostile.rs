@@ -14,6 +14,10 @@
 //!                                        hangs up
 //! nbd-hostile flood ADDR SOURCE N SECS   N connections that never finish their handshake,
 //!                                        held SECS seconds: `opened=N closed_early=N`
+//! nbd-hostile steal LUN VG LV HOST       writes another host's staging over HOST's slots
+//!                                        of thin LV LV (as a host that counted HOST gone
+//!                                        would claim them): the indexes taken
+//! nbd-hostile slots LUN VG LV            the slots staging thin LV LV: `HOST@INDEX ...`
 //! ```
 //!
 //! ADDR is `IP:PORT` (`[IPV6%IF]:PORT` for link-local), SOURCE an IP (or `IPV6%IF`) the
@@ -28,7 +32,8 @@ use clap::{Parser, Subcommand};
 use csi_shim::attach::{connect_from, handshake_sockets, scoped_addr};
 use csi_shim::serve::export_name;
 use lvmeta::dev::{BlockDevice, FileDevice};
-use lvmeta::session::Session;
+use lvmeta::lease::board::Slot;
+use lvmeta::session::{PoolBoard, Session};
 
 #[derive(Parser)]
 struct Args {
@@ -58,6 +63,19 @@ enum Cmd {
     },
     /// Sends bytes that are no NBD.
     Garbage { addr: String, source: String },
+    /// Writes another host's staging over a host's slots of an LV.
+    Steal {
+        lun: PathBuf,
+        vg: String,
+        lv: String,
+        host: u64,
+    },
+    /// Lists the slots staging an LV.
+    Slots {
+        lun: PathBuf,
+        vg: String,
+        lv: String,
+    },
     /// Holds connections that never finish their handshake.
     Flood {
         addr: String,
@@ -89,6 +107,8 @@ fn main() {
             n,
             secs,
         } => flood(&server(&addr), &source, n, secs),
+        Cmd::Steal { lun, vg, lv, host } => steal(&lun, &vg, &lv, host),
+        Cmd::Slots { lun, vg, lv } => slots(&lun, &vg, &lv),
     };
     println!("{out}");
 }
@@ -104,12 +124,7 @@ fn source(ip: &str) -> SocketAddr {
 }
 
 fn name(lun: &Path, vg: &str, lv: &str, host: u64, other: Option<&str>) -> String {
-    let dev = FileDevice::open(lun).expect("open the LUN");
-    let s = Session::new(vec![Box::new(dev) as Box<dyn BlockDevice>]);
-    let b = s
-        .pool_board(vg, lv)
-        .expect("read the VG")
-        .expect("a thin LV of a shared VG");
+    let (s, b) = board_of(lun, vg, lv, false);
     let board = s.read_board(&b).expect("read the board");
     let record = board.record.expect("the pool is served");
     let lv_id = match other {
@@ -117,6 +132,53 @@ fn name(lun: &Path, vg: &str, lv: &str, host: u64, other: Option<&str>) -> Strin
         Some(o) => s.pool_board(vg, o).expect("read").expect("a thin LV").lv_id,
     };
     export_name(&lv_id, host, &record.secret)
+}
+
+/// A session on the LUN and the board of thin LV `lv`.
+fn board_of(lun: &Path, vg: &str, lv: &str, write: bool) -> (Session, PoolBoard) {
+    let dev = match write {
+        true => FileDevice::open_rw(lun),
+        false => FileDevice::open(lun),
+    };
+    let s = Session::new(vec![
+        Box::new(dev.expect("open the LUN")) as Box<dyn BlockDevice>
+    ]);
+    let b = s
+        .pool_board(vg, lv)
+        .expect("read the VG")
+        .expect("a thin LV of a shared VG");
+    (s, b)
+}
+
+fn steal(lun: &Path, vg: &str, lv: &str, host: u64) -> String {
+    let (s, b) = board_of(lun, vg, lv, true);
+    let board = s.read_board(&b).expect("read the board");
+    let mut taken = Vec::new();
+    for (i, slot) in board.slots_of(&b.lv_id) {
+        if slot.host != host {
+            continue;
+        }
+        // A staging of another (made-up) LV by a host the lock manager never saw.
+        let thief = Slot {
+            lv_id: "hostile0hostile0hostile0hostile0".into(),
+            host: 1999,
+            generation: 0,
+            ..slot.clone()
+        };
+        s.write_board_slot(&b, *i, &thief).expect("write the slot");
+        taken.push(i.to_string());
+    }
+    taken.join(" ")
+}
+
+fn slots(lun: &Path, vg: &str, lv: &str) -> String {
+    let (s, b) = board_of(lun, vg, lv, false);
+    let board = s.read_board(&b).expect("read the board");
+    let found: Vec<String> = board
+        .slots_of(&b.lv_id)
+        .map(|(i, slot)| format!("{}@{i}", slot.host))
+        .collect();
+    found.join(" ")
 }
 
 fn go(addr: &SocketAddr, from: &str, name: &str, write: bool) -> String {
