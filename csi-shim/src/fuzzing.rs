@@ -52,7 +52,7 @@ pub fn nbd(data: &[u8]) {
         ..Default::default()
     };
     let shared = SERVER.get_or_init(|| crate::nbd::Server::new(limits).expect("NBD workers"));
-    let _ = shared.serve(server, &find);
+    let _ = shared.serve(server, &find, || {});
     let output = peer.join().expect("peer");
     assert!(
         output.starts_with(b"NBDMAGICIHAVEOPT"),

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use csi_shim::attach::ProbeError;
 use csi_shim::nbd::limits::Limits;
 use csi_shim::nbd::listener::{Finder, Listener};
 use csi_shim::nbd::proto::{self, errno, rep, Command, Request};
@@ -284,8 +285,10 @@ fn stalled_and_dribbling_handshakes_end_at_the_deadline() {
 #[test]
 fn a_connection_flood_is_bounded_and_the_server_recovers() {
     let export = Export::new(Box::new(MemDevice::new("vol", 1 << 20, 512)), false, 4);
+    // From one address: its own limit out of the way (the next test has it).
     let limits = Limits {
         max_connections: 64,
+        handshakes_per_peer: 1000,
         ..Limits::default()
     };
     let server = listen(export.clone(), limits);
@@ -325,6 +328,38 @@ fn a_connection_flood_is_bounded_and_the_server_recovers() {
         other => panic!("a fifth connection: {other:?}"),
     }
     assert_eq!(export.connections(), 4);
+}
+
+#[test]
+fn a_handshake_flood_from_one_address_leaves_the_listener_to_the_others() {
+    let export = Export::new(Box::new(MemDevice::new("vol", 1 << 20, 512)), false, 4);
+    let limits = Limits {
+        max_connections: 32,
+        handshakes_per_peer: 8,
+        ..Limits::default()
+    };
+    let server = listen(export, limits);
+    let addr = server.local_addr();
+    let held: Vec<TcpStream> = (0..40).map(|_| connect(addr)).collect();
+    let t0 = Instant::now();
+    while server.connections() < 8 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.connections(), 8, "one address holds its share only");
+    // Another address is served meanwhile.
+    let other: SocketAddr = "127.0.0.2:0".parse().expect("addr");
+    let mut c = csi_shim::attach::connect_from(Some(other), addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    assert_eq!(go(&mut c, b"vol").expect("another address").size, 1 << 20);
+    // A client at the flooding address gets through too: it ends the oldest stalled one.
+    let mut own = connect(addr);
+    assert_eq!(
+        go(&mut own, b"vol").expect("the same address").size,
+        1 << 20
+    );
+    drop(held);
 }
 
 #[test]
@@ -504,14 +539,10 @@ fn a_probe_opens_the_export_and_gives_up_on_a_silent_or_refusing_server() {
     csi_shim::attach::probe(addr, None, b"vol", t).expect("from any address");
     let refused = csi_shim::attach::probe(addr, from, b"other", t).expect_err("unknown export");
     assert!(refused.to_string().contains("refused"), "{refused}");
-    assert_ne!(
-        refused.kind(),
-        io::ErrorKind::PermissionDenied,
-        "not served: gone"
-    );
+    assert!(matches!(refused, ProbeError::Gone(_)), "not served: gone");
     // Served, but not to this client now: the server is up (no takeover).
     let denied = csi_shim::attach::probe(addr, from, b"not-now", t).expect_err("not admitted");
-    assert_eq!(denied.kind(), io::ErrorKind::PermissionDenied, "{denied}");
+    assert!(matches!(denied, ProbeError::TurnedAway(_)), "{denied}");
     // Accepts and says nothing: each probe ends at its timeout, not the kernel's.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let at = silent.local_addr().expect("addr");
@@ -519,6 +550,9 @@ fn a_probe_opens_the_export_and_gives_up_on_a_silent_or_refusing_server() {
     for from in [None, from] {
         let e = csi_shim::attach::probe(at, from, b"vol", Duration::from_millis(300))
             .expect_err("a silent server");
+        let ProbeError::Gone(e) = e else {
+            panic!("a silent server is gone: {e}");
+        };
         assert!(
             matches!(
                 e.kind(),
@@ -532,12 +566,30 @@ fn a_probe_opens_the_export_and_gives_up_on_a_silent_or_refusing_server() {
     drop(silent);
 }
 
-/// A device whose every I/O fails with EIO while `failing` is set (a lost path), and
-/// whose flushes fail while `flush_failing` is.
+/// A device whose every I/O fails with EIO while `failing` is set (a lost path), whose
+/// flushes fail while `flush_failing` is, and wait while `flush_held` is.
 struct Failing {
     inner: MemDevice,
     failing: AtomicBool,
     flush_failing: AtomicBool,
+    flush_held: Mutex<bool>,
+    flush_released: Condvar,
+}
+
+impl Failing {
+    fn new(name: &str, failing: bool, flush_held: bool) -> Arc<Self> {
+        Arc::new(Self {
+            inner: MemDevice::new(name, 1 << 20, 512),
+            failing: AtomicBool::new(failing),
+            flush_failing: AtomicBool::new(false),
+            flush_held: Mutex::new(flush_held),
+            flush_released: Condvar::new(),
+        })
+    }
+    fn release_flushes(&self) {
+        *self.flush_held.lock().expect("gate") = false;
+        self.flush_released.notify_all();
+    }
 }
 
 impl BlockDevice for Failing {
@@ -563,6 +615,11 @@ impl BlockDevice for Failing {
         self.inner.write_at(offset, buf)
     }
     fn flush(&self) -> io::Result<()> {
+        let mut held = self.flush_held.lock().expect("gate");
+        while *held {
+            held = self.flush_released.wait(held).expect("gate");
+        }
+        drop(held);
         if self.failing.load(Ordering::SeqCst) || self.flush_failing.load(Ordering::SeqCst) {
             return Err(io::Error::from(nix::errno::Errno::EIO));
         }
@@ -572,11 +629,7 @@ impl BlockDevice for Failing {
 
 #[test]
 fn io_errors_are_held_then_answered_or_dropped_when_the_export_closes() {
-    let dev = Arc::new(Failing {
-        inner: MemDevice::new("m", 1 << 20, 512),
-        failing: AtomicBool::new(true),
-        flush_failing: AtomicBool::new(false),
-    });
+    let dev = Failing::new("m", true, false);
     let read = |c: &mut TcpStream, cookie: u64| {
         c.write_all(&request(Command::Read, 0, cookie, 0, 4096))
             .expect("read");
@@ -647,15 +700,7 @@ fn io_errors_are_held_then_answered_or_dropped_when_the_export_closes() {
 
 #[test]
 fn requests_held_through_errors_leave_the_workers_to_other_exports() {
-    let bad = Export::new(
-        Box::new(Arc::new(Failing {
-            inner: MemDevice::new("bad", 1 << 20, 512),
-            failing: AtomicBool::new(true),
-            flush_failing: AtomicBool::new(false),
-        })),
-        false,
-        4,
-    );
+    let bad = Export::new(Box::new(Failing::new("bad", true, false)), false, 4);
     bad.hold_io_errors(Duration::from_secs(60));
     let good = Export::new(Box::new(MemDevice::new("good", 1 << 20, 512)), false, 4);
     let find: Arc<Finder> = Arc::new(move |_, n: &[u8]| match n {
@@ -687,4 +732,59 @@ fn requests_held_through_errors_leave_the_workers_to_other_exports() {
         "the healthy export waited {:?} behind held requests",
         t0.elapsed()
     );
+}
+
+#[test]
+fn writes_waiting_for_a_hung_flush_leave_the_workers_to_other_exports() {
+    let hung = Failing::new("hung", false, true);
+    let slow = Export::new(Box::new(hung.clone()), false, 4);
+    let good = Export::new(Box::new(MemDevice::new("good", 1 << 20, 512)), false, 4);
+    let find: Arc<Finder> = Arc::new(move |_, n: &[u8]| match n {
+        b"slow" => Ok(slow.clone().into()),
+        b"good" => Ok(good.clone().into()),
+        _ => Err(Refusal::NotServed),
+    });
+    // Two workers: writes each waiting for the flush in a worker would stop every export.
+    let limits = Limits {
+        workers: 2,
+        ..Limits::default()
+    };
+    let server = Listener::bind("127.0.0.1:0".parse().expect("addr"), find, limits).expect("bind");
+    let mut s = connect(server.local_addr());
+    go(&mut s, b"slow").expect("go");
+    for cookie in 0..8 {
+        s.write_all(&request(Command::Write, 0, cookie, cookie * 512, 512))
+            .expect("write");
+        s.write_all(&[3; 512]).expect("data");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut g = connect(server.local_addr());
+    go(&mut g, b"good").expect("go");
+    let t0 = Instant::now();
+    g.write_all(&request(Command::Write, 0, 9, 0, 512))
+        .expect("write");
+    g.write_all(&[4; 512]).expect("data");
+    assert_eq!(reply(&mut g).expect("reply"), (0, 9));
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "the healthy export waited {:?} behind a hung flush",
+        t0.elapsed()
+    );
+    // None of the slow export's writes is answered before its flush.
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    assert!(
+        reply(&mut s).is_err(),
+        "a write answered before it was durable"
+    );
+    hung.release_flushes();
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut seen = HashSet::new();
+    for _ in 0..8 {
+        let (err, cookie) = reply(&mut s).expect("reply");
+        assert_eq!(err, 0);
+        seen.insert(cookie);
+    }
+    assert_eq!(seen.len(), 8);
 }

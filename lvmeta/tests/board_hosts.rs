@@ -149,10 +149,17 @@ fn a_full_board_reuses_the_slot_of_an_ended_host_life_only() {
     let full = c.claim_board_slot(&board, &mut nine);
     assert!(full.is_err(), "host 8 is live: {full:?}");
 
-    // Host 8's life ends (it left, and joins again): its slot goes to host 9.
+    // Host 8 joins again (generation 2): alive, its slot of generation 1 is still its own.
     b.lockstop("vg").expect("lockstop");
     b.lockstart("vg").expect("lockstart again");
+    assert!(
+        c.claim_board_slot(&board, &mut nine).is_err(),
+        "host 8 lives"
+    );
+    // Host 8 leaves the lockspace (FREE): its slot goes to host 9.
+    b.lockstop("vg").expect("lockstop");
     assert_eq!(c.claim_board_slot(&board, &mut nine).expect("claim"), index);
+    b.lockstart("vg").expect("lockstart again");
     let raw = a.read_board(&board).expect("read");
     let (_, now) = raw.slots.iter().find(|(i, _)| *i == index).expect("slot");
     assert_eq!(now.host, 9);
@@ -169,5 +176,5 @@ fn a_full_board_reuses_the_slot_of_an_ended_host_life_only() {
         b.claim_board_slot(&board, &mut eight).expect("claim"),
         first
     );
-    assert_eq!(eight.generation, 2, "in its new life");
+    assert_eq!(eight.generation, 3, "in its new life");
 }

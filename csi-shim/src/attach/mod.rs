@@ -186,29 +186,36 @@ fn connect_with(
 }
 
 /// Does the server at `to` open export `name` to this node (connecting from `from`) within
-/// `timeout` for each step? The connection is then closed with a DISC request. A server
-/// that serves the export but refuses it to this node now (`ERR_POLICY`) is
-/// [`io::ErrorKind::PermissionDenied`].
+/// `timeout` for each step? The connection is then closed with a DISC request.
 pub fn probe(
     to: SocketAddr,
     from: Option<SocketAddr>,
     name: &[u8],
     timeout: Duration,
-) -> io::Result<()> {
+) -> Result<(), ProbeError> {
     let mut s = connect_with(from, to, Some(timeout))?;
-    go(&mut s, name).map_err(|e| {
-        let kind = match e {
-            ClientError::Refused(crate::nbd::proto::rep::ERR_POLICY) => {
-                io::ErrorKind::PermissionDenied
-            }
-            _ => io::ErrorKind::Other,
-        };
-        io::Error::new(kind, format!("{to}: {e}"))
+    go(&mut s, name).map_err(|e| match e {
+        ClientError::Refused(crate::nbd::proto::rep::ERR_POLICY) => ProbeError::TurnedAway(to),
+        e => ProbeError::Gone(io::Error::other(format!("{to}: {e}"))),
     })?;
     // The answer was the handshake; a lost DISC only ends the connection less politely.
     let _ = disconnect(&mut s);
     let _ = s.shutdown(Shutdown::Both);
     Ok(())
+}
+
+/// Why a [`probe`] did not open the export.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The server is up and serves the export, but refuses it to this node for now
+    /// (`ERR_POLICY`: no STAGED slot of this node from this address, or the export's
+    /// connections all taken).
+    #[error("{0}: the server serves the export but refuses it to this node for now")]
+    TurnedAway(SocketAddr),
+    /// No server answered, or it does not serve the export (any other refusal, a
+    /// connection closed or timed out).
+    #[error(transparent)]
+    Gone(#[from] io::Error),
 }
 
 /// `IP`, or `IP%INTERFACE` for an IPv6 link-local address, with `port`, as a socket

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use lvmeta::dev::BlockDevice;
 
 use super::buffers::{Buffers, Idle, Pooled, IDLE_PER_CONNECTION, IDLE_PER_NODE};
-use super::durable::Flushes;
+use super::durable::Outcome;
 use super::handshake::{handshake, read_array, Find, ServeError};
 use super::later::{Job, Later};
 use super::limits::{payload_budget, Budget, Limits, Permit};
@@ -146,10 +146,17 @@ impl Server {
         self.budget.used()
     }
 
-    /// Serves one connection: the handshake within the limits' deadline, then requests
-    /// until the client disconnects, the socket fails or the export closes.
-    pub fn serve<W: Wire>(&self, mut wire: W, find: &Find<'_>) -> Result<(), ServeError> {
+    /// Serves one connection: the handshake within the limits' deadline (`handshook` is
+    /// called once it is done), then requests until the client disconnects, the socket
+    /// fails or the export closes.
+    pub fn serve<W: Wire>(
+        &self,
+        mut wire: W,
+        find: &Find<'_>,
+        handshook: impl FnOnce(),
+    ) -> Result<(), ServeError> {
         let chosen = handshake(&mut Deadline::new(&mut wire, self.limits.handshake), find)?;
+        handshook();
         // Transmission: a client may be idle as long as it likes, but must take its replies.
         wire.set_read_timeout_of(None)?;
         wire.set_write_timeout_of(None)?;
@@ -313,6 +320,8 @@ struct Work {
 impl Work {
     /// Runs the request (again, when held) and queues its reply; checked first at every
     /// try: a connection that failed runs nothing more (the client requeued its requests).
+    /// A WRITE or FLUSH is answered after a flush round that started once it ran
+    /// (`durable.rs`), without waiting for it here.
     fn run(mut self) {
         if !self.alive.load(Ordering::SeqCst) {
             return;
@@ -320,20 +329,48 @@ impl Work {
         // The device is held across the I/O: a closed export touches it no more and
         // answers nothing.
         let (req, data) = (&self.req, &mut self.data);
-        let flushes = &self.export.flushes;
         let done = match self.checked {
             Err(e) => Err(e),
-            Ok(()) => match self.export.with_device(|dev| {
-                run(dev, req, data, flushes).map_err(|e| (dev.name().to_owned(), e))
-            }) {
+            Ok(()) => match self
+                .export
+                .with_device(|dev| run(dev, req, data).map_err(|e| (dev.name().to_owned(), e)))
+            {
+                Some(Ok(())) if matches!(req.command, Command::Write | Command::Flush) => {
+                    return self.after_flush();
+                }
                 Some(Ok(())) => Ok(()),
-                Some(Err((device, e))) => match self.hold(&device, &e) {
-                    true => return self.again(),
-                    false => Err(errno::EIO),
-                },
+                Some(Err((device, e))) => return self.failed(&device, &e),
                 None => return,
             },
         };
+        self.answer(done);
+    }
+
+    /// Joins the export's next flush round; answered (or held, or dropped) by its outcome.
+    fn after_flush(self) {
+        let export = self.export.clone();
+        let flush =
+            || export.with_device(|dev| dev.flush().map_err(|e| (dev.name().to_owned(), e)));
+        export.flushes.then(
+            &flush,
+            Box::new(move |outcome| match outcome {
+                Outcome::Flushed => self.answer(Ok(())),
+                Outcome::Failed(device, e) => self.failed(device, e),
+                Outcome::Closed => {}
+            }),
+        );
+    }
+
+    /// Holds the request through device error `e`, or answers EIO.
+    fn failed(mut self, device: &str, e: &io::Error) {
+        match self.hold(device, e) {
+            true => self.again(),
+            false => self.answer(Err(errno::EIO)),
+        }
+    }
+
+    /// Queues the reply: `done` is the errno, or success (a READ's with its data).
+    fn answer(self, done: Result<(), u32>) {
         let error = done.err().unwrap_or(0);
         let with_data = error == 0 && self.req.command == Command::Read;
         let reply = Reply {
@@ -351,7 +388,8 @@ impl Work {
     /// answer.
     fn hold(&mut self, device: &str, e: &io::Error) -> bool {
         let (req, hold) = (&self.req, self.export.io_error_hold());
-        let may = e.raw_os_error() == Some(nix::errno::Errno::EIO as i32) && !hold.is_zero();
+        let eio = lvmeta::dev::os_error(e) == Some(nix::errno::Errno::EIO as i32);
+        let may = eio && !hold.is_zero();
         let first = self.held_since.is_none();
         let since = *self.held_since.get_or_insert_with(Instant::now);
         if may && since.elapsed() < hold {
@@ -416,26 +454,18 @@ impl Drop for Attached<'_> {
     }
 }
 
-/// Runs a request that passed its check on the export's device; a WRITE or FLUSH returns
-/// once a flush of the device that started after its data landed succeeded.
-fn run(
-    dev: &dyn BlockDevice,
-    req: &Request,
-    data: &mut Pooled,
-    flushes: &Flushes,
-) -> io::Result<()> {
+/// Runs a request that passed its check on the export's device. A WRITE or FLUSH is
+/// durable only after the flush round it then joins.
+fn run(dev: &dyn BlockDevice, req: &Request, data: &mut Pooled) -> io::Result<()> {
     let len = u64::from(req.len);
-    let flush = || flushes.after(|| dev.flush());
     // TRIM and WRITE_ZEROES are durable on return already (the trait's promise).
     match req.command {
         Command::Read => dev.read_at(req.offset, data.as_mut_slice()),
-        Command::Write => dev
-            .write_at(req.offset, data.as_slice())
-            .and_then(|()| flush()),
+        Command::Write => dev.write_at(req.offset, data.as_slice()),
         // A hint: a device that cannot discard keeps the data.
         Command::Trim => dev.discard(req.offset, len).map(drop),
         Command::WriteZeroes => dev.write_zeroes(req.offset, len),
-        Command::Flush => flush(),
+        Command::Flush => Ok(()),
         // Refused by the check (never reaches a device).
         Command::Disconnect | Command::Other(_) => Err(io::ErrorKind::InvalidInput.into()),
     }
@@ -536,7 +566,7 @@ mod tests {
             workers: 2,
             ..Limits::default()
         };
-        Server::new(limits)?.serve(wire, find)
+        Server::new(limits)?.serve(wire, find, || {})
     }
     use crate::nbd::Grant;
     use lvmeta::dev::MemDevice;

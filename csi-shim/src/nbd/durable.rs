@@ -5,140 +5,169 @@
 //!   that dies loses the writes it answered since the last commit, and its clients, which
 //!   keep running, would never learn of it: the next server's FLUSH succeeds. So a write
 //!   is answered only once it is durable, and a takeover loses nothing answered.
-//! - A caller is covered by a flush that started after it called (its write completed
-//!   before that). One that arrives while a flush runs waits for the next; one of the
-//!   waiters runs it for all of them.
-//! - A flush that fails fails every caller it would have covered (each caller holds or
-//!   answers the error; nothing answered rests on a failed flush).
+//! - Flushes run in rounds, one at a time per export. A request joins the round that
+//!   starts after it joined (its data landed before that): its `done` is called with that
+//!   round's outcome, and with no other.
+//! - No request waits in a worker: the one that finds no round running runs the rounds
+//!   (its own, then each one joined meanwhile) and calls the others' `done`. One slow
+//!   device ties up one worker, not the server's.
+//! - A flush that fails fails every request of its round (each is held or answered EIO;
+//!   nothing answered rests on a failed flush). A flush that panics failed too: the run
+//!   goes on, and no request is left joined to a round nobody runs.
 
 use std::io;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Mutex, MutexGuard};
+
+/// How a round ended.
+pub(super) enum Outcome {
+    /// The device flushed: every write of the round is durable.
+    Flushed,
+    /// The flush failed on the named device.
+    Failed(String, io::Error),
+    /// The export closed first: the requests end unanswered (their clients requeue them).
+    Closed,
+}
+
+/// What a request does with its round's outcome.
+pub(super) type Done = Box<dyn FnOnce(&Outcome) + Send>;
+
+/// What a flush returns: the device's name and error when it failed, None when the export
+/// closed first.
+pub(super) type Flushed = Option<Result<(), (String, io::Error)>>;
 
 /// The flushes of one export.
 #[derive(Default)]
 pub(super) struct Flushes {
     state: Mutex<State>,
-    ended: Condvar,
 }
 
-/// Flushes are numbered from 1 in the order they start.
 #[derive(Default)]
 struct State {
-    /// The number of the last flush started.
-    started: u64,
-    /// The number of the last flush that ended.
-    ended: u64,
-    /// The number of the last flush that failed (0: none), and how.
-    failed: u64,
-    error: Option<(io::ErrorKind, String)>,
-    /// A flush is running.
+    /// A request is running rounds.
     running: bool,
+    /// The requests of the round that starts next.
+    next: Vec<Done>,
 }
 
 impl Flushes {
-    /// Returns once a flush that started after this call succeeded; runs `flush` itself
-    /// when none is running. The error of a flush that failed is returned to every caller
-    /// it would have covered.
-    pub(super) fn after(&self, flush: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    /// Calls `done` with the outcome of a round of `flush` that starts after this call:
+    /// at once here when no round is running (then the rounds joined meanwhile too, until
+    /// none is left), else from the request running them.
+    pub(super) fn then(&self, flush: &dyn Fn() -> Flushed, done: Done) {
         let mut s = self.lock();
-        let need = s.started + 1;
-        loop {
-            if s.failed >= need {
-                let (kind, msg) = s
-                    .error
-                    .clone()
-                    .unwrap_or((io::ErrorKind::Other, String::new()));
-                return Err(io::Error::new(kind, msg));
-            }
-            if s.ended >= need {
-                return Ok(());
-            }
-            if !s.running {
-                break;
-            }
-            s = self.ended.wait(s).unwrap_or_else(|p| p.into_inner());
+        s.next.push(done);
+        if s.running {
+            return;
         }
-        s.started += 1;
         s.running = true;
-        let n = s.started;
-        drop(s);
-        // Ends the flush even if `flush` panics, so that its waiters are not left waiting.
-        let mut end = End {
-            flushes: self,
-            n,
-            error: Some((io::ErrorKind::Other, "the flush panicked".into())),
-        };
-        let done = flush();
-        end.error = done.as_ref().err().map(|e| (e.kind(), e.to_string()));
-        drop(end);
-        done
+        loop {
+            let round = std::mem::take(&mut s.next);
+            if round.is_empty() {
+                s.running = false;
+                return;
+            }
+            drop(s);
+            // A panic is caught here, not left to end the run with requests joined to it
+            // (nobody would run their round): a flush that panics failed.
+            let flushed = std::panic::catch_unwind(AssertUnwindSafe(flush)).unwrap_or_else(|_| {
+                Some(Err((
+                    "(flush)".into(),
+                    io::Error::other("the flush panicked"),
+                )))
+            });
+            let outcome = match flushed {
+                Some(Ok(())) => Outcome::Flushed,
+                Some(Err((device, e))) => Outcome::Failed(device, e),
+                None => Outcome::Closed,
+            };
+            for done in round {
+                if std::panic::catch_unwind(AssertUnwindSafe(|| done(&outcome))).is_err() {
+                    tracing::error!("an NBD request's completion panicked");
+                }
+            }
+            s = self.lock();
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // Plain numbers: consistent whatever a panicking holder did.
+        // A flag and a list: consistent whatever a panicking holder did.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Records the end of flush `n` and wakes its waiters.
-struct End<'a> {
-    flushes: &'a Flushes,
-    n: u64,
-    error: Option<(io::ErrorKind, String)>,
-}
-
-impl Drop for End<'_> {
-    fn drop(&mut self) {
-        let mut s = self.flushes.lock();
-        s.running = false;
-        s.ended = self.n;
-        if let Some(e) = self.error.take() {
-            s.failed = self.n;
-            s.error = Some(e);
-        }
-        drop(s);
-        self.flushes.ended.notify_all();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Barrier};
     use std::time::Duration;
 
+    type SharedFlush = Arc<dyn Fn() -> Flushed + Send + Sync>;
+
+    /// Joins a round from a thread; the outcome comes back through the channel.
+    fn join(
+        flushes: &Arc<Flushes>,
+        flush: SharedFlush,
+        tx: std::sync::mpsc::Sender<Result<(), String>>,
+    ) -> std::thread::JoinHandle<()> {
+        let f = flushes.clone();
+        std::thread::spawn(move || {
+            f.then(
+                &*flush,
+                Box::new(move |o| {
+                    let r = match o {
+                        Outcome::Flushed => Ok(()),
+                        Outcome::Failed(d, e) => Err(format!("{d}: {e}")),
+                        Outcome::Closed => Err("closed".into()),
+                    };
+                    let _ = tx.send(r);
+                }),
+            )
+        })
+    }
+
     #[test]
-    fn waiters_share_flushes_and_each_is_covered_by_one_that_started_after_it() {
+    fn each_request_gets_a_round_that_started_after_it_and_rounds_are_shared() {
         let flushes = Arc::new(Flushes::default());
-        // A "write" is the value of `written` when it called; a flush makes durable what
-        // was written when it started.
+        // A "write" is the value of `written` when it joins; a round makes durable what was
+        // written when it started.
         let written = Arc::new(AtomicU64::new(0));
         let durable = Arc::new(AtomicU64::new(0));
-        let count = Arc::new(AtomicU64::new(0));
+        let rounds = Arc::new(AtomicU64::new(0));
         let start = Arc::new(Barrier::new(8));
+        let (w, d, c) = (written.clone(), durable.clone(), rounds.clone());
+        let flush: SharedFlush = Arc::new(move || {
+            c.fetch_add(1, Ordering::SeqCst);
+            let upto = w.load(Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(1));
+            d.fetch_max(upto, Ordering::SeqCst);
+            Some(Ok(()))
+        });
         let threads: Vec<_> = (0..8)
             .map(|_| {
-                let (f, w, d, c, b) = (
+                let (f, w, d, b, flush) = (
                     flushes.clone(),
                     written.clone(),
                     durable.clone(),
-                    count.clone(),
                     start.clone(),
+                    flush.clone(),
                 );
                 std::thread::spawn(move || {
                     b.wait();
                     for _ in 0..50 {
                         let mine = w.fetch_add(1, Ordering::SeqCst) + 1;
-                        f.after(|| {
-                            c.fetch_add(1, Ordering::SeqCst);
-                            let upto = w.load(Ordering::SeqCst);
-                            std::thread::sleep(Duration::from_millis(1));
-                            d.fetch_max(upto, Ordering::SeqCst);
-                            Ok(())
-                        })
-                        .expect("flush");
-                        assert!(d.load(Ordering::SeqCst) >= mine, "answered before durable");
+                        let (tx, rx) = std::sync::mpsc::channel();
+                        let d2 = d.clone();
+                        f.then(
+                            &*flush,
+                            Box::new(move |o| {
+                                assert!(matches!(o, Outcome::Flushed));
+                                let _ = tx.send(d2.load(Ordering::SeqCst) >= mine);
+                            }),
+                        );
+                        let covered = rx.recv_timeout(Duration::from_secs(30)).expect("done");
+                        assert!(covered, "answered before durable");
                     }
                 })
             })
@@ -146,56 +175,66 @@ mod tests {
         for t in threads {
             t.join().expect("thread");
         }
-        let flushed = count.load(Ordering::SeqCst);
-        assert!(flushed < 400, "every write flushed alone: {flushed}");
+        let n = rounds.load(Ordering::SeqCst);
+        assert!(n < 400, "a round per write: {n}");
     }
 
     #[test]
-    fn a_failed_flush_fails_every_waiter_it_covers_and_the_next_is_tried_anew() {
+    fn a_failed_round_fails_its_requests_only_and_the_next_is_tried_anew() {
         let flushes = Arc::new(Flushes::default());
         let release = Arc::new(Barrier::new(2));
-        let (f, r) = (flushes.clone(), release.clone());
-        // Flush 1 runs until both waiters below wait behind it.
-        let first = std::thread::spawn(move || {
-            f.after(|| {
-                r.wait();
-                Ok(())
-            })
-        });
-        std::thread::sleep(Duration::from_millis(100));
+        let failing = Arc::new(AtomicBool::new(false));
         let calls = Arc::new(AtomicU64::new(0));
-        let waiters: Vec<_> = (0..2)
-            .map(|_| {
-                let (f, c) = (flushes.clone(), calls.clone());
-                std::thread::spawn(move || {
-                    f.after(|| {
-                        c.fetch_add(1, Ordering::SeqCst);
-                        std::thread::sleep(Duration::from_millis(100));
-                        Err(io::Error::other("EIO on /dev/x"))
-                    })
-                })
-            })
-            .collect();
-        std::thread::sleep(Duration::from_millis(300));
-        release.wait();
-        first.join().expect("first").expect("flush 1");
-        for w in waiters {
-            let e = w
+        let (r, fl, c) = (release.clone(), failing.clone(), calls.clone());
+        // Round 1 waits for the test; round 2 fails.
+        let flush: SharedFlush = Arc::new(move || {
+            if c.fetch_add(1, Ordering::SeqCst) == 0 {
+                r.wait();
+                return Some(Ok(()));
+            }
+            match fl.load(Ordering::SeqCst) {
+                true => Some(Err(("/dev/x".into(), io::Error::from_raw_os_error(5)))),
+                false => Some(Ok(())),
+            }
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let first = join(&flushes, flush.clone(), tx.clone());
+        std::thread::sleep(Duration::from_millis(100));
+        failing.store(true, Ordering::SeqCst);
+        // Two requests join while round 1 runs: they share round 2, which fails, and
+        // neither waits in its own thread.
+        for _ in 0..2 {
+            join(&flushes, flush.clone(), tx.clone())
                 .join()
-                .expect("waiter")
-                .expect_err("covered by a failed flush");
-            assert!(e.to_string().contains("/dev/x"), "{e}");
+                .expect("returns at once");
         }
+        release.wait();
+        first.join().expect("first");
+        let mut got: Vec<_> = (0..3).map(|_| rx.recv().expect("outcome")).collect();
+        got.sort();
+        assert_eq!(got[0], Ok(()), "round 1");
+        for e in &got[1..] {
+            assert!(e.as_ref().is_err_and(|e| e.contains("/dev/x")), "{e:?}");
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "one flush per round");
+        failing.store(false, Ordering::SeqCst);
+        join(&flushes, flush.clone(), tx.clone())
+            .join()
+            .expect("join");
+        assert_eq!(rx.recv().expect("outcome"), Ok(()), "a new round succeeds");
+        // A flush that panics fails its round; rounds go on.
+        let boom: SharedFlush = Arc::new(|| panic!("flush"));
+        join(&flushes, boom, tx.clone()).join().expect("caught");
+        let e = rx
+            .recv()
+            .expect("outcome")
+            .expect_err("a panicked flush failed");
+        assert!(e.contains("panicked"), "{e}");
+        join(&flushes, flush, tx).join().expect("join");
         assert_eq!(
-            calls.load(Ordering::SeqCst),
-            1,
-            "the waiters shared flush 2"
+            rx.recv().expect("outcome"),
+            Ok(()),
+            "not stuck after a panic"
         );
-        flushes.after(|| Ok(())).expect("a new flush succeeds");
-        // A panicking flush ends, failing its waiters, and leaves none running.
-        let f = flushes.clone();
-        let panicked = std::thread::spawn(move || f.after(|| panic!("flush")));
-        assert!(panicked.join().is_err());
-        flushes.after(|| Ok(())).expect("not stuck after a panic");
     }
 }

@@ -8,7 +8,8 @@
 //!   the client does not take in time ends its connection.
 //! - Requests in flight per connection are bounded too, so tiny requests cannot queue
 //!   without end either.
-//! - The handshake has a deadline; connections per node and per export are bounded.
+//! - The handshake has a deadline; connections per node and per export are bounded, and
+//!   so are the connections one address has in their handshake.
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -22,6 +23,10 @@ pub struct Limits {
     pub handshake: Duration,
     /// Connections open at once on the node; more are closed as they arrive.
     pub max_connections: usize,
+    /// Connections one peer address may have in their handshake at once; a new one from
+    /// it ends the oldest (a flood of stalled handshakes from one machine leaves the
+    /// listener to the others, and a client at that address still gets through).
+    pub handshakes_per_peer: usize,
     /// Payload bytes in flight on the node (at least [`MAX_PAYLOAD`]).
     pub budget_bytes: u64,
     /// Requests in flight per connection.
@@ -41,6 +46,7 @@ impl Default for Limits {
         Self {
             handshake: Duration::from_secs(5),
             max_connections: 256,
+            handshakes_per_peer: 16,
             budget_bytes: 256 << 20,
             max_in_flight: 256,
             connection_bytes: 64 << 20,

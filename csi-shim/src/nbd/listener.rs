@@ -3,15 +3,18 @@
 //!
 //! - Accepted sockets get TCP_NODELAY and keepalive (a vanished peer is noticed within a
 //!   minute even when idle).
-//! - A connection over the limit is closed as it arrives, before any byte is sent.
+//! - A connection over the limit is closed as it arrives, before any byte is sent. One from
+//!   an address that has [`Limits::handshakes_per_peer`] connections in their handshake
+//!   already ends the oldest of them.
 //! - [`Listener::stop`] stops accepting; open connections end with their exports.
 
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use nix::sys::socket::{setsockopt, shutdown, sockopt, Shutdown};
@@ -58,6 +61,8 @@ impl Listener {
             open: open.clone(),
             server: server.clone(),
             find,
+            handshaking: Arc::default(),
+            crowded: crate::every::Every::default(),
         };
         let thread = std::thread::Builder::new()
             .name("nbd-accept".into())
@@ -99,7 +104,7 @@ impl Listener {
             .name("nbd-local".into())
             .spawn(move || {
                 let only = |_: &[u8]| Ok(export.clone().into());
-                if let Err(e) = server.serve(served, &only) {
+                if let Err(e) = server.serve(served, &only, || {}) {
                     tracing::debug!(error = %e, "local NBD connection ended");
                 }
                 open.fetch_sub(1, Ordering::SeqCst);
@@ -139,6 +144,71 @@ struct Accept {
     open: Arc<AtomicUsize>,
     server: Arc<Server>,
     find: Arc<Finder>,
+    handshaking: Arc<Handshaking>,
+    /// Rate limit of the warning for handshakes ended per peer.
+    crowded: crate::every::Every,
+}
+
+/// Connections in their handshake, by peer address, oldest first, each with a handle to
+/// end it.
+#[derive(Default)]
+struct Handshaking {
+    next: AtomicU64,
+    by_peer: Mutex<HashMap<Option<IpAddr>, Queue>>,
+}
+
+/// One address's connections in their handshake, oldest first: an id, and a handle.
+type Queue = VecDeque<(u64, TcpStream)>;
+
+/// One connection's place in [`Handshaking`], given back when dropped.
+struct InHandshake {
+    table: Arc<Handshaking>,
+    peer: Option<IpAddr>,
+    id: u64,
+}
+
+impl Handshaking {
+    /// A place for `stream`'s handshake from `peer`; at `most` from that peer already, the
+    /// oldest of them is ended to make room (a stalled flood from an address replaces its
+    /// own connections, while a client there that completes its handshake gets through).
+    /// Whether one was ended. None when no handle on `stream` could be made.
+    fn enter(
+        self: &Arc<Self>,
+        peer: Option<IpAddr>,
+        most: usize,
+        stream: &TcpStream,
+    ) -> Option<(InHandshake, bool)> {
+        let handle = stream.try_clone().ok()?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut t = self.by_peer.lock().unwrap_or_else(|p| p.into_inner());
+        let q = t.entry(peer).or_default();
+        let ended = q.len() >= most.max(1);
+        if ended {
+            if let Some((_, oldest)) = q.pop_front() {
+                // Its thread sees the socket end, and gives its place back.
+                let _ = oldest.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        q.push_back((id, handle));
+        let place = InHandshake {
+            table: self.clone(),
+            peer,
+            id,
+        };
+        Some((place, ended))
+    }
+}
+
+impl Drop for InHandshake {
+    fn drop(&mut self) {
+        let mut t = self.table.by_peer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(q) = t.get_mut(&self.peer) {
+            q.retain(|(id, _)| *id != self.id);
+            if q.is_empty() {
+                t.remove(&self.peer);
+            }
+        }
+    }
 }
 
 impl Accept {
@@ -161,6 +231,18 @@ impl Accept {
                 tracing::warn!(?peer, "NBD connection refused: too many open");
                 continue;
             }
+            let most = self.server.limits().handshakes_per_peer;
+            let Some((place, ended)) = self.handshaking.enter(peer, most, &stream) else {
+                tracing::warn!(?peer, "NBD connection refused: no descriptor for it");
+                continue;
+            };
+            if ended && self.crowded.due(std::time::Duration::from_secs(10)) {
+                tracing::warn!(
+                    ?peer,
+                    most,
+                    "NBD handshakes from one address over the limit: the oldest ended"
+                );
+            }
             if let Err(e) = tune(&stream) {
                 tracing::debug!(?peer, error = %e, "NBD socket options not set");
             }
@@ -170,7 +252,7 @@ impl Accept {
                 .name("nbd-conn".into())
                 .spawn(move || {
                     let by_name = |name: &[u8]| find(peer, name);
-                    if let Err(e) = server.serve(stream, &by_name) {
+                    if let Err(e) = server.serve(stream, &by_name, move || drop(place)) {
                         tracing::debug!(?peer, error = %e, "NBD connection ended");
                     }
                     open.fetch_sub(1, Ordering::SeqCst);

@@ -32,7 +32,7 @@
 use std::time::{Duration, Instant};
 
 use lvmeta::activate::Activation;
-use lvmeta::lease::board::{ServeRecord, ServeState, Slot, SlotState};
+use lvmeta::lease::board::{ServeRecord, ServeState, SlotState};
 use lvmeta::lease::LeaseError;
 use lvmeta::session::PoolBoard;
 use lvmeta::units::Sectors;
@@ -197,53 +197,6 @@ impl Node {
         }
     }
 
-    /// Keeps attached volume `id`'s slot this host's:
-    /// - written again, as it stands, when it was written in an earlier generation of this
-    ///   host (the lockspace was joined again since): servers count only slots of their
-    ///   hosts' current lives;
-    /// - claimed anew elsewhere when another host took it (that host saw this host's life
-    ///   as ended, or a write of this host's old life landed late over its own).
-    fn keep_slot(&self, nbd: &Serving, id: &str, a: &Attached) -> Result<(), String> {
-        let session = self.backend.session();
-        let Some(generation) = session.own_generation(&a.board) else {
-            return Ok(());
-        };
-        // Under the volume's in-flight mark, and only while it is still attached through
-        // the same slot: an unstage frees the slot (LEAVING), and another host may claim it.
-        let Ok(_g) = self.backend.inflight().enter(id) else {
-            return Ok(());
-        };
-        let Some(mut now) = self.attached(id).filter(|now| now.slot.0 == a.slot.0) else {
-            return Ok(());
-        };
-        let me = nbd.setup().host_id;
-        let found = session.read_board(&a.board).map_err(|e| e.to_string())?;
-        let Some((i, slot)) = found
-            .slots_of(&a.board.lv_id)
-            .find(|(i, s)| *i == a.slot.0 && s.host == me)
-        else {
-            let mut slot = Slot {
-                written_ms: super::shared::now_ms(),
-                ..now.slot.1.clone()
-            };
-            let index = session
-                .claim_board_slot(&a.board, &mut slot)
-                .map_err(|e| e.to_string())?;
-            tracing::warn!(volume_id = %id, lost = a.slot.0, claimed = index, "this node's board slot was taken by another host; claimed another");
-            now.slot = (index, slot);
-            self.update(id, &now);
-            return Ok(());
-        };
-        if slot.generation == generation || slot.state == SlotState::Leaving {
-            return Ok(());
-        }
-        session
-            .write_board_slot(&a.board, *i, slot)
-            .map_err(|e| e.to_string())?;
-        tracing::info!(volume_id = %id, generation, "slot written in this host's new generation");
-        Ok(())
-    }
-
     /// One look at the record of attached volume `id`: read without the volume's in-flight
     /// mark (kubelet's calls are not turned away every tick), acted on under it.
     fn follow(&self, nbd: &Serving, id: &str, a: Attached) -> Result<(), String> {
@@ -309,27 +262,10 @@ impl Node {
         Ok(())
     }
 
-    /// Attached volume `id` as staged now.
-    fn attached(&self, id: &str) -> Option<Attached> {
-        match &self.staged().get(id)?.remote {
-            Some(Remote::Attached(a)) => Some(a.clone()),
-            _ => None,
-        }
-    }
-
-    /// Replaces attached volume `id`'s entry (when it is still attached).
-    fn update(&self, id: &str, a: &Attached) {
-        if let Some(s) = self.staged().get_mut(id) {
-            if matches!(s.remote, Some(Remote::Attached(_))) {
-                s.remote = Some(Remote::Attached(a.clone()));
-            }
-        }
-    }
-
     /// Every [`PROBE_EVERY`]: does the server of attached volume `id` fail to open the
     /// volume's export to this node (down, unreachable, or up without the export: it lost
-    /// the pool's lease and closed it)? A server that serves it but refuses this node for
-    /// now (`ERR_POLICY`) is up. Then this node tries to take the pool, which
+    /// the pool's lease and closed it)? A server that serves it but refuses it to this
+    /// node for now (`ERR_POLICY`) is up. Then this node tries to take the pool, which
     /// sanlock allows only once the server's host is dead (fenced or reset) or has let the
     /// lease go: the server writes nothing after that.
     fn unanswered(&self, nbd: &Serving, id: &str, a: &Attached, r: &ServeRecord) -> bool {
@@ -339,15 +275,16 @@ impl Node {
         let setup = nbd.setup();
         let to = super::shared::reach(r.addr, setup.addr);
         let name = export_name(&a.board.lv_id, setup.host_id, &r.secret);
-        let Err(e) = attach::probe(to, Some(setup.addr), name.as_bytes(), PROBE_TIMEOUT) else {
-            return false;
+        let e = match attach::probe(to, Some(setup.addr), name.as_bytes(), PROBE_TIMEOUT) {
+            Ok(()) => return false,
+            // Up, just not serving this node now (its slot is being claimed again, the
+            // export is full): the pool's lease would refuse a takeover.
+            Err(e @ attach::ProbeError::TurnedAway(_)) => {
+                tracing::debug!(volume_id = %id, error = %e, "the pool's server is up but refuses this node for now");
+                return false;
+            }
+            Err(attach::ProbeError::Gone(e)) => e,
         };
-        // Alive and serving the volume, just not to this node now (its slot is being
-        // claimed again, the export is full): the pool's lease would refuse a takeover.
-        if e.kind() == std::io::ErrorKind::PermissionDenied {
-            tracing::debug!(volume_id = %id, server = %to, error = %e, "the pool's server is up but refuses this node for now");
-            return false;
-        }
         tracing::info!(volume_id = %id, server = %to, error = %e, "the pool's server does not serve the volume: taking the pool once its lease is free");
         true
     }
@@ -423,7 +360,7 @@ impl Node {
         if let Err(e) = NbdNetlink::open().and_then(|nl| nl.disconnect(a.index)) {
             tracing::warn!(volume_id = %id, nbd = a.index, error = %e, "cannot disconnect the NBD device");
         }
-        if let Err(e) = self.write_slot(a, SlotState::Leaving, a.slot.1.epoch) {
+        if let Err(e) = self.leave_slot(a) {
             tracing::warn!(volume_id = %id, error = %e, "cannot leave the board slot");
         }
         if let Some(s) = self.staged().get_mut(id) {

@@ -23,6 +23,7 @@ mod recover;
 mod requests;
 mod service;
 mod shared;
+mod slot;
 mod stage;
 mod stats;
 mod want;

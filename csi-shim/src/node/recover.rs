@@ -14,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use lvmeta::activate::wrap::Wrap;
-use lvmeta::lease::board::SlotState;
+use lvmeta::lease::board::{Slot, SlotState};
 use lvmeta::session::PoolBoard;
 
 use crate::attach;
@@ -22,6 +22,7 @@ use crate::serve::Serving;
 use crate::volume::Mode;
 
 use super::shared::{identifier, Attached, Remote};
+use super::slot::NO_SLOT;
 use super::{Node, Staged};
 
 /// `major:minor` of the block device at `path`, when there is one.
@@ -158,11 +159,16 @@ impl Node {
             .session()
             .read_board(board)
             .map_err(|e| e.to_string())?;
+        // None: another host took it while none was free; the watch claims one
+        // (`keep_slot`), and until then this node writes none.
         let slot = found
             .slots_of(&board.lv_id)
             .find(|(_, s)| s.host == me && s.state != SlotState::Leaving)
             .cloned()
-            .ok_or("no slot of this host on the board")?;
+            .unwrap_or_else(|| {
+                tracing::warn!(lv = %board.lv, "no board slot of this host: claiming one");
+                (NO_SLOT, slot_without_place(board, me, index, nbd))
+            });
         // Whether the last process's reconnect reached the kernel is unknown (it writes
         // the slot first): the watch reconnects to the serving host at its first look.
         // The kernel takes the new sockets only where its own are dead; the others are
@@ -181,5 +187,21 @@ impl Node {
             slot,
             sockets: attach::Sockets::default(),
         }))
+    }
+}
+
+/// The slot an attachment on NBD device `index` stands for, when the board has none of
+/// this host's: STAGED, read-only as the device is (or when that cannot be read).
+fn slot_without_place(board: &PoolBoard, me: u64, index: u32, nbd: &Serving) -> Slot {
+    let ro = std::fs::read_to_string(format!("/sys/block/nbd{index}/ro"));
+    Slot {
+        lv_id: board.lv_id.replace('-', ""),
+        host: me,
+        generation: 0,
+        state: SlotState::Staged,
+        read_only: ro.map_or(true, |r| r.trim() != "0"),
+        epoch: 0,
+        written_ms: super::shared::now_ms(),
+        addr: nbd.setup().addr.ip(),
     }
 }

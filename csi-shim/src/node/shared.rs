@@ -250,24 +250,6 @@ impl Node {
         Ok(size)
     }
 
-    /// Rewrites this node's slot of `a` in `state` for `epoch`.
-    pub(super) fn write_slot(
-        &self,
-        a: &Attached,
-        state: SlotState,
-        epoch: u64,
-    ) -> Result<(), lvmeta::Error> {
-        let slot = Slot {
-            state,
-            epoch,
-            written_ms: now_ms(),
-            ..a.slot.1.clone()
-        };
-        self.backend
-            .session()
-            .write_board_slot(&a.board, a.slot.0, &slot)
-    }
-
     /// Attaches thin LV `lv` of `vg`, which the pool's holder serves.
     fn attach(
         &self,
@@ -307,13 +289,8 @@ impl Node {
         let index = session
             .claim_board_slot(&board, &mut slot)
             .map_err(from_activation)?;
-        let leave = |slot: &Slot| {
-            let left = Slot {
-                state: SlotState::Leaving,
-                written_ms: now_ms(),
-                ..slot.clone()
-            };
-            if let Err(e) = session.write_board_slot(&board, index, &left) {
+        let leave = || {
+            if let Err(e) = session.leave_board_slots(&board, host, now_ms()) {
                 tracing::warn!(vg, lv, error = %e, "cannot leave the board slot");
             }
         };
@@ -331,7 +308,7 @@ impl Node {
         let (nl, made) = match attached {
             Ok(a) => a,
             Err(e) => {
-                leave(&slot);
+                leave();
                 return Err(Status::unavailable(format!(
                     "attaching {vg}/{lv} from the node serving it at {to}: {e}"
                 )));
@@ -351,7 +328,7 @@ impl Node {
                 if let Err(d) = nl.disconnect(made.index) {
                     tracing::warn!(vg, lv, error = %d, "disconnecting after a failed stage");
                 }
-                leave(&slot);
+                leave();
                 return Err(from_activation(e.into()));
             }
         };
@@ -426,8 +403,7 @@ impl Node {
                         .and_then(|nl| nl.disconnect(index))
                         .map_err(io_status(&format!("disconnecting /dev/nbd{index}")))?;
                 }
-                self.write_slot(a, SlotState::Leaving, a.slot.1.epoch)
-                    .map_err(from_activation)
+                self.leave_slot(a).map_err(from_activation)
             }
         }
     }
@@ -579,19 +555,9 @@ impl Node {
                     .map_err(io_status(&format!("disconnecting /dev/nbd{i}")))?;
             }
         }
-        let found = session.read_board(&board).map_err(from_activation)?;
-        for (i, s) in found.slots_of(&board.lv_id) {
-            if s.host == host && s.state != SlotState::Leaving {
-                let left = Slot {
-                    state: SlotState::Leaving,
-                    written_ms: now_ms(),
-                    ..s.clone()
-                };
-                session
-                    .write_board_slot(&board, *i, &left)
-                    .map_err(from_activation)?;
-            }
-        }
+        session
+            .leave_board_slots(&board, host, now_ms())
+            .map_err(from_activation)?;
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
-use super::{check_range, check_range_u64, write_zero_buffers, BlockDevice};
+use super::{check_range, check_range_u64, write_zero_buffers, BlockDevice, Failed};
 
 /// A block device or a regular image file.
 ///
@@ -277,7 +277,7 @@ impl BlockDevice for FileDevice {
             Some(_) => self
                 .file
                 .sync_data()
-                .map_err(|e| io::Error::new(e.kind(), format!("{}: flushing: {e}", self.name))),
+                .map_err(|e| Failed::wrap(e, format_args!("{}: flushing", self.name))),
             // O_DSYNC already made every write durable; read-only has nothing to flush.
             None => Ok(()),
         }
@@ -303,9 +303,9 @@ impl BlockDevice for FileDevice {
                 tracing::debug!(device = %self.name, offset, len, error = %e, "no zeroing offload; writing zeroes");
                 write_zero_buffers(self, offset, len)
             }
-            Err(e) => Err(io::Error::new(
-                e.kind(),
-                format!("{}: zeroing {len} bytes at {offset}: {e}", self.name),
+            Err(e) => Err(Failed::wrap(
+                e,
+                format_args!("{}: zeroing {len} bytes at {offset}", self.name),
             )),
         }
     }
@@ -321,9 +321,9 @@ impl BlockDevice for FileDevice {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
                 Ok(false)
             }
-            Err(e) => Err(io::Error::new(
-                e.kind(),
-                format!("{}: discarding {len} bytes at {offset}: {e}", self.name),
+            Err(e) => Err(Failed::wrap(
+                e,
+                format_args!("{}: discarding {len} bytes at {offset}", self.name),
             )),
         }
     }

@@ -5,9 +5,11 @@
 //! image files, O_DIRECT with aligned bounce buffers), [`MemDevice`] (tests, fuzzing,
 //! benchmarks) and [`FaultyDevice`] (crash and error injection).
 
+mod failed;
 mod file;
 mod prefetch;
 
+pub use failed::{os_error, Failed};
 pub use file::{AlignedBuf, FileDevice};
 pub use prefetch::{Prefetched, PREFETCH};
 

@@ -384,11 +384,12 @@ impl Board {
     }
 
     /// The slot a host should use for `lv_id`: its own, else a free or left one, else one
-    /// of another host's ended life ([`Slot::is_stale`] against `hosts`, the lock
-    /// manager's view); None when every slot is taken by others.
-    /// - A stale slot's host may write it once more before it learns its life ended (a
-    ///   write in flight, a rejoin not yet noticed); each host checks its slots and claims
-    ///   another when one was taken, so neither stays without one.
+    /// of another host that is DEAD or FREE now in `hosts` (the lock manager's view);
+    /// None when every slot is taken by others.
+    /// - A host that joined again since it wrote a slot is alive: its slot is not
+    ///   reused, it writes the slot again in its new life.
+    /// - A host whose slot was reused claims another (under the VG lease) once it joins
+    ///   again, and writes its old one no more.
     pub fn slot_for(&self, host: u64, lv_id: &str, hosts: &[HostView]) -> Option<usize> {
         let own = self
             .slots_of(lv_id)
@@ -396,7 +397,12 @@ impl Board {
             .map(|(i, _)| *i);
         let entry = |i: usize| self.slots.iter().find(|(j, _)| *j == i).map(|(_, s)| s);
         let free = |i: &usize| entry(*i).is_none_or(|s| s.state == SlotState::Leaving);
-        let ended = |i: &usize| entry(*i).is_some_and(|s| s.host != host && s.is_stale(hosts));
+        let gone = |id: u64| {
+            hosts
+                .iter()
+                .any(|h| h.host_id == id && matches!(h.state, HostState::Dead | HostState::Free))
+        };
+        let ended = |i: &usize| entry(*i).is_some_and(|s| s.host != host && gone(s.host));
         own.or_else(|| (0..SLOTS).find(free))
             .or_else(|| (0..SLOTS).find(ended))
     }
@@ -522,6 +528,16 @@ mod tests {
             full.slot_for(12, "f".repeat(32).as_str(), &[ended]),
             None,
             "not its own"
+        );
+        let rejoined = HostView {
+            generation: 9,
+            state: HostState::Live,
+            ..ended
+        };
+        assert_eq!(
+            full.slot_for(6, THIN, &[rejoined]),
+            None,
+            "alive in a later life"
         );
         assert!(Board::decode(&bytes[..512], 512, POOL).is_err());
     }

@@ -107,6 +107,51 @@ impl Session {
     /// ([`lease::board::BoardError::Full`] when every slot is taken).
     pub fn claim_board_slot(&self, b: &PoolBoard, slot: &mut Slot) -> Result<usize, Error> {
         slot.generation = self.own_generation(b).unwrap_or(slot.generation);
+        let view = |id| self.host_view(b, id);
+        let slot = &*slot;
+        self.under_vg_lease(b, |dev| {
+            Ok(board_io::claim(dev, &b.spec, &b.pool_lv_id, slot, &view)?)
+        })
+    }
+
+    /// Writes LEAVING over every slot of host `host` for the board's LV that is not
+    /// LEAVING yet, under the VG lease held exclusively (so none that another host reused
+    /// meanwhile); how many.
+    pub fn leave_board_slots(
+        &self,
+        b: &PoolBoard,
+        host: u64,
+        written_ms: u64,
+    ) -> Result<usize, Error> {
+        let generation = self.own_generation(b);
+        self.under_vg_lease(b, |dev| {
+            let board = board_io::read(dev, &b.spec, &b.pool_lv_id)?;
+            let mut left = 0;
+            for (i, s) in board.slots_of(&b.lv_id) {
+                if s.host != host || s.state == lease::board::SlotState::Leaving {
+                    continue;
+                }
+                let leaving = Slot {
+                    state: lease::board::SlotState::Leaving,
+                    generation: generation.unwrap_or(s.generation),
+                    written_ms,
+                    ..s.clone()
+                };
+                board_io::write_slot(dev, &b.spec, &b.pool_lv_id, *i, &leaving)?;
+                left += 1;
+            }
+            Ok(left)
+        })
+    }
+
+    /// Runs `f` on the pool's lock device with the VG lease held exclusively: no other
+    /// host claims or leaves board slots meanwhile. The lease goes back without a value
+    /// block (the VG is unchanged); what `f` did stands whatever the release says.
+    fn under_vg_lease<T>(
+        &self,
+        b: &PoolBoard,
+        f: impl FnOnce(&FileDevice) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         let scan = self.current();
         let sv = scan.vg(&b.vg)?;
         let at = places(&scan, sv);
@@ -114,22 +159,11 @@ impl Session {
             .host_for(&sv.vg)?
             .ok_or_else(|| Error::SharedWithoutLeases(b.vg.clone()))?;
         let (vg_lease, _) = h.lock_vg(&sv.vg, &at, lease::Mode::Exclusive)?;
-        let view = |id| self.host_view(b, id);
-        let claimed = lock_device(&b.spec).and_then(|dev| {
-            Ok(board_io::claim(
-                &dev,
-                &b.spec,
-                &b.pool_lv_id,
-                &*slot,
-                &view,
-            )?)
-        });
-        // The VG is unchanged: the lease goes back without a value block. The claim stands
-        // whatever the release says (the caller must know its slot).
+        let done = lock_device(&b.spec).and_then(|dev| f(&dev));
         if let Err(e) = h.unlock_vg(&vg_lease, None) {
-            tracing::warn!(vg = %b.vg, error = %e, "releasing the VG lease after a slot claim");
+            tracing::warn!(vg = %b.vg, error = %e, "releasing the VG lease after a board slot change");
         }
-        claimed
+        done
     }
 
     /// Rewrites slot `index`, which this host claimed, stamped with this host's generation.
