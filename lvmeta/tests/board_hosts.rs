@@ -163,8 +163,18 @@ fn a_full_board_reuses_the_slot_of_an_ended_host_life_only() {
     let raw = a.read_board(&board).expect("read");
     let (_, now) = raw.slots.iter().find(|(i, _)| *i == index).expect("slot");
     assert_eq!(now.host, 9);
+    // Host 8's rewrite of its old slot under the VG lease finds it taken: not written.
+    let rewrote = b.rewrite_own_board_slot(&board, index, &eight);
+    assert!(!rewrote.expect("rewrite"), "another host's slot now");
+    let raw = a.read_board(&board).expect("read");
+    let (_, still) = raw.slots.iter().find(|(i, _)| *i == index).expect("slot");
+    assert_eq!(still.host, 9, "host 9's slot untouched");
     // Host 8 claims again: nothing free, and host 9's slot is of a live host.
     assert!(b.claim_board_slot(&board, &mut eight).is_err(), "full");
+    // Host 9 rewrites its own slot: written.
+    assert!(c
+        .rewrite_own_board_slot(&board, index, &nine)
+        .expect("rewrite"));
     // One of the others leaves: host 8 gets its slot.
     let leaving = Slot {
         state: SlotState::Leaving,
@@ -177,4 +187,19 @@ fn a_full_board_reuses_the_slot_of_an_ended_host_life_only() {
         first
     );
     assert_eq!(eight.generation, 3, "in its new life");
+    // Host 8 leaves: its slot only, under the VG lease.
+    assert_eq!(b.leave_board_slots(&board, 8, 7).expect("leave"), 1);
+    let raw = a.read_board(&board).expect("read");
+    let state = |i: usize| {
+        raw.slots
+            .iter()
+            .find(|(j, _)| *j == i)
+            .map(|(_, s)| (s.host, s.state))
+    };
+    assert_eq!(state(first), Some((8, SlotState::Leaving)));
+    assert_eq!(
+        state(index),
+        Some((9, SlotState::Staged)),
+        "host 9's untouched"
+    );
 }

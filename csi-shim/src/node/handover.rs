@@ -211,7 +211,9 @@ impl Node {
         };
         let same = (r.host, r.epoch) == a.server;
         let step = match r.state {
-            ServeState::Pausing if same && !a.held => Step::Hold,
+            ServeState::Pausing if same && (!a.held || !reported(&a, SlotState::Drained, &r)) => {
+                Step::Hold
+            }
             ServeState::Released if r.successor == me => Step::TakeOver,
             ServeState::Serving if !same && r.host != me => Step::Reconnect,
             // A takeover of this node's that did not finish: finish it.
@@ -219,7 +221,9 @@ impl Node {
             ServeState::Serving if same && !a.held && self.unanswered(nbd, id, &a, &r) => {
                 Step::TakeOver
             }
-            ServeState::Serving if same && a.held => Step::Resume,
+            ServeState::Serving if same && (a.held || !reported(&a, SlotState::Staged, &r)) => {
+                Step::Resume
+            }
             // A handover that stalled (its server or its successor died or failed): any
             // client may take the pool, once the lease is free.
             ServeState::Pausing | ServeState::Released
@@ -246,18 +250,27 @@ impl Node {
     }
 
     /// Holds attached volume `id`'s wrapper and reports DRAINED for `epoch`, or releases it
-    /// and reports STAGED.
+    /// and reports STAGED; a report that failed is made again by the next look (the
+    /// wrapper is not held or released twice).
     fn set_held(&self, id: &str, mut a: Attached, hold: bool, epoch: u64) -> Result<(), String> {
         let backend = self.config.activation.as_ref();
-        let (done, state) = match hold {
-            true => (backend.hold(&a.wrap), SlotState::Drained),
-            false => (backend.release(&a.wrap), SlotState::Staged),
+        let state = match hold {
+            true => SlotState::Drained,
+            false => SlotState::Staged,
         };
-        done.map_err(|e| e.to_string())?;
-        a.held = hold;
-        self.update(id, &a);
+        if a.held != hold {
+            let done = match hold {
+                true => backend.hold(&a.wrap),
+                false => backend.release(&a.wrap),
+            };
+            done.map_err(|e| e.to_string())?;
+            a.held = hold;
+            self.update(id, &a);
+        }
         self.write_slot(&a, state, epoch)
             .map_err(|e| e.to_string())?;
+        (a.slot.1.state, a.slot.1.epoch) = (state, epoch);
+        self.update(id, &a);
         tracing::info!(volume_id = %id, epoch, held = hold, "wrapper held for the pool's handover, or released as its server serves");
         Ok(())
     }
@@ -416,4 +429,10 @@ impl Node {
         tracing::info!(volume_id = %id, server = %to, epoch = r.epoch, "reconnected to the pool's new server");
         Ok(())
     }
+}
+
+/// Has `a`'s slot reported `state` for record `r`'s epoch (or can it report nothing: it
+/// has no slot)?
+fn reported(a: &Attached, state: SlotState, r: &ServeRecord) -> bool {
+    a.slot.0 == super::slot::NO_SLOT || (a.slot.1.state, a.slot.1.epoch) == (state, r.epoch)
 }

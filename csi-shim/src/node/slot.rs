@@ -20,9 +20,13 @@ use super::Node;
 pub(super) const NO_SLOT: usize = SLOTS;
 
 impl Node {
-    /// Rewrites this node's slot of `a` in `state` for `epoch`; refused when it has none,
-    /// or unless this host is in the lockspace in the generation the slot was written in
-    /// (else the slot may be another host's now; [`Node::keep_slot`] sees to it).
+    /// Rewrites this node's slot of `a` in `state` for `epoch`:
+    /// - at once when this host is in the lockspace in the generation the slot was written
+    ///   in;
+    /// - under the VG lease, and only while the slot is still this host's, when the lock
+    ///   manager cannot say (just after a join);
+    /// - not at all when it has none, or was written in an earlier life of this host (it
+    ///   may be another host's now; [`Node::keep_slot`] sees to it).
     pub(super) fn write_slot(
         &self,
         a: &Attached,
@@ -30,25 +34,34 @@ impl Node {
         epoch: u64,
     ) -> Result<(), lvmeta::Error> {
         let session = self.backend.session();
-        let now = session.own_generation(&a.board);
-        if a.slot.0 == NO_SLOT || now != Some(a.slot.1.generation) {
-            return Err(lvmeta::lease::LeaseError::Manager {
-                what: format!("board slot {} of {}/{}", a.slot.0, a.board.vg, a.board.lv),
-                why: format!(
-                    "none, or written in generation {} of this host, which is now {now:?}: \
-                     written again once checked under the VG lease",
-                    a.slot.1.generation
-                ),
-            }
-            .into());
-        }
         let slot = Slot {
             state,
             epoch,
             written_ms: now_ms(),
             ..a.slot.1.clone()
         };
-        session.write_board_slot(&a.board, a.slot.0, &slot)
+        let refused = |why: String| -> lvmeta::Error {
+            lvmeta::lease::LeaseError::Manager {
+                what: format!("board slot {} of {}/{}", a.slot.0, a.board.vg, a.board.lv),
+                why,
+            }
+            .into()
+        };
+        match session.own_generation(&a.board) {
+            _ if a.slot.0 == NO_SLOT => Err(refused("this node has none".into())),
+            Some(g) if g == a.slot.1.generation => {
+                session.write_board_slot(&a.board, a.slot.0, &slot)
+            }
+            Some(g) => Err(refused(format!(
+                "written in generation {} of this host, which is now {g}: written again \
+                 once checked under the VG lease",
+                a.slot.1.generation
+            ))),
+            None => match session.rewrite_own_board_slot(&a.board, a.slot.0, &slot)? {
+                true => Ok(()),
+                false => Err(refused("another host's now".into())),
+            },
+        }
     }
 
     /// Writes LEAVING over this node's slots of `a`'s LV, under the VG lease (never over a

@@ -144,6 +144,32 @@ impl Session {
         })
     }
 
+    /// Writes `slot` over slot `index` under the VG lease held exclusively, stamped with
+    /// this host's generation, only while that slot is still `slot.host`'s for the same LV
+    /// (another host may have reused it); whether it was.
+    pub fn rewrite_own_board_slot(
+        &self,
+        b: &PoolBoard,
+        index: usize,
+        slot: &Slot,
+    ) -> Result<bool, Error> {
+        let slot = Slot {
+            generation: self.own_generation(b).unwrap_or(slot.generation),
+            ..slot.clone()
+        };
+        self.under_vg_lease(b, |dev| {
+            let board = board_io::read(dev, &b.spec, &b.pool_lv_id)?;
+            let own = board
+                .slots
+                .iter()
+                .any(|(i, s)| *i == index && s.host == slot.host && s.lv_id == slot.lv_id);
+            if own {
+                board_io::write_slot(dev, &b.spec, &b.pool_lv_id, index, &slot)?;
+            }
+            Ok(own)
+        })
+    }
+
     /// Runs `f` on the pool's lock device with the VG lease held exclusively: no other
     /// host claims or leaves board slots meanwhile. The lease goes back without a value
     /// block (the VG is unchanged); what `f` did stands whatever the release says.
