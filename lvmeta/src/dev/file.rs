@@ -4,8 +4,8 @@
 //!   (what the commit's ordering needs); `flush` has nothing to do.
 //! - Data mode ([`FileDevice::open_data`]): plain O_DIRECT writes, durable at `flush`
 //!   (`fdatasync`, a cache flush). A dm-thin LV commits its metadata on every FUA or flush
-//!   bio, so a served volume must not make every write FUA. `write_fua` goes through a
-//!   second descriptor opened O_DSYNC: one write made durable, not every earlier one.
+//!   bio, so a served volume must not make every write FUA: the NBD server makes writes
+//!   durable with one flush per round of them.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -33,9 +33,9 @@ pub struct FileDevice {
     /// Alignment of transfer offsets and lengths: the logical sector size of a block device
     /// (what O_DIRECT requires of it), 4096 for image files (what any file system accepts).
     align: u64,
-    /// Data mode: a second descriptor, O_DSYNC, for FUA writes (None: metadata mode or
-    /// read-only, where every write is already durable or there are none).
-    fua: Option<File>,
+    /// Data mode: `flush` syncs (in metadata mode every write is already durable, and a
+    /// read-only device has none).
+    data: bool,
 }
 
 /// How a device is opened.
@@ -63,8 +63,7 @@ impl FileDevice {
         Self::open_with(path, Mode::Metadata)
     }
 
-    /// Opens `path` for a data path (data mode: writes durable at `flush`, or one at a time
-    /// through [`BlockDevice::write_fua`]).
+    /// Opens `path` for a data path (data mode: writes durable at `flush`).
     pub fn open_data(path: &Path) -> io::Result<Self> {
         Self::open_with(path, Mode::Data)
     }
@@ -89,14 +88,6 @@ impl FileDevice {
                 )
             }
             Err(e) => return Err(ctx(e)),
-        };
-        let fua = match mode {
-            Mode::Data => {
-                let direct_flag = if direct { libc::O_DIRECT } else { 0 };
-                let f = opts.custom_flags(direct_flag | libc::O_DSYNC).open(path);
-                Some(f.map_err(ctx)?)
-            }
-            Mode::ReadOnly | Mode::Metadata => None,
         };
         let meta = file.metadata().map_err(ctx)?;
         let block = meta.file_type().is_block_device();
@@ -123,17 +114,17 @@ impl FileDevice {
             direct,
             block,
             align,
-            fua,
+            data: mode == Mode::Data,
         })
     }
 
-    /// Writes `buf` at `offset` through `file` (the main descriptor or the FUA one).
-    fn write_through(&self, file: &File, offset: u64, buf: &[u8]) -> io::Result<()> {
+    /// Writes `buf` at `offset`, through an aligned bounce buffer when O_DIRECT needs one.
+    fn write_through(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         check_range(self, offset, buf.len())?;
         // Unbuffered I/O, or already aligned in memory, offset and length (the commit lays
         // its text out so): no bounce copy.
         if !self.direct || self.is_aligned(offset, buf) {
-            return file.write_all_at(buf, offset);
+            return self.file.write_all_at(buf, offset);
         }
         let (start, len) = self.aligned_span(offset, buf.len());
         let mut bounce = AlignedBuf::new(len);
@@ -144,7 +135,7 @@ impl FileDevice {
             read_direct(&self.file, bounce.as_mut_slice(), start)?;
         }
         bounce.as_mut_slice()[skip..skip + buf.len()].copy_from_slice(buf);
-        file.write_all_at(&bounce.as_slice()[..avail], start)
+        self.file.write_all_at(&bounce.as_slice()[..avail], start)
     }
 
     /// Whether a transfer of `buf` at `offset` needs no bounce buffer: memory, offset and
@@ -263,23 +254,17 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        self.write_through(&self.file, offset, buf)
-    }
-    fn write_fua(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        match &self.fua {
-            Some(f) => self.write_through(f, offset, buf),
-            None => self.write_at(offset, buf),
-        }
+        self.write_through(offset, buf)
     }
     fn flush(&self) -> io::Result<()> {
-        match self.fua {
+        match self.data {
             // Data mode: a cache flush (on a dm-thin LV, a metadata commit).
-            Some(_) => self
+            true => self
                 .file
                 .sync_data()
                 .map_err(|e| Failed::wrap(e, format_args!("{}: flushing", self.name))),
             // O_DSYNC already made every write durable; read-only has nothing to flush.
-            None => Ok(()),
+            false => Ok(()),
         }
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
@@ -392,7 +377,7 @@ mod tests {
     }
 
     #[test]
-    fn data_mode_writes_durable_at_flush_or_one_by_one_with_fua() {
+    fn data_mode_writes_durable_at_flush() {
         let path = std::env::temp_dir().join(format!("lvmeta-data-{}", std::process::id()));
         std::fs::write(&path, vec![0u8; 1 << 20]).expect("temp file");
         let meta = FileDevice::open_rw(&path).expect("open metadata mode");
@@ -401,26 +386,21 @@ mod tests {
             0,
             "metadata mode: O_DSYNC"
         );
-        assert!(meta.fua.is_none());
+        assert!(!meta.data);
         let d = FileDevice::open_data(&path).expect("open data mode");
         assert_eq!(
             open_flags(&d.file) & libc::O_DSYNC,
             0,
             "data mode: no O_DSYNC"
         );
-        let fua = d.fua.as_ref().expect("a FUA descriptor");
-        assert_ne!(
-            open_flags(fua) & libc::O_DSYNC,
-            0,
-            "the FUA descriptor: O_DSYNC"
-        );
+        assert!(d.data, "data mode: flush syncs");
         let mut aligned = AlignedBuf::new(8192);
         aligned.as_mut_slice().fill(3);
         d.write_at(4096, aligned.as_slice()).expect("aligned write");
-        d.write_fua(5, b"fua, unaligned").expect("FUA write");
+        d.write_at(5, b"unaligned").expect("unaligned write");
         d.flush().expect("fdatasync");
         let b = std::fs::read(&path).expect("read back");
-        assert_eq!(&b[5..19], b"fua, unaligned");
+        assert_eq!(&b[5..14], b"unaligned");
         assert!(b[4096..12288].iter().all(|&x| x == 3));
         assert_eq!(b.len(), 1 << 20, "size kept");
         std::fs::remove_file(&path).expect("cleanup");

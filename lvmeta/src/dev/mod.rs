@@ -38,13 +38,6 @@ pub trait BlockDevice: Send + Sync {
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> io::Result<()>;
-    /// Writes `buf` at `offset` and makes that write durable before returning (NBD's FUA).
-    /// This default writes, then flushes; a device that can mark one write durable
-    /// (O_DSYNC, a FUA bio) overrides it so that earlier writes need not be flushed too.
-    fn write_fua(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        self.write_at(offset, buf)?;
-        self.flush()
-    }
     /// Makes `len` bytes at byte `offset` read back as zeroes, durably. This default writes
     /// zeroes; devices that can do better (`BLKZEROOUT`, a hole in an image file) override
     /// it.
@@ -184,9 +177,6 @@ impl<D: BlockDevice + ?Sized> BlockDevice for Arc<D> {
     }
     fn flush(&self) -> io::Result<()> {
         (**self).flush()
-    }
-    fn write_fua(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        (**self).write_fua(offset, buf)
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         (**self).write_zeroes(offset, len)
